@@ -1,0 +1,31 @@
+# splitlab: two commands set everything up and run (README.md):
+#   make demo   the main job on the shipped defaults
+#   make test   ruff + the test suite (CPU only; kernels under Triton's interpreter)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU-only machines must not resolve torch to a multi-GB CUDA build: install a CPU build first
+# (here 2.13.0+cpu lies in pip's local wheel folder; elsewhere use PyTorch's CPU index, README.md).
+TORCH ?= torch==2.13.0
+# triton 3.6 (the GPU machine's version) needs numpy < 2.4 under the interpreter.
+PINS ?= triton==3.6.0 numpy<2.4
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)" 2>&1 | grep -v 'is ignored' || true
+	$(PY) -m pip install -q -e ".[test,lab]" $(foreach p,$(PINS),"$(p)") 2>&1 | grep -v 'is ignored' || true
+	$(PY) -c "import torch, triton, splitlab; assert torch.__version__ and splitlab"
+	touch $@
+
+.PHONY: setup test demo lint
+setup: $(VENV)/.installed
+
+lint: setup
+	$(PY) -m ruff check .
+
+test: lint
+	$(PY) -m pytest
+
+demo: setup
+	$(VENV)/bin/splitlab plan --workload deepseek-v3-mla --heads 64 --batch 1,2,8,16 --ctx 65536,81920,131072 \
+		--device mi355x --planner modular
+	$(VENV)/bin/splitlab plan --workload llama-3-8b --batch 1,16 --ctx 8192 --device h200,mi355x,rtx5090

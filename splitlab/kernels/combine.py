@@ -1,0 +1,103 @@
+"""The split-K merge shared by every decode kernel: partial outputs, each normalised by its own softmax
+sum, merged by log-sum-exp.
+
+    lse   = log(sum_s exp(lse_s))                       (-inf when every split is empty)
+    out   = sum_s exp(lse_s - lse) * out_s
+
+A split with no keys has ``lse_s = -inf`` and weight 0: it contributes nothing, its (possibly
+uninitialised) partial row is never read into the sum, and -inf minus -inf never happens.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from splitlab.kernels._launch import check_tensor
+
+
+@triton.jit
+def _combine_kernel(
+    po_ptr, plse_ptr, out_ptr, lse_ptr,
+    num_heads, num_splits, head_dim_v,
+    po_stride_r, po_stride_h, po_stride_s, po_stride_d,
+    pl_stride_r, pl_stride_h, pl_stride_s,
+    out_stride_r, out_stride_h, out_stride_d,
+    lse_stride_r, lse_stride_h,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    # One program per (row, head, slice of BLOCK_D output columns).
+    # Bytes: reads num_splits * 4 (lse) + num_splits * BLOCK_D * 4 (partials); writes BLOCK_D * out elt.
+    pid = tl.program_id(0)
+    row = pid // num_heads
+    head = pid % num_heads
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = offs_d < head_dim_v
+    pl_base = plse_ptr + row.to(tl.int64) * pl_stride_r + head * pl_stride_h
+    po_base = po_ptr + row.to(tl.int64) * po_stride_r + head * po_stride_h
+
+    # Pass 1: the running max over splits (empty splits are -inf and do not move it).
+    m = tl.full([BLOCK_S], float("-inf"), tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=offs_s < num_splits, other=float("-inf"))
+        m = tl.maximum(m, lse_s)
+    m_all = tl.max(m, axis=0)
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+
+    # Pass 2: weights exp(lse_s - m); a -inf split has weight exactly 0 and its row is masked off.
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    wsum = tl.zeros([BLOCK_S], tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=offs_s < num_splits, other=float("-inf"))
+        live = lse_s > float("-inf")
+        w = tl.where(live, tl.exp(lse_s - m_safe), 0.0)
+        wsum += w
+        po = tl.load(po_base + offs_s[:, None] * po_stride_s + offs_d[None, :] * po_stride_d,
+                     mask=live[:, None] & mask_d[None, :], other=0.0)
+        acc += tl.sum(w[:, None] * po, axis=0)
+    total = tl.sum(wsum, axis=0)
+    empty = total == 0.0
+    out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, total))
+    tl.store(out_ptr + row.to(tl.int64) * out_stride_r + head * out_stride_h + offs_d * out_stride_d,
+             out.to(out_ptr.dtype.element_ty), mask=mask_d)
+    if tl.program_id(1) == 0:
+        lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, total)))
+        tl.store(lse_ptr + row.to(tl.int64) * lse_stride_r + head * lse_stride_h, lse)
+
+
+def combine_grid(rows: int, heads: int, head_dim_v: int, block_d: int = 128) -> tuple[int, int]:
+    """Grid of the combine launch: (rows * heads, column slices)."""
+    return rows * heads, triton.cdiv(head_dim_v, block_d)
+
+
+def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.Tensor | None = None,
+            out_dtype: torch.dtype | None = None, lse: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge ``partial_out [rows, heads, S, Dv]`` (fp32) and ``partial_lse [rows, heads, S]`` (fp32,
+    natural log, -inf for an empty split) into ``(out [rows, heads, Dv], lse [rows, heads])``.
+
+    ``out`` defaults to a new tensor of ``out_dtype`` (fp32 if not given); a row whose splits are all
+    empty comes out all zero with ``lse = -inf``.
+    """
+    check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32,))
+    check_tensor("partial_lse", partial_lse, 3, dtypes=(torch.float32,), device=partial_out.device)
+    rows, heads, splits, dv = partial_out.shape
+    if tuple(partial_lse.shape) != (rows, heads, splits):
+        raise ValueError(f"partial_lse has shape {tuple(partial_lse.shape)}; expected {(rows, heads, splits)} "
+                         "to match partial_out")
+    if out is None:
+        out = torch.empty(rows, heads, dv, dtype=out_dtype or torch.float32, device=partial_out.device)
+    if lse is None:
+        lse = torch.empty(rows, heads, dtype=torch.float32, device=partial_out.device)
+    block_d = min(128, triton.next_power_of_2(dv))
+    block_s = min(32, triton.next_power_of_2(splits))
+    _combine_kernel[combine_grid(rows, heads, dv, block_d)](
+        partial_out, partial_lse, out, lse,
+        heads, splits, dv,
+        *partial_out.stride(), *partial_lse.stride(), *out.stride(), *lse.stride(),
+        BLOCK_S=block_s, BLOCK_D=block_d,
+    )
+    return out, lse

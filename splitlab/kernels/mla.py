@@ -1,0 +1,460 @@
+"""Absorbed MLA decode over a paged latent cache: a Triton split-K kernel and its launcher.
+
+Layout. ``q [B, H, Dqk]``; ``kv_cache [num_pages, page_size, Dqk]``, one latent row per key; K is the
+whole row (``Dqk`` columns, DeepSeek 576 = 512 latent + 64 rope) and V its first ``Dv = head_dim_v``
+columns (512). ``block_table [B, max_pages]`` int32 maps a request's logical page to a physical page;
+``seq_lens [B]`` int32 (ragged, zeros allowed).
+
+Kernel. One program per (request, head tile of ``BLOCK_H`` query heads, split). Each request cuts its own
+keys into ``num_splits`` splits of ``cdiv(cdiv(seq_len_b, S), BLOCK_N) * BLOCK_N`` keys in-kernel, so the
+host never reads ``seq_lens`` to launch and a ragged batch balances per request (a short request's
+splits are short; surplus splits are empty and write ``lse = -inf``). The key dimension is cut into the
+V part (columns ``[0, Dv)``) and the rest (``[Dv, Dqk)``, the rope columns; absent when ``Dqk == Dv``);
+each latent tile is loaded once and serves as K (both parts, ``q . k``) and as V (the V part, ``p @ v``):
+the unique bytes read are one latent row per key. QK and PV are ``tl.dot``; the softmax is online, in
+base 2 (``exp2``), accumulating ``[BLOCK_H, Dv]`` in fp32. ``num_splits == 1`` writes the final output
+and lse directly (no combine launch); otherwise fp32 partials ``[B, H, S, Dv]`` / ``[B, H, S]`` are
+merged by ``splitlab.kernels.combine``.
+
+The tile math (Q load, latent-row load, the online-softmax update of one tile, the epilogue) is in
+``@triton.jit`` helpers that ``sparse_mla`` reuses; only the address of the rows differs (a paged
+gather here, a top-k index gather there).
+
+Host syncs. ``num_splits=None`` asks the default planner, which needs the longest request: one device
+reduction over ``seq_lens`` (``min``/``max`` in one transfer), also used to check ``0 <= seq_lens <=
+max_pages * page_size``. With an explicit ``num_splits`` the launcher does not sync, and the caller
+vouches for ``seq_lens`` and ``block_table`` (entries < num_pages), as with every paged kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from splitlab.errors import SplitlabError, bad, check_int
+from splitlab.kernels._launch import (
+    FLOAT_DTYPES,
+    TORCH_DTYPE_NAMES,
+    LaunchFacts,
+    check_knob,
+    check_pow2,
+    check_same_dtype,
+    check_tensor,
+    device_guard,
+    dot_input_precision,
+    interpret_upcast,
+    no_sync_under_capture,
+    resolve_device,
+    resolve_sm_scale,
+)
+from splitlab.kernels.combine import combine, combine_grid
+from splitlab.planners._math import cdiv, next_power_of_two
+from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
+from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
+
+LOG2E = math.log2(math.e)
+MAX_SPLITS = 65535
+NUM_WARPS = (1, 2, 4, 8, 16)
+MIN_DOT = 16  # smallest M, N, K of a 16-bit tl.dot on NVIDIA; every tile dimension is padded to it
+
+# =====================================================================================================
+# Defaults: the one place to tune tiles. Keyed by the head tile (block_h, itself default_block_h(H)) and
+# the width of the latent row (Dqk); fp32 inputs (a correctness path, not a performance target) get
+# narrower key tiles. num_stages from the table is then clamped so the modelled shared memory fits.
+# =====================================================================================================
+
+#: block_h -> (block_n, num_warps, num_stages), 16-bit inputs. "wide": Dqk > 256 (DeepSeek 576/512,
+#: seed 003's 512); "narrow": Dqk <= 256. BLOCK_H 64 needs 8 warps: its fp32 accumulator [64, 512] is
+#: 128 registers per thread over two warpgroups (each a wgmma m64 over half of Dv).
+#: Compiled ahead of time for sm_90a on a CPU box (triton 3.6.0, its ptxas 12.8), H=128 576/512 bf16:
+#: (64, 32, 8, 2) -> wgmma, 216 registers, no spill, 144 KB shared; (64, 64, 8, 2) -> 255 registers, no
+#: spill, 216 KB; (64, 64, 8, 1) spills 444 B; (64, 32, 4, 2) spills 2 KB. BLOCK_H 16/32 use mma.sync.
+MLA_TILES: dict[str, dict[int, tuple[int, int, int]]] = {
+    "wide": {16: (32, 4, 2), 32: (32, 8, 2), 64: (32, 8, 2)},
+    "narrow": {16: (64, 4, 2), 32: (64, 4, 2), 64: (64, 8, 2)},
+}
+#: Modelled shared-memory budget per CTA (sm_90 allows 227 KB; the rest is left for the compiler's
+#: layout-conversion and reduction scratch).
+SMEM_BUDGET = 200 * 1024
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile knobs of one launch. ``block_n``: keys per tile (MLA ``BLOCK_N``; sparse MLA ``BLOCK_K``)."""
+
+    block_h: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def padded_dims(head_dim_qk: int, head_dim_v: int) -> tuple[int, int]:
+    """(BLOCK_DV, BLOCK_DR): the V part and the rest of the latent row, padded to powers of two >= 16
+    (BLOCK_DR is 0 when ``Dqk == Dv``)."""
+    dv = max(MIN_DOT, next_power_of_two(head_dim_v))
+    dr = head_dim_qk - head_dim_v
+    return dv, (max(MIN_DOT, next_power_of_two(dr)) if dr > 0 else 0)
+
+
+def smem_bytes(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, elt_bytes: int,
+               num_stages: int) -> int:
+    """Modelled shared memory of one CTA: the Q tile ``[block_h, Dqk]`` (a wgmma A operand, loaded once)
+    plus ``num_stages`` latent tiles ``[block_n, Dqk]`` in flight. E.g. H=128, bf16, 576/512,
+    block_h 64, block_n 32, 2 stages: 72 KB + 2 x 36 KB = 144 KB."""
+    dv, dr = padded_dims(head_dim_qk, head_dim_v)
+    return (block_h + num_stages * block_n) * (dv + dr) * elt_bytes
+
+
+def fit_stages(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, elt_bytes: int,
+               want: int) -> int:
+    """The largest ``num_stages <= want`` whose modelled shared memory fits ``SMEM_BUDGET`` (at least 1)."""
+    s = want
+    while s > 1 and smem_bytes(block_h, block_n, head_dim_qk, head_dim_v, elt_bytes, s) > SMEM_BUDGET:
+        s -= 1
+    return s
+
+
+def kernel_dtype_name(dtype: str | torch.dtype) -> str:
+    name = TORCH_DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, torch.dtype) else dtype
+    if name not in ("bf16", "fp16", "fp32"):
+        raise bad("dtype", dtype, "one of bf16, fp16, fp32 (the Triton MLA kernels' input dtypes)")
+    return name
+
+
+def mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "bf16", *,
+                 head_dim_v: int | None = None, block_h: int | None = None,
+                 block_n: int | None = None) -> TileConfig:
+    """Default tiles of ``mla_decode`` for ``num_heads`` query heads and a ``head_dim_qk`` latent row.
+
+    block_h = ``waves.default_block_h(H)`` (16..64) unless given; (block_n, num_warps, num_stages) from
+    ``MLA_TILES`` for that head tile (block_n kept when given); fp32 inputs use block_n 16; num_stages is
+    clamped so that ``smem_bytes`` fits ``SMEM_BUDGET``.
+    """
+    name = kernel_dtype_name(dtype)
+    dv = min(head_dim_qk, 512) if head_dim_v is None else head_dim_v  # the launchers' default Dv
+    bh = default_block_h(num_heads) if block_h is None else block_h
+    table_n, num_warps, num_stages = MLA_TILES["wide" if head_dim_qk > 256 else "narrow"][bh]
+    bn = block_n if block_n is not None else (16 if name == "fp32" else table_n)
+    return TileConfig(bh, bn, num_warps, fit_stages(bh, bn, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
+
+
+# =====================================================================================================
+# Shared @triton.jit tile helpers (also used by sparse_mla)
+# =====================================================================================================
+
+
+@triton.jit
+def load_q_tile(q_row_ptr, offs_h, mask_h, q_stride_h, q_stride_d,
+                HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+                BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr, UPCAST: tl.constexpr):
+    """The query tile of one program: (q_v [BLOCK_H, BLOCK_DV], q_r [BLOCK_H, BLOCK_DR]); q_r is q_v
+    (unused) when there are no rope columns. Bytes: BLOCK_H * Dqk * elt, once per program."""
+    offs_dv = tl.arange(0, BLOCK_DV)
+    ptrs = q_row_ptr + offs_h[:, None] * q_stride_h + offs_dv[None, :] * q_stride_d
+    if HEAD_DIM_V == BLOCK_DV:
+        q_v = tl.load(ptrs, mask=mask_h[:, None], other=0.0)
+    else:
+        q_v = tl.load(ptrs, mask=mask_h[:, None] & (offs_dv < HEAD_DIM_V)[None, :], other=0.0)
+    if UPCAST:
+        q_v = q_v.to(tl.float32)
+    q_r = q_v
+    if HEAD_DIM_R > 0:
+        offs_dr = tl.arange(0, BLOCK_DR)
+        ptrs = q_row_ptr + offs_h[:, None] * q_stride_h + (HEAD_DIM_V + offs_dr)[None, :] * q_stride_d
+        if HEAD_DIM_R == BLOCK_DR:
+            q_r = tl.load(ptrs, mask=mask_h[:, None], other=0.0)
+        else:
+            q_r = tl.load(ptrs, mask=mask_h[:, None] & (offs_dr < HEAD_DIM_R)[None, :], other=0.0)
+        if UPCAST:
+            q_r = q_r.to(tl.float32)
+    return q_v, q_r
+
+
+@triton.jit
+def load_latent_rows(row_ptrs, row_mask, kv_stride_d,
+                     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+                     BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr, UPCAST: tl.constexpr):
+    """One tile of latent rows: ``row_ptrs [BLOCK_N]`` point at each key's row (column 0); rows with
+    ``row_mask`` false read as 0. Returns (kv_v [BLOCK_N, BLOCK_DV], kv_r [BLOCK_N, BLOCK_DR]); kv_v is
+    both the K part and the V tile. Bytes: BLOCK_N * Dqk * elt, the only KV traffic of the kernel."""
+    offs_dv = tl.arange(0, BLOCK_DV)
+    ptrs = row_ptrs[:, None] + offs_dv[None, :] * kv_stride_d
+    if HEAD_DIM_V == BLOCK_DV:
+        kv_v = tl.load(ptrs, mask=row_mask[:, None], other=0.0)
+    else:
+        kv_v = tl.load(ptrs, mask=row_mask[:, None] & (offs_dv < HEAD_DIM_V)[None, :], other=0.0)
+    if UPCAST:
+        kv_v = kv_v.to(tl.float32)
+    kv_r = kv_v
+    if HEAD_DIM_R > 0:
+        offs_dr = tl.arange(0, BLOCK_DR)
+        ptrs = row_ptrs[:, None] + (HEAD_DIM_V + offs_dr)[None, :] * kv_stride_d
+        if HEAD_DIM_R == BLOCK_DR:
+            kv_r = tl.load(ptrs, mask=row_mask[:, None], other=0.0)
+        else:
+            kv_r = tl.load(ptrs, mask=row_mask[:, None] & (offs_dr < HEAD_DIM_R)[None, :], other=0.0)
+        if UPCAST:
+            kv_r = kv_r.to(tl.float32)
+    return kv_v, kv_r
+
+
+@triton.jit
+def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
+                   HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Fold one key tile into the online softmax of a head tile (base 2: ``qk_scale = sm_scale *
+    log2(e)``, ``m_i`` the running max of scaled scores, ``l_i`` the running sum, ``acc`` the unnormalised
+    ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score -inf; a tile with no valid key
+    leaves the state unchanged (``m_safe`` keeps -inf - -inf out). FLOPs: 2*BLOCK_H*BLOCK_N*(Dqk + Dv)."""
+    s = tl.dot(q_v, tl.trans(kv_v), input_precision=DOT_PRECISION)
+    if HEAD_DIM_R > 0:
+        s = tl.dot(q_r, tl.trans(kv_r), s, input_precision=DOT_PRECISION)
+    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(kv_v.dtype), kv_v, acc, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def store_head_tile(acc, m_i, l_i, out_row_ptr, lse_row_ptr, offs_h, mask_h,
+                    out_stride_h, out_stride_d, lse_stride_h,
+                    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Normalise and store one head tile: ``out = acc / l`` (cast to the output's dtype: the final
+    output when unsplit, fp32 partials otherwise) and ``lse = ln(sum exp)``; a tile that saw no key
+    stores zeros and ``lse = -inf``. Bytes: BLOCK_H * (Dv * out elt + 4)."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * 0.6931471805599453)  # * ln(2)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    ptrs = out_row_ptr + offs_h[:, None] * out_stride_h + offs_dv[None, :] * out_stride_d
+    if HEAD_DIM_V == BLOCK_DV:
+        tl.store(ptrs, out.to(out_row_ptr.dtype.element_ty), mask=mask_h[:, None])
+    else:
+        tl.store(ptrs, out.to(out_row_ptr.dtype.element_ty),
+                 mask=mask_h[:, None] & (offs_dv < HEAD_DIM_V)[None, :])
+    tl.store(lse_row_ptr + offs_h * lse_stride_h, lse, mask=mask_h)
+
+
+# =====================================================================================================
+# Kernel
+# =====================================================================================================
+
+
+@triton.jit
+def _mla_decode_kernel(
+    q_ptr, kv_ptr, bt_ptr, seq_lens_ptr, out_ptr, lse_ptr,
+    num_heads, num_head_tiles, num_splits, qk_scale,
+    q_stride_b, q_stride_h, q_stride_d,
+    kv_stride_p, kv_stride_s, kv_stride_d,
+    bt_stride_b, bt_stride_p,
+    out_stride_b, out_stride_h, out_stride_s, out_stride_d,
+    lse_stride_b, lse_stride_h, lse_stride_s,
+    PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # 1-D grid, head tile fastest: the head tiles of one (request, split) run side by side and share its
+    # latent tiles through L2 (H=128, BLOCK_H=64: DRAM reads each row once, L2 serves the second tile).
+    pid = tl.program_id(0)
+    head_tile = pid % num_head_tiles
+    rest = pid // num_head_tiles
+    split = rest % num_splits
+    b = rest // num_splits
+
+    # This request's split: whole BLOCK_N tiles, sized by its own length (ragged batches balance).
+    seq_len = tl.load(seq_lens_ptr + b)
+    split_size = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * split_size
+    end = tl.minimum(start + split_size, seq_len)
+
+    offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    q_v, q_r = load_q_tile(q_ptr + b.to(tl.int64) * q_stride_b, offs_h, mask_h, q_stride_h, q_stride_d,
+                           HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+    bt_row = bt_ptr + b.to(tl.int64) * bt_stride_b
+    # Per tile: BLOCK_N latent rows (BLOCK_N * Dqk * elt bytes) plus 4 bytes of block table per page.
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        valid = offs_n < end
+        if PAGE_SIZE % BLOCK_N == 0:
+            # The tile lies in one page (splits start on tile boundaries): one table entry, contiguous rows.
+            page = tl.load(bt_row + (n0 // PAGE_SIZE) * bt_stride_p).to(tl.int64)
+            rows = kv_ptr + page * kv_stride_p + ((n0 % PAGE_SIZE) + tl.arange(0, BLOCK_N)) * kv_stride_s
+        else:
+            page = tl.load(bt_row + (offs_n // PAGE_SIZE) * bt_stride_p, mask=valid, other=0).to(tl.int64)
+            rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
+        kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
+                                      UPCAST)
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
+                                       DOT_PRECISION)
+
+    # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
+    store_head_tile(acc, m_i, l_i,
+                    out_ptr + b.to(tl.int64) * out_stride_b + split * out_stride_s,
+                    lse_ptr + b.to(tl.int64) * lse_stride_b + split * lse_stride_s,
+                    offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV)
+
+
+# =====================================================================================================
+# Launch facts and launcher
+# =====================================================================================================
+
+
+def check_num_warps(num_warps: object) -> int:
+    v = check_int("num_warps", num_warps)
+    if v not in NUM_WARPS:
+        raise bad("num_warps", num_warps, "one of " + ", ".join(map(str, NUM_WARPS)))
+    return v
+
+
+def plan_num_splits(w: DecodeWorkload, num_splits: object, device: object) -> int:
+    """``num_splits`` checked, or the default planner's choice for ``w`` on ``device`` when None."""
+    if num_splits is not None:
+        return check_knob("num_splits", num_splits, lo=1, hi=MAX_SPLITS)
+    from splitlab.planners import default_plan  # lazy: the planner package imports every port
+
+    return default_plan(w, resolve_device(device)).num_splits
+
+
+def check_kind(w: DecodeWorkload, kind: str) -> None:
+    if not isinstance(w, DecodeWorkload) or w.kind != kind:
+        raise bad("w", w, f"a DecodeWorkload of kind={kind!r}")
+
+
+def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_n: int | None = None,
+                     block_h: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
+                     device: object = None) -> LaunchFacts:
+    """The launch ``mla_decode`` makes for ``w`` with these knobs (no launch): knobs checked, defaults
+    resolved as the launcher resolves them (``mla_defaults``; ``num_splits=None`` asks the default
+    planner on ``device``: a ``DeviceSpec``, a preset name, or None for the GPU torch sees, else the
+    ``h200`` preset). ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
+    check_kind(w, "mla")
+    bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
+    bn = None if block_n is None else check_pow2("block_n", block_n, lo=16, hi=256)
+    d = mla_defaults(w.num_q_heads, w.head_dim_qk, w.dtype, head_dim_v=w.head_dim_v, block_h=bh, block_n=bn)
+    nw = d.num_warps if num_warps is None else check_num_warps(num_warps)
+    ns = d.num_stages if num_stages is None else check_knob("num_stages", num_stages, lo=1, hi=8)
+    s = plan_num_splits(w, num_splits, device)
+    return LaunchFacts(kernel="mla_decode", grid=(ctas(w, s, block_h=d.block_h),), num_splits=s,
+                       num_warps=nw, num_stages=ns, block_n=d.block_n, block_h=d.block_h,
+                       combine_grid=combine_grid(w.batch, w.num_q_heads, w.head_dim_v) if s > 1 else None)
+
+
+def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Every buffer the MLA launchers allocate (a seam: the tests poison them with NaN)."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype: torch.dtype,
+                  device: torch.device
+                  ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], tuple[int, ...]]:
+    """What the partial kernel writes: the final (out, lse) when unsplit, else fp32 partials
+    ``[rows, heads, S, Dv]`` / ``[rows, heads, S]``; with (row, head, split, d) / (row, head, split)
+    strides (split stride 0 when unsplit)."""
+    if num_splits == 1:
+        out = _empty(rows, heads, head_dim_v, dtype=dtype, device=device)
+        lse = _empty(rows, heads, dtype=torch.float32, device=device)
+        return out, lse, (out.stride(0), out.stride(1), 0, out.stride(2)), (lse.stride(0), lse.stride(1), 0)
+    po = _empty(rows, heads, num_splits, head_dim_v, dtype=torch.float32, device=device)
+    pl = _empty(rows, heads, num_splits, dtype=torch.float32, device=device)
+    return po, pl, po.stride(), pl.stride()
+
+
+def finish_outputs(o: torch.Tensor, l: torch.Tensor, num_splits: int, dtype: torch.dtype, return_lse: bool):
+    """Merge partials when split (one ``combine`` launch); return ``out`` or ``(out, lse)``."""
+    if num_splits == 1:
+        out, lse = o, l
+    else:
+        rows, heads, _, dv = o.shape
+        out, lse = combine(o, l, out=_empty(rows, heads, dv, dtype=dtype, device=o.device),
+                           lse=_empty(rows, heads, dtype=torch.float32, device=o.device))
+    return (out, lse) if return_lse else out
+
+
+def empty_result(rows: int, heads: int, head_dim_v: int, q: torch.Tensor, return_lse: bool):
+    out = torch.zeros(rows, heads, head_dim_v, dtype=q.dtype, device=q.device)
+    lse = torch.full((rows, heads), float("-inf"), dtype=torch.float32, device=q.device)
+    return (out, lse) if return_lse else out
+
+
+def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+               *, head_dim_v: int = 512, num_splits: int | None = None, block_n: int | None = None,
+               block_h: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
+               sm_scale: float | None = None, return_lse: bool = False):
+    """Absorbed MLA decode (see the module docstring).
+
+    q [B, H, Dqk]; kv_cache [num_pages, page_size, Dqk] (K = all columns, V = the first ``head_dim_v``);
+    block_table [B, max_pages] int32; seq_lens [B] int32. Returns out [B, H, head_dim_v] in q's dtype, or
+    ``(out, lse)`` with lse fp32 [B, H] (natural log; -inf for a request with no keys, whose row is 0).
+
+    Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200``
+    preset when q is on the CPU; one host sync over seq_lens), ``block_n`` (keys per tile, power of two
+    16..256), ``block_h`` (query heads per program, power of two 16..64), ``num_warps``, ``num_stages``.
+    ``sm_scale`` defaults to ``1/sqrt(Dqk)``.
+    """
+    q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
+    dev = q.device
+    check_tensor("kv_cache", kv_cache, 3, dtypes=FLOAT_DTYPES, device=dev)
+    check_same_dtype(q, kv_cache=kv_cache)
+    check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
+    check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
+    B, H, Dqk = q.shape
+    _, page_size, kv_dim = kv_cache.shape
+    max_pages = block_table.shape[1]
+    if H < 1 or Dqk < 1:
+        raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [B, H >= 1, Dqk >= 1]")
+    if kv_dim != Dqk or page_size < 1:
+        raise SplitlabError(f"kv_cache has shape {tuple(kv_cache.shape)}; expected "
+                            f"[num_pages, page_size >= 1, {Dqk}] (q's head_dim_qk)")
+    if block_table.shape[0] != B:
+        raise SplitlabError(f"block_table has shape {tuple(block_table.shape)}; expected [{B}, max_pages]")
+    if seq_lens.shape[0] != B:
+        raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
+    Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
+    scale = resolve_sm_scale(sm_scale, Dqk)
+    if B == 0:
+        return empty_result(0, H, Dv, q, return_lse)
+
+    if num_splits is None:
+        # The one host sync: the longest request, for the planner (and a range check on seq_lens).
+        no_sync_under_capture(q, "mla_decode(num_splits=None)")
+        lo, hi = torch.stack([seq_lens.min(), seq_lens.max()]).tolist()
+        if lo < 0 or hi > max_pages * page_size:
+            raise SplitlabError(f"seq_lens has values in [{lo}, {hi}]; expected [0, max_pages * page_size = "
+                                f"{max_pages * page_size}]")
+        ctx = hi
+    else:
+        ctx = max_pages * page_size  # an upper bound, unused by the facts when num_splits is given
+    w = DecodeWorkload(kind="mla", batch=B, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv,
+                       ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[q.dtype])
+    device = resolve_device(None, cuda=q.is_cuda) if num_splits is None else None
+    f = mla_launch_facts(w, num_splits=num_splits, block_n=block_n, block_h=block_h, num_warps=num_warps,
+                         num_stages=num_stages, device=device)
+
+    S = f.num_splits
+    block_dv, block_dr = padded_dims(Dqk, Dv)
+    o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev)
+    with device_guard(q):
+        _mla_decode_kernel[f.grid](
+            q, kv_cache, block_table, seq_lens, o, l,
+            H, cdiv(H, f.block_h), S, scale * LOG2E,
+            *q.stride(), *kv_cache.stride(), *block_table.stride(), *o_strides, *l_strides,
+            PAGE_SIZE=page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
+            BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
+            UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
+            num_warps=f.num_warps, num_stages=f.num_stages,
+        )
+        return finish_outputs(o, l, S, q.dtype, return_lse)

@@ -1,0 +1,252 @@
+"""Sparse top-k MLA decode over a token pool: a Triton split-K kernel and its launcher.
+
+Layout. ``q [T, H, Dqk]`` (one query token per row); ``kv_cache [num_slots, Dqk]``, one latent row per
+pooled token (K = the whole row, V = its first ``Dv = head_dim_v`` columns); ``indices [T, topk]`` int32,
+the slots each token attends to, ``-1`` = invalid (skipped: its score is -inf and its row is never read).
+DeepSeek-V3.2: 128 heads, 576/512, top-k 2048; seed 003 (DeepSeek-V4-style): 64 heads, Dqk = Dv = 512
+(448 NoPE + 64 RoPE all inside the V part, so the "rest" part is empty).
+
+Kernel. One program per (token, head tile of ``BLOCK_H`` heads, split); each token's ``topk`` candidates
+are cut into ``num_splits`` splits of whole ``BLOCK_K`` tiles (the same split length for every token,
+since every token has ``topk`` candidates). Per tile: ``BLOCK_K`` int32 indices, then ``BLOCK_K`` latent
+rows gathered by index (int64 offsets; an invalid index's row is masked off, not read). The tile math is
+``mla``'s shared helpers (``load_q_tile``, ``load_latent_rows``, ``softmax_update``, ``store_head_tile``):
+one latent load serves QK and PV. A token whose indices are all -1 gets a zero row and ``lse = -inf``
+(so does a split that only saw -1s; ``combine`` then ignores it).
+
+Host syncs. The launcher checks ``-1 <= indices < num_slots`` with one device reduction (``min`` and
+``max`` in one transfer): an out-of-range index would be a silent out-of-bounds gather, which is worse
+than the sync. ``num_splits=None`` additionally asks the default planner (no further sync).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from splitlab.errors import SplitlabError
+from splitlab.kernels._launch import (
+    FLOAT_DTYPES,
+    TORCH_DTYPE_NAMES,
+    LaunchFacts,
+    capturing,
+    check_knob,
+    check_pow2,
+    check_same_dtype,
+    check_tensor,
+    device_guard,
+    dot_input_precision,
+    interpret_upcast,
+    resolve_device,
+    resolve_sm_scale,
+    split_len,
+)
+from splitlab.kernels.combine import combine_grid
+from splitlab.kernels.mla import (
+    LOG2E,
+    MIN_DOT,
+    TileConfig,
+    alloc_outputs,
+    check_kind,
+    check_num_warps,
+    empty_result,
+    finish_outputs,
+    fit_stages,
+    kernel_dtype_name,
+    load_latent_rows,
+    load_q_tile,
+    padded_dims,
+    plan_num_splits,
+    softmax_update,
+    store_head_tile,
+)
+from splitlab.planners._math import cdiv
+from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
+from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
+
+# =====================================================================================================
+# Defaults: the one place to tune tiles. block_h -> (num_warps, num_stages wanted) for 16-bit inputs;
+# BLOCK_K follows seed 003's load rule (aiter pa_decode_sparse on MI355X): 64 while the launch fits on
+# the SMs (one CTA each, the bigger tile does more per SM), 32 once it needs more than one wave (smaller
+# tiles pack better and hide the gather latency). num_stages is clamped to mla.SMEM_BUDGET: H=64,
+# Dqk=512, bf16, BLOCK_K 64 -> 2 stages (64 KB Q + 2 x 64 KB = 192 KB); H=128, Dqk=576 (DeepSeek-V3.2)
+# always takes BLOCK_K 32 -> 2 stages (72 KB + 2 x 36 KB = 144 KB).
+# =====================================================================================================
+
+SPARSE_MLA_TILES: dict[int, tuple[int, int]] = {16: (4, 2), 32: (8, 2), 64: (8, 2)}
+BLOCK_K_SMALL, BLOCK_K_LARGE = 32, 64
+#: BLOCK_K 64 only for latent rows up to this width: at 576 (DeepSeek-V3.2) a 64-candidate tile with
+#: BLOCK_H 64 spills registers on sm_90 (ptxas, 1 stage) or needs 216 KB of shared memory (2 stages).
+BLOCK_K_LARGE_MAX_DQK = 512
+
+
+def sparse_block_k(ctas_: int | None, sm_count: int | None, head_dim_qk: int = 512) -> int:
+    """Seed 003's rule, ``32 if ctas > sm_count else 64`` (64 when either is unknown); 32 always for
+    rows wider than ``BLOCK_K_LARGE_MAX_DQK``."""
+    if head_dim_qk > BLOCK_K_LARGE_MAX_DQK:
+        return BLOCK_K_SMALL
+    if ctas_ is None or sm_count is None:
+        return BLOCK_K_LARGE
+    return BLOCK_K_SMALL if ctas_ > sm_count else BLOCK_K_LARGE
+
+
+def sparse_mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "bf16", *,
+                        head_dim_v: int | None = None, block_h: int | None = None, block_k: int | None = None,
+                        ctas: int | None = None, sm_count: int | None = None) -> TileConfig:
+    """Default tiles of ``sparse_mla_decode`` (``TileConfig.block_n`` is ``BLOCK_K``).
+
+    block_h = ``waves.default_block_h(H)`` unless given; BLOCK_K by ``sparse_block_k(ctas, sm_count,
+    Dqk)`` unless given (16 for fp32 inputs); (num_warps, num_stages) from ``SPARSE_MLA_TILES``,
+    num_stages clamped to the shared-memory budget.
+    """
+    name = kernel_dtype_name(dtype)
+    dv = min(head_dim_qk, 512) if head_dim_v is None else head_dim_v  # the launchers' default Dv
+    bh = default_block_h(num_heads) if block_h is None else block_h
+    num_warps, num_stages = SPARSE_MLA_TILES[bh]
+    if block_k is not None:
+        bk = block_k
+    else:
+        bk = 16 if name == "fp32" else sparse_block_k(ctas, sm_count, head_dim_qk)
+    return TileConfig(bh, bk, num_warps, fit_stages(bh, bk, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
+
+
+@triton.jit
+def _sparse_mla_decode_kernel(
+    q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr,
+    num_heads, num_head_tiles, num_splits, topk, split_size, qk_scale,
+    q_stride_t, q_stride_h, q_stride_d,
+    kv_stride_n, kv_stride_d,
+    idx_stride_t, idx_stride_k,
+    out_stride_t, out_stride_h, out_stride_s, out_stride_d,
+    lse_stride_t, lse_stride_h, lse_stride_s,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # 1-D grid, head tile fastest: the head tiles of one (token, split) gather the same rows back to back,
+    # so the second tile's gathers hit L2.
+    pid = tl.program_id(0)
+    head_tile = pid % num_head_tiles
+    rest = pid // num_head_tiles
+    split = rest % num_splits
+    t = rest // num_splits
+
+    start = split * split_size  # split_size is a whole number of BLOCK_K tiles
+    end = tl.minimum(start + split_size, topk)
+
+    offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    q_v, q_r = load_q_tile(q_ptr + t.to(tl.int64) * q_stride_t, offs_h, mask_h, q_stride_h, q_stride_d,
+                           HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+    idx_row = idx_ptr + t.to(tl.int64) * idx_stride_t
+    # Per tile: BLOCK_K * 4 bytes of indices, then up to BLOCK_K gathered rows of Dqk * elt bytes each
+    # (an invalid index reads nothing).
+    for k0 in range(start, end, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        idx = tl.load(idx_row + offs_k * idx_stride_k, mask=offs_k < end, other=-1)
+        valid = idx >= 0
+        rows = kv_ptr + idx.to(tl.int64) * kv_stride_n
+        kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
+                                      UPCAST)
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
+                                       DOT_PRECISION)
+
+    store_head_tile(acc, m_i, l_i,
+                    out_ptr + t.to(tl.int64) * out_stride_t + split * out_stride_s,
+                    lse_ptr + t.to(tl.int64) * lse_stride_t + split * lse_stride_s,
+                    offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV)
+
+
+def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_k: int | None = None,
+                            block_h: int | None = None, num_warps: int | None = None,
+                            device: object = None) -> LaunchFacts:
+    """The launch ``sparse_mla_decode`` makes for ``w`` (``batch`` = query tokens, ``topk`` candidates)
+    with these knobs (no launch). ``num_splits`` is resolved first (the default planner on ``device`` when
+    None), then BLOCK_K by the CTA rule against ``device``'s SM count (``device``: a ``DeviceSpec``, a
+    preset name, or None for the GPU torch sees, else the ``h200`` preset).
+    ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
+    check_kind(w, "sparse_mla")
+    bh = default_block_h(w.num_q_heads) if block_h is None else check_pow2("block_h", block_h, lo=16,
+                                                                           hi=MAX_BLOCK_H)
+    bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
+    nw = None if num_warps is None else check_num_warps(num_warps)
+    s = plan_num_splits(w, num_splits, device)
+    n_ctas = ctas(w, s, block_h=bh)
+    sm_count = resolve_device(device).sm_count if bk is None else None
+    d = sparse_mla_defaults(w.num_q_heads, w.head_dim_qk, w.dtype, head_dim_v=w.head_dim_v, block_h=bh,
+                            block_k=bk, ctas=n_ctas, sm_count=sm_count)
+    return LaunchFacts(kernel="sparse_mla_decode", grid=(n_ctas,), num_splits=s,
+                       num_warps=d.num_warps if nw is None else nw, num_stages=d.num_stages,
+                       block_k=d.block_n, block_h=bh,
+                       combine_grid=combine_grid(w.batch, w.num_q_heads, w.head_dim_v) if s > 1 else None)
+
+
+def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
+                      head_dim_v: int = 512, num_splits: int | None = None, block_k: int | None = None,
+                      block_h: int | None = None, num_warps: int | None = None, sm_scale: float | None = None,
+                      return_lse: bool = False):
+    """Sparse top-k MLA decode (see the module docstring).
+
+    q [T, H, Dqk]; kv_cache [num_slots, Dqk] (K = all columns, V = the first ``head_dim_v``); indices
+    [T, topk] int32 in ``[-1, num_slots)``, -1 = invalid. Returns out [T, H, head_dim_v] in q's dtype, or
+    ``(out, lse)`` with lse fp32 [T, H] (natural log; -inf and a zero row for a token with no valid index).
+
+    Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200`` preset
+    when q is on the CPU), ``block_k`` (candidates per tile, power of two 16..256; default 64, or 32 when
+    the launch has more CTAs than the device has SMs), ``block_h`` (heads per program, power of two
+    16..64), ``num_warps``. ``sm_scale`` defaults to ``1/sqrt(Dqk)``. Always one host sync: the range
+    check of ``indices``.
+    """
+    q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
+    dev = q.device
+    check_tensor("kv_cache", kv_cache, 2, dtypes=FLOAT_DTYPES, device=dev)
+    check_same_dtype(q, kv_cache=kv_cache)
+    check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=dev)
+    T, H, Dqk = q.shape
+    num_slots, kv_dim = kv_cache.shape
+    topk = indices.shape[1]
+    if H < 1 or Dqk < 1:
+        raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [T, H >= 1, Dqk >= 1]")
+    if kv_dim != Dqk:
+        raise SplitlabError(f"kv_cache has shape {tuple(kv_cache.shape)}; expected [num_slots, {Dqk}] "
+                            "(q's head_dim_qk)")
+    if indices.shape[0] != T or topk < 1:
+        raise SplitlabError(f"indices has shape {tuple(indices.shape)}; expected [{T}, topk >= 1]")
+    Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
+    scale = resolve_sm_scale(sm_scale, Dqk)
+    if T == 0:
+        return empty_result(0, H, Dv, q, return_lse)
+
+    # The one host sync: every index must be -1 or a real slot (the kernel gathers by it). Under CUDA graph
+    # capture no sync may happen: the check is skipped there and the caller vouches for the indices.
+    lo, hi = (-1, 0) if capturing(q) else torch.stack([indices.min(), indices.max()]).tolist()
+    if lo < -1 or hi >= num_slots:
+        raise SplitlabError(f"indices has values in [{lo}, {hi}]; expected values in [-1, num_slots) = "
+                            f"[-1, {num_slots}) (-1 = invalid)")
+
+    w = DecodeWorkload(kind="sparse_mla", batch=T, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk,
+                       head_dim_v=Dv, ctx_len=max(num_slots, 1), page_size=1, topk=topk,
+                       dtype=TORCH_DTYPE_NAMES[q.dtype])
+    device = resolve_device(None, cuda=q.is_cuda) if num_splits is None or block_k is None else None
+    f = sparse_mla_launch_facts(w, num_splits=num_splits, block_k=block_k, block_h=block_h,
+                                num_warps=num_warps, device=device)
+
+    S = f.num_splits
+    block_dv, block_dr = padded_dims(Dqk, Dv)
+    o, l, o_strides, l_strides = alloc_outputs(T, H, Dv, S, q.dtype, dev)
+    with device_guard(q):
+        _sparse_mla_decode_kernel[f.grid](
+            q, kv_cache, indices, o, l,
+            H, cdiv(H, f.block_h), S, topk, split_len(topk, S, f.block_k), scale * LOG2E,
+            *q.stride(), *kv_cache.stride(), *indices.stride(), *o_strides, *l_strides,
+            HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
+            BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
+            UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
+            num_warps=f.num_warps, num_stages=f.num_stages,
+        )
+        return finish_outputs(o, l, S, q.dtype, return_lse)

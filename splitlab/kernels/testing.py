@@ -1,0 +1,137 @@
+"""Input factories and tolerance helpers shared by the tests, the GPU checks and the sweep harness.
+
+Inputs are fresh random draws (never zeros), block tables are shuffled so that logical and physical
+pages differ, and outputs are compared with the fp64 reference by relative norm error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from splitlab.workloads import DecodeWorkload
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+# Relative norm error ||out - ref|| / ||ref|| allowed per input dtype (fp32 accumulate everywhere).
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1e-2}
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float64; ``inf`` if ``out`` holds a NaN or inf, or where ``ref`` is
+    zero and ``out`` is not."""
+    out, ref = out.double().cpu(), ref.double().cpu()
+    if out.shape != ref.shape:
+        raise ValueError(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    if not torch.isfinite(out).all():
+        return math.inf
+    num, den = torch.linalg.norm(out - ref).item(), torch.linalg.norm(ref).item()
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+def lse_err(lse: torch.Tensor, ref: torch.Tensor) -> float:
+    """Max abs difference of two lse tensors where finite; ``inf`` if their -inf patterns differ."""
+    lse, ref = lse.double().cpu(), ref.double().cpu()
+    if not torch.equal(torch.isneginf(lse), torch.isneginf(ref)) or torch.isnan(lse).any():
+        return math.inf
+    fin = torch.isfinite(ref)
+    return (lse[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill ``t`` with NaN so that an element the kernel never writes fails the check."""
+    return t.fill_(float("nan"))
+
+
+def _gen(seed: int, device: torch.device | str) -> torch.Generator:
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    return g
+
+
+def _randn(shape, dtype, device, g, scale=1.0) -> torch.Tensor:
+    return (torch.randn(shape, generator=g, dtype=torch.float32) * scale).to(dtype=dtype, device=device)
+
+
+def paged_layout(seq_lens: list[int], page_size: int, *, seed: int = 0, spare_pages: int = 3,
+                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, int]:
+    """A shuffled block table ``[B, max_pages]`` (int32) for ``seq_lens`` and the number of physical
+    pages; unused table entries point at a real page (never out of range), a few spare pages exist."""
+    g = _gen(seed + 7, "cpu")
+    need = [-(-n // page_size) for n in seq_lens]
+    max_pages = max(max(need), 1)
+    num_pages = sum(need) + spare_pages
+    perm = torch.randperm(num_pages, generator=g)
+    table = torch.zeros(len(seq_lens), max_pages, dtype=torch.int32)
+    at = 0
+    for b, p in enumerate(need):
+        table[b, :p] = perm[at:at + p].to(torch.int32)
+        table[b, p:] = perm[-1].to(torch.int32)  # filler: a spare page, never read
+        at += p
+    return table.to(device), num_pages
+
+
+def gqa_inputs(batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, seq_lens: list[int] | int,
+               *, page_size: int = 16, dtype: torch.dtype = torch.bfloat16,
+               device: torch.device | str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+    """Arguments of ``gqa_decode``: q, k_cache, v_cache, block_table, seq_lens."""
+    lens = [seq_lens] * batch if isinstance(seq_lens, int) else list(seq_lens)
+    g = _gen(seed, device)
+    table, num_pages = paged_layout(lens, page_size, seed=seed, device=device)
+    return dict(
+        q=_randn((batch, num_q_heads, head_dim), dtype, device, g),
+        k_cache=_randn((num_pages, page_size, num_kv_heads, head_dim), dtype, device, g),
+        v_cache=_randn((num_pages, page_size, num_kv_heads, head_dim), dtype, device, g),
+        block_table=table,
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+    )
+
+
+def mla_inputs(batch: int, num_heads: int, head_dim_qk: int, seq_lens: list[int] | int, *,
+               page_size: int = 64, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu",
+               seed: int = 0) -> dict[str, torch.Tensor]:
+    """Arguments of ``mla_decode``: q, kv_cache, block_table, seq_lens."""
+    lens = [seq_lens] * batch if isinstance(seq_lens, int) else list(seq_lens)
+    g = _gen(seed, device)
+    table, num_pages = paged_layout(lens, page_size, seed=seed, device=device)
+    return dict(
+        q=_randn((batch, num_heads, head_dim_qk), dtype, device, g),
+        kv_cache=_randn((num_pages, page_size, head_dim_qk), dtype, device, g),
+        block_table=table,
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+    )
+
+
+def sparse_mla_inputs(num_tokens: int, num_heads: int, head_dim_qk: int, topk: int, *, num_slots: int,
+                      invalid_frac: float = 0.1, empty_rows: int = 0, dtype: torch.dtype = torch.bfloat16,
+                      device: torch.device | str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+    """Arguments of ``sparse_mla_decode``: q, kv_cache [num_slots, Dqk], indices [T, topk] int32 with
+    about ``invalid_frac`` of the entries -1 and the last ``empty_rows`` rows all -1."""
+    g = _gen(seed, device)
+    idx = torch.stack([torch.randperm(num_slots, generator=g)[:topk] for _ in range(num_tokens)]) \
+        if topk <= num_slots else torch.randint(0, num_slots, (num_tokens, topk), generator=g)
+    idx = torch.where(torch.rand(idx.shape, generator=g) < invalid_frac, -1, idx)
+    if empty_rows:
+        idx[num_tokens - empty_rows:] = -1
+    return dict(
+        q=_randn((num_tokens, num_heads, head_dim_qk), dtype, device, g),
+        kv_cache=_randn((num_slots, head_dim_qk), dtype, device, g),
+        indices=idx.to(torch.int32).to(device),
+    )
+
+
+def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", seed: int = 0
+                    ) -> dict[str, torch.Tensor]:
+    """Kernel arguments for a ``DecodeWorkload`` (its dtype must be bf16, fp16 or fp32)."""
+    dtype = DTYPES[w.dtype]
+    if w.kind == "gqa":
+        return gqa_inputs(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, list(w.lengths),
+                          page_size=w.page_size, dtype=dtype, device=device, seed=seed)
+    if w.kind == "mla":
+        return mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, list(w.lengths), page_size=w.page_size,
+                          dtype=dtype, device=device, seed=seed)
+    return sparse_mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, w.topk, num_slots=w.ctx_len,
+                             invalid_frac=0.0, dtype=dtype, device=device, seed=seed)

@@ -1,0 +1,30 @@
+"""Split-K planners: faithful pure-Python ports of each source's rule, one module per source, and
+adapters that put them behind one interface (``plan``). Nothing here imports torch.
+
+    from splitlab.planners import plan, names
+    plan(workloads.get("deepseek-v3-mla", batch=8, ctx_len=81920), "mi355x", "modular")
+"""
+
+from splitlab.planners import (  # noqa: F401  (importing registers each module's adapter)
+    aiter,
+    flash_attn,
+    flashinfer,
+    flashmla,
+    flex,
+    modular,
+    native,
+    sglang,
+)
+from splitlab.planners.registry import Plan, entry, names, plan, register
+
+__all__ = ["Plan", "entry", "names", "plan", "register", "default_plan"]
+
+
+def default_plan(workload, device=None) -> Plan:
+    """The plan splitlab's kernel launchers use when ``num_splits=None``: the ``splitlab`` planner on
+    ``device`` (a ``DeviceSpec``, a preset name, or ``None`` for the GPU torch sees)."""
+    if device is None:
+        from splitlab.devices import detect
+
+        device = detect()
+    return plan(workload, device, "splitlab")

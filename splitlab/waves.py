@@ -1,0 +1,84 @@
+"""The wave model: how many CTAs a split-K launch makes, and how they fill a device.
+
+A launch of ``ctas`` CTAs on ``sm_count`` SMs that each hold ``ctas_per_sm`` of them at once runs in
+``ceil(ctas / slots)`` waves (``slots = sm_count * ctas_per_sm``). The last wave is ``last_wave_fill``
+full; ``efficiency = waves / ceil(waves)`` is the fraction of the issued wave slots that do work (the
+quantity FlashAttention's split heuristic maximises).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from splitlab.errors import SplitlabError, check_int
+from splitlab.planners._math import cdiv, next_power_of_two
+from splitlab.workloads import DecodeWorkload
+
+MAX_BLOCK_H = 64  # the MLA kernels pack at most this many query heads per program
+
+
+def default_block_h(num_q_heads: int) -> int:
+    """Query heads packed per MLA / sparse-MLA program: the head count rounded up to a power of two,
+    at least 16 (the smallest ``tl.dot`` M) and at most 64."""
+    return min(max(16, next_power_of_two(num_q_heads)), MAX_BLOCK_H)
+
+
+def ctas(w: DecodeWorkload, num_splits: int, *, block_h: int | None = None) -> int:
+    """CTAs of one split-K partial launch of splitlab's kernel for ``w``.
+
+    gqa:         one program per (request, kv head, split); all query heads of the group in its tile.
+    mla:         one program per (request, head tile of ``block_h``, split).
+    sparse_mla:  one program per (query token, head tile of ``block_h``, split).
+    """
+    num_splits = check_int("num_splits", num_splits)
+    if w.kind == "gqa":
+        return w.batch * w.num_kv_heads * num_splits
+    bh = default_block_h(w.num_q_heads) if block_h is None else check_int("block_h", block_h)
+    return w.batch * cdiv(w.num_q_heads, bh) * num_splits
+
+
+@dataclass(frozen=True)
+class WaveStats:
+    """How ``ctas`` CTAs fill ``sm_count * ctas_per_sm`` slots."""
+
+    ctas: int
+    sm_count: int
+    ctas_per_sm: int = 1
+
+    def __post_init__(self) -> None:
+        check_int("ctas", self.ctas)
+        check_int("sm_count", self.sm_count)
+        check_int("ctas_per_sm", self.ctas_per_sm)
+
+    @property
+    def slots(self) -> int:
+        """CTAs resident at once on the whole device."""
+        return self.sm_count * self.ctas_per_sm
+
+    @property
+    def waves(self) -> float:
+        """Fractional waves, ``ctas / slots``."""
+        return self.ctas / self.slots
+
+    @property
+    def num_waves(self) -> int:
+        """Waves issued, ``ceil(ctas / slots)``."""
+        return cdiv(self.ctas, self.slots)
+
+    @property
+    def last_wave_fill(self) -> float:
+        """Fraction of the last wave's slots that hold a CTA (1.0 when the waves are whole)."""
+        return (self.ctas - (self.num_waves - 1) * self.slots) / self.slots
+
+    @property
+    def efficiency(self) -> float:
+        """``waves / ceil(waves)``: the share of issued slots that do work."""
+        return self.waves / self.num_waves
+
+
+def wave_stats(w: DecodeWorkload, num_splits: int, sm_count: int, *, block_h: int | None = None,
+               ctas_per_sm: int = 1) -> WaveStats:
+    """Wave statistics of splitlab's partial launch for ``w`` at ``num_splits`` on ``sm_count`` SMs."""
+    if sm_count < 1:
+        raise SplitlabError(f"sm_count={sm_count} is not allowed; expected an integer >= 1")
+    return WaveStats(ctas(w, num_splits, block_h=block_h), sm_count, ctas_per_sm)

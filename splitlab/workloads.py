@@ -1,0 +1,177 @@
+"""Decode workloads: the shape of one decode call, named as the result columns are.
+
+``DecodeWorkload(**row)`` rebuilds a workload from the workload columns of a result row, so the
+planners can be asked, after the fact, what they would have picked for a measured point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+from splitlab.errors import SplitlabError, check_choice, check_int
+
+KINDS = ("gqa", "mla", "sparse_mla")
+DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
+
+
+@dataclass(frozen=True)
+class DecodeWorkload:
+    """One decode call.
+
+    kind        ``gqa`` (paged GQA/MHA/MQA), ``mla`` (absorbed MLA over a latent cache, one kv head),
+                ``sparse_mla`` (top-k gather from a token pool).
+    batch       requests (``gqa``, ``mla``) or query tokens (``sparse_mla``).
+    ctx_len     keys per request: the maximum when ``seq_lens`` is given; for ``sparse_mla`` the
+                token-pool size the indices point into.
+    seq_lens    optional per-request key counts (ragged batches); ``max(seq_lens) == ctx_len``.
+    page_size   tokens per KV page (paged kinds).
+    topk        candidates per query token (``sparse_mla``; 0 otherwise).
+    """
+
+    kind: str
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim_qk: int
+    head_dim_v: int
+    ctx_len: int
+    page_size: int = 16
+    topk: int = 0
+    dtype: str = "bf16"
+    seq_lens: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("kind", self.kind, KINDS)
+        check_choice("dtype", self.dtype, DTYPES)
+        for name in ("batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
+                     "page_size"):
+            object.__setattr__(self, name, check_int(name, getattr(self, name)))
+        object.__setattr__(self, "topk", check_int("topk", self.topk, minimum=0))
+        if self.num_q_heads % self.num_kv_heads:
+            raise SplitlabError(
+                f"num_q_heads={self.num_q_heads} is not allowed with num_kv_heads={self.num_kv_heads}; "
+                "expected a multiple of num_kv_heads")
+        if self.kind in ("mla", "sparse_mla") and self.num_kv_heads != 1:
+            raise SplitlabError(f"num_kv_heads={self.num_kv_heads} is not allowed for kind={self.kind!r}; "
+                                "expected 1 (one latent head)")
+        if self.head_dim_v > self.head_dim_qk and self.kind != "gqa":
+            raise SplitlabError(f"head_dim_v={self.head_dim_v} is not allowed; expected <= head_dim_qk "
+                                f"({self.head_dim_qk}): V is the first columns of the latent")
+        if self.kind == "sparse_mla" and self.topk < 1:
+            raise SplitlabError(f"topk={self.topk} is not allowed for kind='sparse_mla'; expected >= 1")
+        if self.seq_lens is not None:
+            lens = tuple(check_int("seq_lens[i]", n, minimum=0) for n in self.seq_lens)
+            if len(lens) != self.batch:
+                raise SplitlabError(f"seq_lens has {len(lens)} entries; expected batch={self.batch}")
+            if max(lens) != self.ctx_len:
+                raise SplitlabError(f"ctx_len={self.ctx_len} is not allowed with seq_lens; expected "
+                                    f"max(seq_lens)={max(lens)}")
+            object.__setattr__(self, "seq_lens", lens)
+
+    # --- derived facts -------------------------------------------------------------------------
+    @property
+    def group(self) -> int:
+        """Query heads per kv head."""
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Keys attended per request (sparse: top-k per token)."""
+        if self.kind == "sparse_mla":
+            return (self.topk,) * self.batch
+        return self.seq_lens if self.seq_lens is not None else (self.ctx_len,) * self.batch
+
+    @property
+    def keys_per_request(self) -> int:
+        """The longest request's key count: what a planner sees as ``num_keys`` / ``max_seqlen_k``."""
+        return max(self.lengths)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Unique KV bytes one call must read (sparse: the gathered rows, counted once per token)."""
+        elt = DTYPE_BYTES[self.dtype]
+        total_keys = sum(self.lengths)
+        if self.kind == "gqa":
+            return total_keys * self.num_kv_heads * (self.head_dim_qk + self.head_dim_v) * elt
+        return total_keys * self.head_dim_qk * elt  # one latent row serves K and V
+
+    @property
+    def flops(self) -> int:
+        """Matrix FLOPs: 2*Dqk per q.k product plus 2*Dv per p.v product, per (query head, key)."""
+        return 2 * sum(self.lengths) * self.num_q_heads * (self.head_dim_qk + self.head_dim_v)
+
+    def row(self) -> dict:
+        """The workload columns of a result row (``DecodeWorkload(**w.row()) == w``)."""
+        return asdict(self)
+
+    def with_(self, **changes) -> DecodeWorkload:
+        """A copy with some fields changed (``w.with_(batch=8, ctx_len=8192)``)."""
+        if "ctx_len" in changes and "seq_lens" not in changes:
+            changes["seq_lens"] = None
+        return replace(self, **changes)
+
+
+FIELDS = tuple(f.name for f in fields(DecodeWorkload))
+
+
+def floor_time_us(w: DecodeWorkload, read_gbps: float, tflops: float) -> float:
+    """Roofline floor: ``max(unique bytes / bandwidth, FLOPs / matrix rate)``, in microseconds."""
+    return max(w.kv_bytes / (read_gbps * 1e3), w.flops / (tflops * 1e6))
+
+
+# Model presets: decode attention of one layer, per GPU (heads already divided by tensor parallelism).
+# (kind, num_q_heads, num_kv_heads, head_dim_qk, head_dim_v, topk, source)
+_MODELS: dict[str, tuple[str, int, int, int, int, int, str]] = {
+    "llama-3-8b": ("gqa", 32, 8, 128, 128, 0, "Meta Llama 3 8B config: 32 heads, 8 kv heads, head dim 128"),
+    "llama-3-70b": ("gqa", 64, 8, 128, 128, 0, "Meta Llama 3 70B config: 64 heads, 8 kv heads, head dim 128"),
+    "qwen3-32b": ("gqa", 64, 8, 128, 128, 0, "Qwen3-32B config: 64 heads, 8 kv heads, head dim 128"),
+    "mqa-128": ("gqa", 128, 1, 128, 128, 0, "single-kv-head MHA/MQA, 128 query heads (absorbed-MLA-like)"),
+    "deepseek-v3-mla": ("mla", 128, 1, 576, 512, 0,
+                        "DeepSeek-V3 absorbed MLA at TP1: 128 heads, latent 512 + rope 64 = 576, V 512"),
+    "deepseek-v3-mla-tp8": ("mla", 16, 1, 576, 512, 0, "DeepSeek-V3 absorbed MLA at TP8: 128 / 8 = 16 heads"),
+    "kimi-k2.5-mla-tp4": ("mla", 16, 1, 576, 512, 0, "Kimi-K2.5 absorbed MLA at TP4: 64 / 4 = 16 heads "
+                          "(seed 000's 'MLA num_heads <= 16' case)"),
+    "deepseek-v3.2-sparse-mla": ("sparse_mla", 128, 1, 576, 512, 2048,
+                                 "DeepSeek-V3.2 sparse attention: 128 heads, 576/512, top-k 2048"),
+    "deepseek-v4-sparse-mla": ("sparse_mla", 64, 1, 512, 512, 2048,
+                               "DeepSeek-V4-style sparse MLA as in seed 003: 64 heads, head dim 512 "
+                               "(448 NoPE + 64 RoPE), top-k 2048"),
+}
+
+
+def names() -> list[str]:
+    """Model preset names."""
+    return list(_MODELS)
+
+
+def describe(name: str) -> str:
+    """The source line of a model preset."""
+    return _MODELS[_key(name)][-1]
+
+
+def _key(name: str) -> str:
+    key = str(name).strip().lower()
+    if key not in _MODELS:
+        raise SplitlabError(f"workload={name!r} is not allowed; expected one of {', '.join(_MODELS)}")
+    return key
+
+
+def get(name: str, *, batch: int = 1, ctx_len: int = 8192, page_size: int | None = None,
+        dtype: str = "bf16", topk: int | None = None) -> DecodeWorkload:
+    """A model preset at one batch and context (``get("llama-3-8b", batch=4, ctx_len=32768)``).
+
+    For ``sparse_mla`` presets ``batch`` counts query tokens and ``ctx_len`` the token pool.
+    """
+    kind, hq, hkv, dqk, dv, preset_topk, _ = _MODELS[_key(name)]
+    if page_size is None:
+        page_size = 1 if kind == "sparse_mla" else (64 if kind == "mla" else 16)
+    return DecodeWorkload(kind=kind, batch=batch, num_q_heads=hq, num_kv_heads=hkv, head_dim_qk=dqk,
+                          head_dim_v=dv, ctx_len=ctx_len, page_size=page_size,
+                          topk=preset_topk if topk is None else topk, dtype=dtype)
+
+
+def arithmetic_intensity(w: DecodeWorkload) -> float:
+    """FLOPs per unique KV byte."""
+    return w.flops / w.kv_bytes if w.kv_bytes else math.inf

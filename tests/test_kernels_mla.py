@@ -1,0 +1,231 @@
+"""The absorbed-MLA split-K decode kernel against the fp64 reference, under Triton's interpreter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import splitlab.kernels.mla as mla
+from splitlab import waves, workloads
+from splitlab.errors import SplitlabError
+from splitlab.kernels import reference
+from splitlab.kernels.mla import mla_decode, mla_defaults, mla_launch_facts, smem_bytes
+from splitlab.kernels.testing import TOLERANCE, lse_err, mla_inputs, poison_, rel_err
+from splitlab.workloads import DecodeWorkload
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the interpreter on numpy 2.3
+
+LSE_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+@pytest.fixture
+def allocs(monkeypatch):
+    """Every buffer the launcher allocates (partials, final out/lse) starts as NaN."""
+    made: list[torch.Tensor] = []
+
+    def poisoned(*shape, dtype, device):
+        t = poison_(torch.empty(*shape, dtype=dtype, device=device))
+        made.append(t)
+        return t
+
+    monkeypatch.setattr(mla, "_empty", poisoned)
+    return made
+
+
+def _check(inp, dtype, head_dim_v, sm_scale=None, **knobs):
+    out, lse = mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, return_lse=True, **knobs)
+    ref, ref_lse = reference.mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, return_lse=True)
+    assert out.dtype == inp["q"].dtype and out.shape == ref.shape
+    assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    err, lerr = rel_err(out, ref), lse_err(lse, ref_lse)
+    assert err <= TOLERANCE[dtype], f"rel_err {err:.3g} > {TOLERANCE[dtype]}"
+    assert lerr <= LSE_TOL[dtype], f"lse_err {lerr:.3g}"
+    for b, n in enumerate(inp["seq_lens"].tolist()):
+        if n == 0:
+            assert torch.all(out[b] == 0) and torch.all(torch.isneginf(lse[b]))
+    return out, lse
+
+
+# (dtype, H, Dqk, Dv, seq_lens, page_size, num_splits, block_n, block_h)
+CASES = [
+    (torch.float32, 5, 48, 32, [37, 0, 100], 16, 3, 16, None),  # odd heads, rope 16, empty request
+    (torch.float16, 5, 48, 32, [37, 0, 100], 16, 3, 32, None),
+    (torch.bfloat16, 5, 48, 32, [37, 0, 100], 16, 3, None, None),
+    (torch.float32, 20, 40, 24, [7, 65], 1, 8, 16, 16),  # non-pow2 dims (masked), page 1, 2 head tiles
+    (torch.bfloat16, 20, 40, 24, [7, 65], 1, 8, 16, 32),  # more splits than key tiles for request 0
+    (torch.float16, 16, 32, 32, [64, 1], 64, 1, 32, None),  # Dqk == Dv (no rope part), unsplit
+    (torch.bfloat16, 3, 32, 32, [129, 50], 64, 1, 64, None),  # bf16 written by the partial kernel
+    (torch.float32, 4, 48, 32, [70, 33], 64, 2, 64, None),  # tile inside a page (one table entry)
+    (torch.float16, 4, 48, 32, [70, 33], 16, 2, 64, None),  # tile spans 4 pages
+    (torch.bfloat16, 3, 576, 512, [40, 70], 64, 2, 32, None),  # DeepSeek's 576/512
+]
+
+
+@pytest.mark.parametrize("dtype,H,Dqk,Dv,lens,page_size,S,block_n,block_h", CASES)
+def test_matches_reference(allocs, dtype, H, Dqk, Dv, lens, page_size, S, block_n, block_h):
+    inp = mla_inputs(len(lens), H, Dqk, lens, page_size=page_size, dtype=dtype, seed=H + Dqk + page_size)
+    _check(inp, dtype, Dv, num_splits=S, block_n=block_n, block_h=block_h)
+    assert len(allocs) == (2 if S == 1 else 4)  # final out/lse, or partials + combine's out/lse
+    for t in allocs:  # every element written (an empty split writes 0 and lse -inf)
+        assert not torch.isnan(t).any()
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_page_sizes_give_the_same_answer(page_size):
+    inp = mla_inputs(3, 6, 48, [90, 0, 17], page_size=page_size, dtype=torch.float32, seed=11)
+    _check(inp, torch.float32, 32, num_splits=2, block_n=16)
+
+
+def test_block_table_is_followed_not_assumed_contiguous():
+    inp = mla_inputs(2, 4, 48, [40, 40], page_size=16, dtype=torch.float32, seed=2)
+    out = mla_decode(**inp, head_dim_v=32, num_splits=2)
+    swapped = dict(inp, block_table=inp["block_table"].flip(0))  # request 0 now reads request 1's pages
+    out_swapped = mla_decode(**swapped, head_dim_v=32, num_splits=2)
+    assert rel_err(out_swapped, reference.mla_decode(**swapped, head_dim_v=32)) <= 1e-4
+    assert rel_err(out_swapped, out) > 1e-2
+
+
+def test_every_request_empty():
+    inp = mla_inputs(2, 5, 48, [0, 0], page_size=16, dtype=torch.float16)
+    for s in (None, 1, 4):
+        out, lse = mla_decode(**inp, head_dim_v=32, num_splits=s, return_lse=True)
+        assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+
+
+def test_many_empty_splits():
+    inp = mla_inputs(1, 5, 48, [10], page_size=1, dtype=torch.float32, seed=4)
+    _check(inp, torch.float32, 32, num_splits=16, block_n=16)  # 15 of 16 splits have no key
+
+
+def test_default_plan_on_cpu_and_return_types():
+    inp = mla_inputs(2, 5, 48, [100, 3], page_size=16, dtype=torch.bfloat16, seed=5)
+    out = mla_decode(**inp, head_dim_v=32)  # num_splits=None: the h200 preset's plan
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 5, 32) and out.dtype == torch.bfloat16
+    assert rel_err(out, reference.mla_decode(**inp, head_dim_v=32)) <= TOLERANCE[torch.bfloat16]
+    res = mla_decode(**inp, head_dim_v=32, return_lse=True)
+    assert isinstance(res, tuple) and len(res) == 2
+
+
+def test_custom_scale_knobs_and_views():
+    g = torch.Generator().manual_seed(5)
+    inp = mla_inputs(2, 6, 48, [40, 17], page_size=16, dtype=torch.float32, seed=3)
+    # q and the cache as strided views of wider buffers: the kernel follows the strides
+    q_wide = torch.randn(2, 6, 64, generator=g)
+    q_wide[..., :48] = inp["q"]
+    kv_wide = torch.randn(*inp["kv_cache"].shape[:2], 80, generator=g)
+    kv_wide[..., 8:56] = inp["kv_cache"]
+    views = dict(inp, q=q_wide[..., :48], kv_cache=kv_wide[..., 8:56])
+    assert not views["q"].is_contiguous() and not views["kv_cache"].is_contiguous()
+    _check(views, torch.float32, 32, sm_scale=0.3, num_splits=2, block_n=32, block_h=32, num_warps=2,
+           num_stages=3)
+
+
+def test_nan_never_passes():
+    inp = mla_inputs(2, 5, 48, [30, 9], page_size=16, dtype=torch.float32, seed=8)
+    out, lse = mla_decode(**inp, head_dim_v=32, num_splits=2, return_lse=True)
+    ref, ref_lse = reference.mla_decode(**inp, head_dim_v=32, return_lse=True)
+    assert rel_err(out, ref) <= 1e-4
+    bad = out.clone()
+    bad[1, 3, 7] = float("nan")
+    assert rel_err(bad, ref) == math.inf
+    assert rel_err(poison_(out.clone()), ref) == math.inf
+    bad_lse = lse.clone()
+    bad_lse[0, 0] = float("nan")
+    assert lse_err(bad_lse, ref_lse) == math.inf
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+
+def _bad(**changes):
+    inp = mla_inputs(2, 4, 48, [20, 5], page_size=16, dtype=torch.float32)
+    kw = dict(head_dim_v=32, num_splits=2)
+    for k, v in changes.items():
+        (inp if k in inp else kw)[k] = v(inp[k]) if callable(v) else v
+    return inp, kw
+
+
+@pytest.mark.parametrize("name,changes", [
+    ("q", dict(q=lambda t: t[0])),
+    ("q", dict(q=lambda t: t.to(torch.int32))),
+    ("q", dict(q=lambda t: t[:, :0])),
+    ("kv_cache", dict(kv_cache=lambda t: t.half())),
+    ("kv_cache", dict(kv_cache=lambda t: t[..., :40])),
+    ("kv_cache", dict(kv_cache=lambda t: t[0])),
+    ("kv_cache", dict(kv_cache=lambda t: t.to("meta"))),
+    ("block_table", dict(block_table=lambda t: t.long())),
+    ("block_table", dict(block_table=lambda t: t[:1])),
+    ("seq_lens", dict(seq_lens=lambda t: t.long())),
+    ("seq_lens", dict(seq_lens=lambda t: t[:1])),
+    ("seq_lens", dict(seq_lens=lambda t: t + 1000, num_splits=None)),  # beyond the block table
+    ("seq_lens", dict(seq_lens=lambda t: t - 100, num_splits=None)),
+    ("head_dim_v", dict(head_dim_v=49)),
+    ("head_dim_v", dict(head_dim_v=0)),
+    ("num_splits", dict(num_splits=0)),
+    ("num_splits", dict(num_splits=1.5)),
+    ("block_n", dict(block_n=24)),
+    ("block_n", dict(block_n=8)),
+    ("block_n", dict(block_n=512)),
+    ("block_h", dict(block_h=8)),
+    ("block_h", dict(block_h=48)),
+    ("block_h", dict(block_h=128)),
+    ("num_warps", dict(num_warps=3)),
+    ("num_warps", dict(num_warps=32)),
+    ("num_stages", dict(num_stages=0)),
+    ("num_stages", dict(num_stages=9)),
+    ("sm_scale", dict(sm_scale=-1.0)),
+])
+def test_validation_names_the_argument(name, changes):
+    inp, kw = _bad(**changes)
+    with pytest.raises(SplitlabError, match=rf"^{name}\b"):
+        mla_decode(**inp, **kw)
+
+
+# --- defaults and launch facts ------------------------------------------------------------------------
+
+
+def test_defaults_table():
+    d = mla_defaults(128, 576)
+    assert (d.block_h, d.block_n, d.num_warps, d.num_stages) == (64, 32, 8, 2)
+    assert smem_bytes(64, 32, 576, 512, 2, 2) == 144 * 1024  # Q 72 KB + 2 x 36 KB
+    assert mla_defaults(16, 576).block_h == 16 and mla_defaults(5, 48).block_h == 16
+    assert mla_defaults(128, 576, "fp32").block_n == 16
+    for h in (1, 16, 20, 32, 64, 128):
+        for dqk in (64, 576):
+            for dt in ("bf16", "fp32"):
+                d = mla_defaults(h, dqk, dt)
+                smem = smem_bytes(d.block_h, d.block_n, dqk, min(dqk, 512), 4 if dt == "fp32" else 2,
+                                  d.num_stages)
+                assert smem <= mla.SMEM_BUDGET or d.num_stages == 1
+
+
+@pytest.mark.parametrize("w", [
+    workloads.get("deepseek-v3-mla", batch=8, ctx_len=8192),
+    workloads.get("deepseek-v3-mla-tp8", batch=1, ctx_len=65536),
+    DecodeWorkload("mla", 3, 20, 1, 48, 32, 100, page_size=16, seq_lens=(100, 0, 7)),
+])
+@pytest.mark.parametrize("knobs", [{}, dict(num_splits=3), dict(num_splits=1, block_h=16, block_n=64),
+                                   dict(block_h=32, num_warps=4, num_stages=1)])
+def test_launch_facts_match_the_wave_model(w, knobs):
+    f = mla_launch_facts(w, device="h200", **knobs)
+    assert f.kernel == "mla_decode" and f.num_splits >= 1
+    assert f.ctas == waves.ctas(w, f.num_splits, block_h=f.block_h)
+    assert (f.combine_grid is None) == (f.num_splits == 1)
+    for k, v in knobs.items():
+        assert getattr(f, k) == v
+    if "num_splits" not in knobs:
+        from splitlab.planners import default_plan
+
+        assert f.num_splits == default_plan(w, "h200").num_splits
+
+
+def test_launch_facts_reject_other_kinds_and_bad_knobs():
+    with pytest.raises(SplitlabError, match="^w="):
+        mla_launch_facts(workloads.get("llama-3-8b"))
+    with pytest.raises(SplitlabError, match="^block_h="):
+        mla_launch_facts(workloads.get("deepseek-v3-mla"), block_h=12)
+    with pytest.raises(SplitlabError, match="^dtype="):
+        mla_launch_facts(workloads.get("deepseek-v3-mla", dtype="fp8_e4m3"))

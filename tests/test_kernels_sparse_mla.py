@@ -1,0 +1,212 @@
+"""The sparse top-k MLA split-K decode kernel against the fp64 reference, under Triton's interpreter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import splitlab.kernels.mla as mla
+from splitlab import devices, waves, workloads
+from splitlab.errors import SplitlabError
+from splitlab.kernels import reference
+from splitlab.kernels.sparse_mla import (
+    sparse_block_k,
+    sparse_mla_decode,
+    sparse_mla_defaults,
+    sparse_mla_launch_facts,
+)
+from splitlab.kernels.testing import TOLERANCE, lse_err, poison_, rel_err, sparse_mla_inputs
+from splitlab.workloads import DecodeWorkload
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the interpreter on numpy 2.3
+
+LSE_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+@pytest.fixture
+def allocs(monkeypatch):
+    """Every buffer the launcher allocates (partials, final out/lse) starts as NaN."""
+    made: list[torch.Tensor] = []
+
+    def poisoned(*shape, dtype, device):
+        t = poison_(torch.empty(*shape, dtype=dtype, device=device))
+        made.append(t)
+        return t
+
+    monkeypatch.setattr(mla, "_empty", poisoned)
+    return made
+
+
+def _check(inp, dtype, head_dim_v, sm_scale=None, **knobs):
+    out, lse = sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, return_lse=True, **knobs)
+    ref, ref_lse = reference.sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale,
+                                               return_lse=True)
+    assert out.dtype == inp["q"].dtype and out.shape == ref.shape
+    assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    err, lerr = rel_err(out, ref), lse_err(lse, ref_lse)
+    assert err <= TOLERANCE[dtype], f"rel_err {err:.3g} > {TOLERANCE[dtype]}"
+    assert lerr <= LSE_TOL[dtype], f"lse_err {lerr:.3g}"
+    for t in range(inp["indices"].shape[0]):
+        if (inp["indices"][t] < 0).all():
+            assert torch.all(out[t] == 0) and torch.all(torch.isneginf(lse[t]))
+    return out, lse
+
+
+# (dtype, T, H, Dqk, Dv, topk, num_slots, empty_rows, num_splits, block_k, block_h)
+CASES = [
+    (torch.float32, 3, 5, 48, 32, 100, 300, 1, 3, 16, None),  # odd heads, rope 16, a fully -1 token
+    (torch.float16, 3, 5, 48, 32, 100, 300, 1, 3, 32, None),
+    (torch.bfloat16, 3, 5, 48, 32, 100, 300, 1, 3, None, None),
+    (torch.float32, 2, 20, 32, 32, 40, 64, 0, 8, 16, 16),  # Dqk == Dv (seed 003's layout), 2 head tiles
+    (torch.bfloat16, 2, 20, 32, 32, 40, 64, 1, 8, 64, 32),  # more splits than candidate tiles
+    (torch.float16, 2, 4, 40, 24, 33, 50, 0, 1, 16, None),  # non-pow2 dims (masked), unsplit
+    (torch.bfloat16, 2, 3, 40, 24, 50, 20, 0, 2, 16, None),  # topk > num_slots: repeated slots
+    (torch.bfloat16, 2, 3, 576, 512, 64, 200, 1, 2, 32, None),  # DeepSeek-V3.2's 576/512
+    (torch.bfloat16, 2, 4, 512, 512, 64, 200, 0, 1, None, None),  # seed 003's 512/512, unsplit
+]
+
+
+@pytest.mark.parametrize("dtype,T,H,Dqk,Dv,topk,slots,empty,S,block_k,block_h", CASES)
+def test_matches_reference(allocs, dtype, T, H, Dqk, Dv, topk, slots, empty, S, block_k, block_h):
+    inp = sparse_mla_inputs(T, H, Dqk, topk, num_slots=slots, invalid_frac=0.3, empty_rows=empty, dtype=dtype,
+                            seed=H + Dqk + topk)
+    _check(inp, dtype, Dv, num_splits=S, block_k=block_k, block_h=block_h)
+    assert len(allocs) == (2 if S == 1 else 4)
+    for t in allocs:  # every element written (a split that saw only -1 writes 0 and lse -inf)
+        assert not torch.isnan(t).any()
+
+
+def test_whole_tiles_of_invalid_indices():
+    """-1 tiles before, between and after valid ones, in one split: the running max must survive them."""
+    inp = sparse_mla_inputs(4, 5, 48, 96, num_slots=200, invalid_frac=0.0, dtype=torch.float32, seed=9)
+    idx = inp["indices"]
+    idx[0, :16] = -1  # the first tile of token 0 is empty
+    idx[1, 32:64] = -1  # two empty tiles in the middle
+    idx[2, 16:] = -1  # only the first tile is valid
+    idx[3, :-1] = -1  # a single valid candidate, in the last tile
+    _check(inp, torch.float32, 32, num_splits=1, block_k=16)
+    _check(inp, torch.float32, 32, num_splits=3, block_k=16)
+
+
+def test_every_token_invalid():
+    inp = sparse_mla_inputs(2, 5, 48, 20, num_slots=30, empty_rows=2, dtype=torch.float16)
+    for s in (None, 1, 3):
+        out, lse = sparse_mla_decode(**inp, head_dim_v=32, num_splits=s, return_lse=True)
+        assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+
+
+def test_default_plan_on_cpu_and_return_types():
+    inp = sparse_mla_inputs(3, 5, 48, 70, num_slots=100, dtype=torch.bfloat16, seed=5)
+    out = sparse_mla_decode(**inp, head_dim_v=32)  # num_splits=None: the h200 preset's plan
+    assert isinstance(out, torch.Tensor) and out.shape == (3, 5, 32) and out.dtype == torch.bfloat16
+    assert rel_err(out, reference.sparse_mla_decode(**inp, head_dim_v=32)) <= TOLERANCE[torch.bfloat16]
+    res = sparse_mla_decode(**inp, head_dim_v=32, return_lse=True)
+    assert isinstance(res, tuple) and len(res) == 2
+
+
+def test_custom_scale_knobs_and_views():
+    g = torch.Generator().manual_seed(6)
+    inp = sparse_mla_inputs(2, 6, 48, 40, num_slots=60, dtype=torch.float32, seed=3)
+    kv_wide = torch.randn(60, 64, generator=g)
+    kv_wide[:, 4:52] = inp["kv_cache"]
+    idx_wide = torch.full((2, 80), -7, dtype=torch.int32)
+    idx_wide[:, ::2] = inp["indices"]
+    views = dict(inp, kv_cache=kv_wide[:, 4:52], indices=idx_wide[:, ::2])
+    assert not views["kv_cache"].is_contiguous() and not views["indices"].is_contiguous()
+    _check(views, torch.float32, 32, sm_scale=0.2, num_splits=2, block_k=16, block_h=32, num_warps=2)
+
+
+def test_nan_never_passes():
+    inp = sparse_mla_inputs(2, 5, 48, 30, num_slots=50, dtype=torch.float32, seed=8)
+    out, lse = sparse_mla_decode(**inp, head_dim_v=32, num_splits=2, return_lse=True)
+    ref, ref_lse = reference.sparse_mla_decode(**inp, head_dim_v=32, return_lse=True)
+    assert rel_err(out, ref) <= 1e-4
+    bad = out.clone()
+    bad[0, 4, 31] = float("nan")
+    assert rel_err(bad, ref) == math.inf
+    assert rel_err(poison_(out.clone()), ref) == math.inf
+    bad_lse = lse.clone()
+    bad_lse[1, 2] = float("nan")
+    assert lse_err(bad_lse, ref_lse) == math.inf
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+
+def _bad(**changes):
+    inp = sparse_mla_inputs(2, 4, 48, 20, num_slots=30, dtype=torch.float32)
+    kw = dict(head_dim_v=32, num_splits=2)
+    for k, v in changes.items():
+        (inp if k in inp else kw)[k] = v(inp[k]) if callable(v) else v
+    return inp, kw
+
+
+@pytest.mark.parametrize("name,changes", [
+    ("q", dict(q=lambda t: t[0])),
+    ("q", dict(q=lambda t: t.to(torch.int32))),
+    ("kv_cache", dict(kv_cache=lambda t: t.half())),
+    ("kv_cache", dict(kv_cache=lambda t: t[:, :40])),
+    ("kv_cache", dict(kv_cache=lambda t: t[None])),
+    ("kv_cache", dict(kv_cache=lambda t: t.to("meta"))),
+    ("indices", dict(indices=lambda t: t.long())),
+    ("indices", dict(indices=lambda t: t[:1])),
+    ("indices", dict(indices=lambda t: t[:, :0])),
+    ("indices", dict(indices=lambda t: torch.where(t == t.max(), 30, t))),  # == num_slots
+    ("indices", dict(indices=lambda t: torch.where(t == t.max(), -2, t))),
+    ("head_dim_v", dict(head_dim_v=49)),
+    ("num_splits", dict(num_splits=0)),
+    ("block_k", dict(block_k=24)),
+    ("block_k", dict(block_k=8)),
+    ("block_h", dict(block_h=8)),
+    ("block_h", dict(block_h=128)),
+    ("num_warps", dict(num_warps=6)),
+    ("sm_scale", dict(sm_scale=float("inf"))),
+])
+def test_validation_names_the_argument(name, changes):
+    inp, kw = _bad(**changes)
+    with pytest.raises(SplitlabError, match=rf"^{name}\b"):
+        sparse_mla_decode(**inp, **kw)
+
+
+# --- defaults and launch facts ------------------------------------------------------------------------
+
+
+def test_block_k_follows_the_cta_rule():
+    assert sparse_block_k(132, 132) == 64 and sparse_block_k(133, 132) == 32
+    assert sparse_block_k(None, 132) == 64
+    assert sparse_block_k(10, 132, head_dim_qk=576) == 32  # wide rows: always 32
+    d = sparse_mla_defaults(64, 512, ctas=64, sm_count=132)
+    assert (d.block_h, d.block_n, d.num_warps, d.num_stages) == (64, 64, 8, 2)
+    assert sparse_mla_defaults(64, 512, ctas=264, sm_count=132).block_n == 32
+    assert sparse_mla_defaults(128, 576).block_n == 32
+
+
+@pytest.mark.parametrize("w", [
+    workloads.get("deepseek-v4-sparse-mla", batch=1, ctx_len=65536),
+    workloads.get("deepseek-v4-sparse-mla", batch=64, ctx_len=65536),
+    workloads.get("deepseek-v3.2-sparse-mla", batch=4, ctx_len=65536),
+    DecodeWorkload("sparse_mla", 3, 20, 1, 48, 32, 300, page_size=1, topk=100),
+])
+@pytest.mark.parametrize("knobs", [{}, dict(num_splits=3), dict(num_splits=1, block_h=16, block_k=128),
+                                   dict(block_h=32, num_warps=4)])
+def test_launch_facts_match_the_wave_model(w, knobs):
+    f = sparse_mla_launch_facts(w, device="h200", **knobs)
+    assert f.kernel == "sparse_mla_decode" and f.num_splits >= 1 and f.block_n is None
+    assert f.ctas == waves.ctas(w, f.num_splits, block_h=f.block_h)
+    assert (f.combine_grid is None) == (f.num_splits == 1)
+    for k, v in knobs.items():
+        assert getattr(f, k) == v
+    if "num_splits" not in knobs:
+        from splitlab.planners import default_plan
+
+        assert f.num_splits == default_plan(w, "h200").num_splits
+    if "block_k" not in knobs:  # seed 003's rule against the H200's SM count
+        assert f.block_k == sparse_block_k(f.ctas, devices.get("h200").sm_count, w.head_dim_qk)
+
+
+def test_launch_facts_reject_other_kinds():
+    with pytest.raises(SplitlabError, match="^w="):
+        sparse_mla_launch_facts(workloads.get("deepseek-v3-mla"))
