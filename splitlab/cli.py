@@ -125,7 +125,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if n not in known:
             raise SplitlabError(f"--suite={n!r} is not allowed; expected any of {', '.join(known)}")
     rows = decode.run(names, Path(args.out), quick=args.quick, with_flex=not args.no_flex,
-                      full_tiles=not args.quick)
+                      full_tiles=args.tiles == "full")
     print(decode.format_summary(rows))
     return 0
 
@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="runs/bench", help="folder for points.csv, summary.csv, env.json")
     b.add_argument("--quick", action="store_true", help="a few shapes and a thinned knob sweep")
     b.add_argument("--no-flex", action="store_true", help="skip FlexAttention (it compiles per shape)")
+    b.add_argument("--tiles", choices=("full", "thin"), default="full",
+                   help="full: every tile at the two best split counts; thin: a sixth of them at the best one")
     b.set_defaults(fn=cmd_bench)
     return p
 

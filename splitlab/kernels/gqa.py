@@ -165,24 +165,25 @@ def _gqa_partial_kernel(
 
 
 # --- defaults ------------------------------------------------------------------------------------------
-# Untuned starting points for Hopper (the lead tunes them on the H200); register and shared-memory figures
+# Starting points for Hopper, tuned on the H200 where noted; register and shared-memory figures
 # are from compiling for sm_90 with triton 3.6 (ptxas resource usage), not from runs:
 #   BLOCK_N   64 keys per tile for 16-bit D <= 128 (K+V tile 32 KiB at D=128; ~105 registers, 38 KiB of shared
-#             memory at 2 stages); 32 for D > 128 or 128+ query heads per program (the [BLOCK_G, BLOCK_N]
+#             memory at 2 stages); 32 for D > 128 or more than 128 query heads per program (the [BLOCK_G, BLOCK_N]
 #             scores and [BLOCK_G, D] accumulator crowd the registers); halved for fp32 (at 64, D=128 spills).
 #   num_warps 4; 8 once the fp32 accumulator BLOCK_G * BLOCK_D reaches 128 x 128 (MQA-128 at D=128).
-#   num_stages 2: one K/V tile in flight per CTA while the previous one is consumed; 3 keeps two in flight
-#             (72 KiB of shared memory at D=128, BLOCK_N=64).
+#   num_stages 3: two K/V tiles in flight (72 KiB of shared memory at D=128, BLOCK_N=64); on the H200 it was
+#             the best or within noise of the best tile at every point of bench run 2 (BENCHMARKS.md).
 def default_knobs(group: int, head_dim: int, dtype: str = "bf16") -> dict[str, int]:
     """The launcher's defaults for ``group`` query heads per kv head at ``head_dim`` and ``dtype``:
     ``block_n``, ``num_warps``, ``num_stages`` (and the derived tile sizes ``block_g``, ``block_d``)."""
     block_g = max(16, next_power_of_two(group))
     block_d = max(16, next_power_of_two(head_dim))
-    block_n = 32 if head_dim > 128 or block_g >= 128 else 64
+    block_n = 32 if head_dim > 128 or block_g > 128 else 64
+    num_stages = 3  # two K/V tiles in flight: best or within noise of best at every H200 point of bench run 2
     if dtype == "fp32":
-        block_n = max(16, block_n // 2)
+        block_n, num_stages = max(16, block_n // 2), 2
     num_warps = 8 if block_g * block_d >= 128 * 128 else 4
-    return dict(block_g=block_g, block_d=block_d, block_n=block_n, num_warps=num_warps, num_stages=2)
+    return dict(block_g=block_g, block_d=block_d, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
 def _default_device() -> DeviceSpec:
