@@ -106,7 +106,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     print("# ctas, waves, last_wave_fill: splitlab's kernel launched at the plan (modelled, 1 CTA per SM)")
     _print_table(rows, ["device", "sms", "planner", "kind", "batch", "heads", "ctx_len", "num_splits",
-                        "block_k", "block_h", "ctas", "waves", "last_wave_fill", "note"])
+                        "block_k", "block_h", "ctas", "waves", "last_wave_fill"] + (["note"] if args.notes else []))
     return 0
 
 
@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--dtype", default="bf16", choices=workloads.DTYPES)
     pl.add_argument("--device", default="h200", help="preset name(s), comma-separated: " + ", ".join(devices.names()))
     pl.add_argument("--planner", default="all", help="planner name(s) or all: " + ", ".join(planners.names()))
-    pl.add_argument("--json", action="store_true", help="machine-readable rows")
+    pl.add_argument("--json", action="store_true", help="machine-readable rows (with each adapter's note)")
+    pl.add_argument("--notes", action="store_true", help="add each adapter's note: how it mapped the workload")
     pl.set_defaults(fn=cmd_plan)
 
     b = sub.add_parser("bench", help="time splitlab's kernels against PyTorch's decode paths (GPU)")

@@ -6,3 +6,28 @@ import os
 
 if os.environ.get("SPLITLAB_GPU_TESTS") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+import pytest  # noqa: E402  (after the interpreter switch above)
+
+
+@pytest.fixture
+def allocs(monkeypatch):
+    """Every buffer the kernel launchers allocate (``splitlab.kernels._launch.alloc``) starts as NaN; the
+    list collects them so a test can check that each was fully written."""
+    import torch
+
+    from splitlab.kernels import _launch
+    from splitlab.kernels.testing import poison_
+
+    made: list = []
+    real = _launch.alloc
+
+    def poisoned(*shape, dtype, device):
+        t = poison_(real(*shape, dtype=dtype, device=device)) if torch.empty(0, dtype=dtype).is_floating_point() \
+            else real(*shape, dtype=dtype, device=device)
+        made.append(t)
+        return t
+
+    monkeypatch.setattr(_launch, "alloc", poisoned)
+    return made

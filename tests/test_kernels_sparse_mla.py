@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-import splitlab.kernels.mla as mla
 from splitlab import devices, waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
@@ -17,26 +16,12 @@ from splitlab.kernels.sparse_mla import (
     sparse_mla_defaults,
     sparse_mla_launch_facts,
 )
-from splitlab.kernels.testing import TOLERANCE, lse_err, poison_, rel_err, sparse_mla_inputs
+from splitlab.kernels.testing import LSE_TOLERANCE, TOLERANCE, lse_err, poison_, rel_err, sparse_mla_inputs
 from splitlab.workloads import DecodeWorkload
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the interpreter on numpy 2.3
 
-LSE_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
-
-
-@pytest.fixture
-def allocs(monkeypatch):
-    """Every buffer the launcher allocates (partials, final out/lse) starts as NaN."""
-    made: list[torch.Tensor] = []
-
-    def poisoned(*shape, dtype, device):
-        t = poison_(torch.empty(*shape, dtype=dtype, device=device))
-        made.append(t)
-        return t
-
-    monkeypatch.setattr(mla, "_empty", poisoned)
-    return made
+LSE_TOL = LSE_TOLERANCE
 
 
 def _check(inp, dtype, head_dim_v, sm_scale=None, **knobs):

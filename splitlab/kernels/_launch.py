@@ -142,3 +142,10 @@ def no_sync_under_capture(t: torch.Tensor, what: str) -> None:
     if capturing(t):
         raise SplitlabError(f"{what} reads a device value (one host sync), which CUDA graph capture forbids; "
                             "pass num_splits (and the tiles) explicitly when capturing")
+
+
+def alloc(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Every buffer the launchers allocate (partials, lse, the output) comes from here: one seam, so the
+    tests can poison with NaN everything a kernel must overwrite. Callers look it up through the module
+    (``_launch.alloc``) so that a patch reaches them."""
+    return torch.empty(*shape, dtype=dtype, device=device)

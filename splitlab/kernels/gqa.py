@@ -28,6 +28,7 @@ import triton.language as tl
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError, bad
+from splitlab.kernels import _launch
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     LaunchFacts,
@@ -237,11 +238,6 @@ def _fixed_split_facts(batch: int, hq: int, hkv: int, d: int, page_size: int, dt
                             num_stages=num_stages)
 
 
-def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Output allocation (one place, so tests can poison what the kernel must overwrite)."""
-    return torch.empty(*shape, dtype=dtype, device=device)
-
-
 def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
     check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
@@ -323,16 +319,16 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     group = Hq // Hkv
     block_d = max(16, next_power_of_two(D))
 
-    lse = _empty(B, Hq, dtype=torch.float32, device=q.device)
+    lse = _launch.alloc(B, Hq, dtype=torch.float32, device=q.device)
     if S == 1:
         # The partial kernel writes the final result: split stride 0.
-        out = _empty(B, Hq, D, dtype=q.dtype, device=q.device)
+        out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
         dst, dst_lse = out, lse
         dst_strides = (out.stride(0), out.stride(1), 0, out.stride(2))
         lse_strides = (lse.stride(0), lse.stride(1), 0)
     else:
-        dst = _empty(B, Hq, S, D, dtype=torch.float32, device=q.device)
-        dst_lse = _empty(B, Hq, S, dtype=torch.float32, device=q.device)
+        dst = _launch.alloc(B, Hq, S, D, dtype=torch.float32, device=q.device)
+        dst_lse = _launch.alloc(B, Hq, S, dtype=torch.float32, device=q.device)
         dst_strides = (dst.stride(0), dst.stride(1), dst.stride(2), dst.stride(3))
         lse_strides = tuple(dst_lse.stride())
 
@@ -349,6 +345,6 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         num_warps=facts.num_warps, num_stages=facts.num_stages,
     )
     if S > 1:
-        out = _empty(B, Hq, D, dtype=q.dtype, device=q.device)
+        out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
         combine(dst, dst_lse, out=out, lse=lse)
     return (out, lse) if return_lse else out

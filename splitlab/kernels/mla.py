@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError, bad, check_int
+from splitlab.kernels import _launch
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     TORCH_DTYPE_NAMES,
@@ -354,11 +355,6 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
                        combine_grid=combine_grid(w.batch, w.num_q_heads, w.head_dim_v) if s > 1 else None)
 
 
-def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Every buffer the MLA launchers allocate (a seam: the tests poison them with NaN)."""
-    return torch.empty(*shape, dtype=dtype, device=device)
-
-
 def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype: torch.dtype,
                   device: torch.device
                   ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], tuple[int, ...]]:
@@ -366,11 +362,11 @@ def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype
     ``[rows, heads, S, Dv]`` / ``[rows, heads, S]``; with (row, head, split, d) / (row, head, split)
     strides (split stride 0 when unsplit)."""
     if num_splits == 1:
-        out = _empty(rows, heads, head_dim_v, dtype=dtype, device=device)
-        lse = _empty(rows, heads, dtype=torch.float32, device=device)
+        out = _launch.alloc(rows, heads, head_dim_v, dtype=dtype, device=device)
+        lse = _launch.alloc(rows, heads, dtype=torch.float32, device=device)
         return out, lse, (out.stride(0), out.stride(1), 0, out.stride(2)), (lse.stride(0), lse.stride(1), 0)
-    po = _empty(rows, heads, num_splits, head_dim_v, dtype=torch.float32, device=device)
-    pl = _empty(rows, heads, num_splits, dtype=torch.float32, device=device)
+    po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=torch.float32, device=device)
+    pl = _launch.alloc(rows, heads, num_splits, dtype=torch.float32, device=device)
     return po, pl, po.stride(), pl.stride()
 
 
@@ -380,8 +376,8 @@ def finish_outputs(o: torch.Tensor, l: torch.Tensor, num_splits: int, dtype: tor
         out, lse = o, l
     else:
         rows, heads, _, dv = o.shape
-        out, lse = combine(o, l, out=_empty(rows, heads, dv, dtype=dtype, device=o.device),
-                           lse=_empty(rows, heads, dtype=torch.float32, device=o.device))
+        out, lse = combine(o, l, out=_launch.alloc(rows, heads, dv, dtype=dtype, device=o.device),
+                           lse=_launch.alloc(rows, heads, dtype=torch.float32, device=o.device))
     return (out, lse) if return_lse else out
 
 
