@@ -215,3 +215,13 @@ def test_memoised_knobs_still_refuse_bools():
         gqa_decode(**inp, num_splits=True)
     with pytest.raises(SplitlabError, match="num_splits"):
         gqa_decode(**inp, num_splits=[2])
+
+
+def test_planned_launch_refuses_lengths_past_the_block_table():
+    x = gqa_inputs(2, 4, 2, 16, [10, 5], page_size=4, dtype=torch.float32)
+    x["seq_lens"][1] = 4 * x["block_table"].shape[1] + 1  # one key past the last page
+    with pytest.raises(SplitlabError, match=r"^seq_lens has values in \[10, 13\]"):
+        gqa_decode(**x)
+    x["seq_lens"][1] = -1
+    with pytest.raises(SplitlabError, match=r"^seq_lens"):
+        gqa_decode(**x)

@@ -109,10 +109,11 @@ def dot_input_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def resolve_device(device: object = None, *, cuda: bool | None = None):
+def resolve_device(device: object = None, *, cuda: bool | None = None, like: torch.Tensor | None = None):
     """The ``DeviceSpec`` a launcher plans for: ``device`` as given (a ``DeviceSpec`` or preset name);
-    else the GPU torch sees when ``cuda`` (default: ``torch.cuda.is_available()``); else the ``h200``
-    preset, so that ``num_splits=None`` works under the CPU interpreter."""
+    else the GPU ``like`` lives on, or the GPU torch sees when ``cuda`` (default:
+    ``torch.cuda.is_available()``); else the ``h200`` preset, so that ``num_splits=None`` works under the
+    CPU interpreter."""
     from splitlab.devices import DeviceSpec, detect
     from splitlab.devices import get as get_device
 
@@ -120,6 +121,8 @@ def resolve_device(device: object = None, *, cuda: bool | None = None):
         return device
     if device is not None:
         return get_device(str(device))
+    if like is not None:
+        return detect(like.device.index) if like.is_cuda else get_device("h200")
     if cuda is None:
         cuda = torch.cuda.is_available()
     return detect() if cuda else get_device("h200")

@@ -37,6 +37,7 @@ from splitlab.kernels._launch import (
     check_same_dtype,
     check_tensor,
     no_sync_under_capture,
+    resolve_device,
     resolve_sm_scale,
 )
 from splitlab.kernels.combine import combine, combine_grid
@@ -187,13 +188,6 @@ def default_knobs(group: int, head_dim: int, dtype: str = "bf16") -> dict[str, i
     return dict(block_g=block_g, block_d=block_d, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
-def _default_device() -> DeviceSpec:
-    """The GPU torch sees, else the H200 preset (CPU / interpreter runs plan as for the H200)."""
-    from splitlab.devices import detect, get
-
-    return detect() if torch.cuda.is_available() else get("h200")
-
-
 def gqa_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_n: int | None = None,
                      num_warps: int | None = None, num_stages: int | None = None,
                      device: DeviceSpec | str | None = None) -> LaunchFacts:
@@ -209,7 +203,7 @@ def gqa_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
     if num_splits is None:
         from splitlab.planners import default_plan  # lazy: the planners import many ports
 
-        p = default_plan(w, _default_device() if device is None else device)
+        p = default_plan(w, resolve_device(device))
         num_splits = p.num_splits
         if block_n is None and p.block_n is not None:
             block_n = p.block_n
@@ -282,9 +276,9 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     [B, Hq] natural log (-inf, and an all-zero out row, for a request without keys).
 
     ``num_splits=None`` asks ``splitlab.planners.default_plan`` on the GPU q lives on (the H200 preset when
-    interpreting on the CPU); it reads ``seq_lens.max()``, one host sync: pass ``num_splits`` under CUDA
-    graphs. Nothing else syncs, so ``seq_lens`` and the block table are trusted (a length past
-    ``max_pages * page_size`` reads out of bounds).
+    interpreting on the CPU); it reads ``seq_lens`` min and max in one host sync (and refuses lengths outside
+    ``[0, max_pages * page_size]``): pass ``num_splits`` under CUDA graphs. With an explicit ``num_splits``
+    nothing syncs, so ``seq_lens`` and the block table are trusted, as with every paged kernel.
     """
     _check_inputs(q, k_cache, v_cache, block_table, seq_lens)
     B, Hq, D = q.shape
@@ -294,15 +288,13 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     dtype = _DTYPE_NAMES[q.dtype]
     if num_splits is None:
         no_sync_under_capture(q, "gqa_decode(num_splits=None)")
-        ctx_len = max(1, int(seq_lens.max()))  # the one host sync
-        if q.is_cuda:
-            from splitlab.devices import detect
-
-            device = detect(q.device.index)
-        else:
-            from splitlab.devices import get
-
-            device = get("h200")
+        lo, hi = torch.stack([seq_lens.min(), seq_lens.max()]).tolist()  # the one host sync
+        max_pages = block_table.shape[1]
+        if lo < 0 or hi > max_pages * page_size:
+            raise SplitlabError(f"seq_lens has values in [{lo}, {hi}]; expected [0, max_pages * page_size = "
+                                f"{max_pages * page_size}]")
+        ctx_len = max(1, hi)
+        device = resolve_device(like=q)
         w = DecodeWorkload(kind="gqa", batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim_qk=D, head_dim_v=D,
                            ctx_len=ctx_len, page_size=page_size, dtype=dtype)
         facts = gqa_launch_facts(w, block_n=block_n, num_warps=num_warps, num_stages=num_stages,

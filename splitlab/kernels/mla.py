@@ -437,7 +437,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
         ctx = max_pages * page_size  # an upper bound, unused by the facts when num_splits is given
     w = DecodeWorkload(kind="mla", batch=B, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv,
                        ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[q.dtype])
-    device = resolve_device(None, cuda=q.is_cuda) if num_splits is None else None
+    device = resolve_device(like=q) if num_splits is None else None
     f = mla_launch_facts(w, num_splits=num_splits, block_n=block_n, block_h=block_h, num_warps=num_warps,
                          num_stages=num_stages, device=device)
 

@@ -232,7 +232,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     w = DecodeWorkload(kind="sparse_mla", batch=T, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk,
                        head_dim_v=Dv, ctx_len=max(num_slots, 1), page_size=1, topk=topk,
                        dtype=TORCH_DTYPE_NAMES[q.dtype])
-    device = resolve_device(None, cuda=q.is_cuda) if num_splits is None or block_k is None else None
+    device = resolve_device(like=q) if num_splits is None or block_k is None else None
     f = sparse_mla_launch_facts(w, num_splits=num_splits, block_k=block_k, block_h=block_h,
                                 num_warps=num_warps, device=device)
 
