@@ -1,12 +1,12 @@
 """Triton split-K decode kernels, their fp64 references (``reference``) and the shared ``combine``.
 
-    from splitlab.kernels import gqa_decode, mla_decode, sparse_mla_decode, combine
+    from splitlab.kernels import gqa_decode, mla_decode, sparse_mla_decode
+    from splitlab.kernels.combine import combine   # (not re-exported: the name is its module's)
 """
 
-from splitlab.kernels.combine import combine
 from splitlab.kernels.gqa import gqa_decode, gqa_launch_facts
 from splitlab.kernels.mla import mla_decode, mla_launch_facts
 from splitlab.kernels.sparse_mla import sparse_mla_decode, sparse_mla_launch_facts
 
-__all__ = ["combine", "gqa_decode", "gqa_launch_facts", "mla_decode", "mla_launch_facts", "sparse_mla_decode",
+__all__ = ["gqa_decode", "gqa_launch_facts", "mla_decode", "mla_launch_facts", "sparse_mla_decode",
            "sparse_mla_launch_facts"]
