@@ -1,4 +1,4 @@
-"""The ``splitlab`` command line: ``devices`` and ``plan`` (more subcommands join as they are built).
+"""The ``splitlab`` command line: ``devices``, ``plan``, ``bench`` and ``sweep``.
 
 Bad input never ends in a traceback: a one-line ``splitlab: error: ...`` naming the argument and what
 is allowed, and exit code 2.
@@ -130,6 +130,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shard (give i/n, e.g. 0/4)") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shard; expected i/n with 0 <= i < n")
+    return i, n
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not allowed; expected a number > 0")
+        return v
+    return parse
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    import torch
+
+    if not torch.cuda.is_available():  # kernels then run under Triton's interpreter (set before they import)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from splitlab.bench import cards, sweep
+
+    card = cards.load(args.card)
+    card.grid(args.grid)
+    opts = sweep.SweepOptions(grid=args.grid, out=Path(args.out), timer=args.timer, resume=args.resume,
+                              device=args.device, limit=args.limit, max_minutes=args.max_minutes,
+                              shard=args.shard, quiet=args.quiet, argv=args.argv)
+    runner = sweep.Runner(card, opts)
+    if args.dry_run:
+        print(runner.describe(rows=args.rows))
+        return 0
+    try:
+        res = runner.run()
+    except sweep.SweepAborted as e:
+        print(f"splitlab: sweep stopped: {e}", file=sys.stderr)
+        return 3
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(res.statuses.items())) or "nothing to do"
+    print(f"sweep {res.sweep_id} in {res.sweep_dir}: this session {counts}; {res.done}/{res.total} points done"
+          + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="splitlab", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -164,12 +216,31 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tiles", choices=("full", "thin"), default="full",
                    help="full: every tile at the two best split counts; thin: a sixth of them at the best one")
     b.set_defaults(fn=cmd_bench)
+
+    sw = sub.add_parser("sweep", help="check and time a kernel card's grid (GPU; --timer fake on the CPU)")
+    sw.add_argument("card", help="a kernel card: a .toml path or a name in kernels/")
+    sw.add_argument("--grid", default="default", help="a named grid of the card (quick, default, seed, ...)")
+    sw.add_argument("--out", default="runs", help="folder for the sweep's folder <card>-<grid>/ (default runs/)")
+    sw.add_argument("--dry-run", action="store_true", help="print the expanded points; run nothing, write nothing")
+    sw.add_argument("--resume", action="store_true", help="continue the sweep in <out>/<card>-<grid>/ (or start it)")
+    sw.add_argument("--timer", choices=("graph", "events", "fake"),
+                    help="graph: CUDA-graph replay, rotated inputs; events: L2-flushed CUDA events; fake: modelled "
+                    "times for CI, not measurements (default: the card's, or the resumed sweep's)")
+    sw.add_argument("--device", help="plan for this preset, not the GPU torch sees: " + ", ".join(devices.names()))
+    sw.add_argument("--limit", type=_positive(int), help="at most this many points in this session")
+    sw.add_argument("--max-minutes", type=_positive(float), help="start no new point after this many minutes")
+    sw.add_argument("--shard", type=_shard, help="i/n: run only shard i of n (whole shapes), one process per GPU, "
+                    "each with --resume")
+    sw.add_argument("--quiet", action="store_true", help="no progress output")
+    sw.add_argument("--rows", type=int, default=8, help="--dry-run: how many points to show")
+    sw.set_defaults(fn=cmd_sweep)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = ["splitlab", *(sys.argv[1:] if argv is None else argv)]
         return args.fn(args)
     except SplitlabError as e:
         print(f"splitlab: error: {e}", file=sys.stderr)

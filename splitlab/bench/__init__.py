@@ -1,1 +1,12 @@
-"""Timing and benchmarks on a GPU: L2-flushed event timing, and the decode benchmark against PyTorch."""
+"""Benchmarks and sweeps on a GPU.
+
+``timing``  CUDA-event timing with the L2 flushed, CUDA-graph replay over rotated inputs, and the ``Timer``s
+            the sweep plugs in (``graph``, ``events``, and ``fake`` for CI)
+``impls``   the implementation interface a sweep drives (splitlab's launchers; external ones)
+``peers``   PyTorch's SDPA (flash, cuDNN) and FlexAttention decode paths
+``cards``   kernel cards (``kernels/*.toml``): load and validate
+``grid``    a card's named grid -> points (shapes x knobs, plus every planner's choice)
+``sweep``   the runner behind ``splitlab sweep``: check, time, journal, resume
+``env``     the environment of a sweep, for its sidecar
+``decode``  ``splitlab bench``: the one-shot benchmark against PyTorch
+"""

@@ -2,7 +2,8 @@
 
 They take contiguous KV ``[B, Hkv, N, D]`` (their natural decode layout; splitlab's kernels read a paged
 cache) with one query token per request and uniform lengths. Each returns a zero-argument callable that
-runs one decode, or raises ``RuntimeError`` with the reason when the backend refuses the shape.
+runs one decode, or raises ``RuntimeError`` with the reason when the backend refuses the shape. ``SDPA_FLASH``,
+``SDPA_CUDNN`` and ``FLEX`` are the same paths as sweep implementations (kernel cards of type "external").
 """
 
 from __future__ import annotations
@@ -64,3 +65,59 @@ def flex(q, k, v) -> Callable[[], torch.Tensor]:
     except Exception as e:
         raise RuntimeError(f"flex: {str(e).splitlines()[0][:160]}") from None
     return run
+
+
+# --- the peers as sweep implementations (kernel cards of type "external") ---------------------------------
+
+class PeerImpl:
+    """One of PyTorch's decode paths as a sweep implementation (``splitlab.bench.impls.Impl``): no knobs (each
+    picks its own split count), contiguous KV, uniform lengths, GQA/MHA/MQA workloads. Checked against
+    ``splitlab.kernels.reference.gqa_decode`` on the same tensors (the contiguous cache viewed as one page
+    per request). Unavailable without a CUDA GPU."""
+
+    knobs: tuple[str, ...] = ()
+    kinds = ("gqa",)
+
+    def __init__(self, backend: str) -> None:
+        if backend not in ("flash", "cudnn", "flex"):
+            raise ValueError(f"backend={backend!r} is not allowed; expected flash, cudnn or flex")
+        self.backend = backend
+
+    def unavailable(self) -> str | None:
+        if not torch.cuda.is_available():
+            return f"{self.backend}: PyTorch's decode path needs a CUDA GPU; torch sees none"
+        return None
+
+    def launch_facts(self, w, knobs, device) -> None:
+        return None
+
+    def inputs(self, w, *, device, seed: int) -> dict:
+        if w.kind != "gqa" or w.seq_lens is not None:
+            raise ValueError(f"kind={w.kind!r} with ragged lengths is not allowed; expected a uniform gqa workload")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[w.dtype]
+        q, k, v = contiguous_kv(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, w.ctx_len, w.head_dim_v,
+                                dtype=dtype, seed=seed)
+        return dict(q=q, k=k, v=v)
+
+    def reference(self, w, inputs: dict) -> torch.Tensor:
+        from splitlab.kernels import reference
+
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        batch, _, n, _ = k.shape
+        table = torch.arange(batch, dtype=torch.int32, device=k.device).view(batch, 1)
+        lens = torch.full((batch,), n, dtype=torch.int32, device=k.device)
+        return reference.gqa_decode(q[:, :, 0], k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), table, lens)
+
+    def call(self, w, inputs: dict, knobs: dict) -> Callable[[], torch.Tensor]:
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        run = flex(q, k, v) if self.backend == "flex" else sdpa(self.backend, q, k, v)
+
+        def decode() -> torch.Tensor:
+            return run()[:, :, 0]
+
+        return decode
+
+
+SDPA_FLASH = PeerImpl("flash")
+SDPA_CUDNN = PeerImpl("cudnn")
+FLEX = PeerImpl("flex")

@@ -1,32 +1,64 @@
-"""GPU timing: the median (and p20/p80) of many L2-flushed runs, by CUDA events.
+"""GPU timing, and the timers the sweep harness plugs in.
 
-``triton.testing.do_bench`` zeroes a buffer larger than the L2 before every timed run, so each run reads
-its inputs from HBM, and times the run alone with CUDA events. The callable must enqueue everything that
-is being timed (for split-K: the partial kernel and the combine).
+Two ways of timing one decode (the partial kernel and the combine, i.e. everything one launcher call
+enqueues):
+
+* ``time_events``: ``triton.testing.do_bench``, which zeroes a buffer larger than the L2 before every timed
+  run (so each run reads its inputs from HBM) and times the run alone with CUDA events; p20/p50/p80 of all
+  its samples.
+* ``time_graph``: one CUDA graph holding one call per input set, the sets rotated through more than the L2
+  (``rotations``), replayed many times; each sample is one replay's time over the calls in it. No host
+  overhead and no L2 reuse between consecutive calls.
+
+The sweep harness talks to a ``Timer``: ``GraphTimer`` and ``EventTimer`` wrap the two above; ``FakeTimer``
+returns deterministic *modelled* figures (splitlab's wave-cost model) for CI, labelled ``timing="fake"``
+so that they can never be mistaken for measurements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+from splitlab.devices import DeviceSpec
+from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
+
+QUANTILES = (0.2, 0.5, 0.8)
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Quantiles of one timed callable, in microseconds."""
+    """Quantiles of one timed callable, in microseconds; ``n_samples`` timed runs (0: not measured)."""
 
     p20_us: float
     p50_us: float
     p80_us: float
     method: str = "events+l2flush"
+    n_samples: int | None = None
+
+
+def quantiles(samples: Sequence[float], qs: Sequence[float] = QUANTILES) -> list[float]:
+    """Linear-interpolation quantiles of ``samples`` (as ``torch.quantile`` and numpy's default)."""
+    xs = sorted(samples)
+    if not xs:
+        raise ValueError("no samples")
+    out = []
+    for q in qs:
+        pos = q * (len(xs) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        out.append(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+    return out
 
 
 def time_events(fn: Callable[[], object], *, warmup_ms: float = 10, rep_ms: float = 50) -> Timing:
     """Time ``fn`` with ``triton.testing.do_bench`` (L2 flushed before each run, CUDA events)."""
     import triton
 
-    p20, p50, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-    return Timing(p20 * 1e3, p50 * 1e3, p80 * 1e3)
+    samples = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+    p20, p50, p80 = quantiles(samples)
+    return Timing(p20 * 1e3, p50 * 1e3, p80 * 1e3, n_samples=len(samples))
 
 
 def rotations(set_bytes: int, l2_bytes: int, *, factor: int = 3, most: int = 64) -> int:
@@ -63,5 +95,111 @@ def time_graph(calls: list[Callable[[], object]], *, replays: int = 30, warmup: 
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / len(calls))
     del graph
-    q = torch.tensor(samples).quantile(torch.tensor([0.2, 0.5, 0.8])).tolist()
-    return Timing(q[0], q[1], q[2], method=f"cuda-graph x{len(calls)} rotated")
+    q = quantiles(samples)
+    return Timing(q[0], q[1], q[2], method=f"cuda-graph x{len(calls)} rotated", n_samples=len(samples))
+
+
+# --- timers for the sweep harness ------------------------------------------------------------------------
+
+#: ``calls(n)``: ``n`` zero-argument callables, one full decode each, on ``n`` distinct input sets.
+CallsFactory = Callable[[int], list[Callable[[], object]]]
+
+
+class Timer(Protocol):
+    """What the sweep runner asks of a timer. ``name`` goes to the ``timing`` column."""
+
+    name: str
+
+    def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
+                num_splits: int | None) -> Timing:
+        """Time one configuration; ``set_bytes`` is the size of one input set."""
+        ...
+
+
+class GraphTimer:
+    """CUDA-graph replay over input sets rotated through ``factor`` times the L2 (``rotations``), with as
+    many sets as fit in ``mem_fraction`` of the free GPU memory (at least one: a set much larger than the
+    L2 barely reuses it anyway)."""
+
+    name = "graph"
+
+    def __init__(self, *, replays: int = 30, warmup: int = 3, factor: int = 3, mem_fraction: float = 0.4,
+                 l2_bytes: int | None = None) -> None:
+        import torch
+
+        self.replays, self.warmup, self.factor, self.mem_fraction = replays, warmup, factor, mem_fraction
+        self.l2_bytes = l2_bytes if l2_bytes is not None else torch.cuda.get_device_properties(
+            torch.cuda.current_device()).L2_cache_size
+        self._sets: dict[int, int] = {}
+
+    def sets_for(self, set_bytes: int) -> int:
+        """Input sets to rotate through for a set of ``set_bytes`` (memory permitting), decided once per set
+        size so that every point of a shape is timed over the same rotation."""
+        import torch
+
+        if set_bytes not in self._sets:
+            n = rotations(set_bytes, self.l2_bytes, factor=self.factor)
+            free, _ = torch.cuda.mem_get_info()
+            self._sets[set_bytes] = max(1, min(n, int(free * self.mem_fraction) // max(set_bytes, 1) + 1))
+        return self._sets[set_bytes]
+
+    def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
+                num_splits: int | None) -> Timing:
+        return time_graph(calls(self.sets_for(set_bytes)), replays=self.replays, warmup=self.warmup)
+
+
+class EventTimer:
+    """``time_events``: each run alone, the L2 flushed before it, timed by CUDA events."""
+
+    name = "events"
+
+    def __init__(self, *, warmup_ms: float = 10, rep_ms: float = 50) -> None:
+        self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
+
+    def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
+                num_splits: int | None) -> Timing:
+        return time_events(calls(1)[0], warmup_ms=self.warmup_ms, rep_ms=self.rep_ms)
+
+
+class FakeTimer:
+    """Deterministic modelled figures for CI: NOT measurements. Nothing is run (the check before it is
+    real). ``p50 = LAUNCH_US + T(s) * bytes of one key / (HBM bandwidth per SM)``, with ``T(s)`` the
+    ``splitlab`` planner's wave-cost model (``planners.native.modelled_cost``) in keys streamed by one CTA;
+    p20/p80 are p50 -/+ 2 %; ``n_samples`` is 0 and the method says ``fake``."""
+
+    name = "fake"
+    LAUNCH_US = 5.0
+
+    def __init__(self, device: DeviceSpec) -> None:
+        self.device = device
+
+    def modelled_us(self, w: DecodeWorkload, num_splits: int | None) -> float:
+        """The fake p50 for ``w`` at ``num_splits`` (1 when the implementation has no split knob)."""
+        from splitlab.planners.native import modelled_cost
+
+        cost = modelled_cost(w, num_splits or 1, self.device.sm_count)
+        key_bytes = (w.head_dim_qk + (w.head_dim_v if w.kind == "gqa" else 0)) * DTYPE_BYTES[w.dtype]
+        per_sm_bytes_per_us = max(self.device.hbm_gbps, 1.0) * 1e3 / self.device.sm_count
+        return self.LAUNCH_US + cost * key_bytes / per_sm_bytes_per_us
+
+    def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
+                num_splits: int | None) -> Timing:
+        p50 = self.modelled_us(workload, num_splits)
+        return Timing(0.98 * p50, p50, 1.02 * p50, method="fake: modelled (planners.native), not measured",
+                      n_samples=0)
+
+
+TIMERS = ("graph", "events", "fake")
+
+
+def make_timer(name: str, device: DeviceSpec) -> Timer:
+    """The timer called ``name`` (``graph`` and ``events`` need a GPU; ``fake`` plans for ``device``)."""
+    if name == "fake":
+        return FakeTimer(device)
+    if name == "events":
+        return EventTimer()
+    if name == "graph":
+        return GraphTimer()
+    from splitlab.errors import bad
+
+    raise bad("timer", name, "one of " + ", ".join(TIMERS))

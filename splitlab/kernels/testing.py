@@ -55,7 +55,22 @@ def _gen(seed: int, device: torch.device | str) -> torch.Generator:
 
 
 def _randn(shape, dtype, device, g, scale=1.0) -> torch.Tensor:
+    if g.device.type != "cpu":  # drawn where it lives, in its dtype (fast for multi-GB caches)
+        t = torch.randn(shape, generator=g, dtype=dtype, device=g.device)
+        return t.mul_(scale) if scale != 1.0 else t
     return (torch.randn(shape, generator=g, dtype=torch.float32) * scale).to(dtype=dtype, device=device)
+
+
+def _value_gen(seed: int, device: torch.device | str, draw_on: str) -> torch.Generator:
+    """The generator of the random values: on the CPU (``draw_on="cpu"``, the same draws on every
+    machine) or on ``device`` itself (``draw_on="device"``: seconds, not minutes, for a multi-GB cache)."""
+    if draw_on not in ("cpu", "device"):
+        raise ValueError(f"draw_on={draw_on!r} is not allowed; expected 'cpu' or 'device'")
+    if draw_on == "cpu" or torch.device(device).type == "cpu":
+        return _gen(seed, "cpu")
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
 
 
 def paged_layout(seq_lens: list[int], page_size: int, *, seed: int = 0, spare_pages: int = 3,
@@ -78,10 +93,11 @@ def paged_layout(seq_lens: list[int], page_size: int, *, seed: int = 0, spare_pa
 
 def gqa_inputs(batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, seq_lens: list[int] | int,
                *, page_size: int = 16, dtype: torch.dtype = torch.bfloat16,
-               device: torch.device | str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
-    """Arguments of ``gqa_decode``: q, k_cache, v_cache, block_table, seq_lens."""
+               device: torch.device | str = "cpu", seed: int = 0, draw_on: str = "cpu") -> dict[str, torch.Tensor]:
+    """Arguments of ``gqa_decode``: q, k_cache, v_cache, block_table, seq_lens (values drawn on the CPU,
+    or on ``device`` with ``draw_on="device"``)."""
     lens = [seq_lens] * batch if isinstance(seq_lens, int) else list(seq_lens)
-    g = _gen(seed, device)
+    g = _value_gen(seed, device, draw_on)
     table, num_pages = paged_layout(lens, page_size, seed=seed, device=device)
     return dict(
         q=_randn((batch, num_q_heads, head_dim), dtype, device, g),
@@ -94,10 +110,10 @@ def gqa_inputs(batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, s
 
 def mla_inputs(batch: int, num_heads: int, head_dim_qk: int, seq_lens: list[int] | int, *,
                page_size: int = 64, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu",
-               seed: int = 0) -> dict[str, torch.Tensor]:
-    """Arguments of ``mla_decode``: q, kv_cache, block_table, seq_lens."""
+               seed: int = 0, draw_on: str = "cpu") -> dict[str, torch.Tensor]:
+    """Arguments of ``mla_decode``: q, kv_cache, block_table, seq_lens (``draw_on`` as in ``gqa_inputs``)."""
     lens = [seq_lens] * batch if isinstance(seq_lens, int) else list(seq_lens)
-    g = _gen(seed, device)
+    g = _value_gen(seed, device, draw_on)
     table, num_pages = paged_layout(lens, page_size, seed=seed, device=device)
     return dict(
         q=_randn((batch, num_heads, head_dim_qk), dtype, device, g),
@@ -109,31 +125,35 @@ def mla_inputs(batch: int, num_heads: int, head_dim_qk: int, seq_lens: list[int]
 
 def sparse_mla_inputs(num_tokens: int, num_heads: int, head_dim_qk: int, topk: int, *, num_slots: int,
                       invalid_frac: float = 0.1, empty_rows: int = 0, dtype: torch.dtype = torch.bfloat16,
-                      device: torch.device | str = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+                      device: torch.device | str = "cpu", seed: int = 0, draw_on: str = "cpu"
+                      ) -> dict[str, torch.Tensor]:
     """Arguments of ``sparse_mla_decode``: q, kv_cache [num_slots, Dqk], indices [T, topk] int32 with
-    about ``invalid_frac`` of the entries -1 and the last ``empty_rows`` rows all -1."""
+    about ``invalid_frac`` of the entries -1 and the last ``empty_rows`` rows all -1 (indices are always
+    drawn on the CPU; q and the cache as ``draw_on`` says, see ``gqa_inputs``)."""
     g = _gen(seed, device)
     idx = torch.stack([torch.randperm(num_slots, generator=g)[:topk] for _ in range(num_tokens)]) \
         if topk <= num_slots else torch.randint(0, num_slots, (num_tokens, topk), generator=g)
     idx = torch.where(torch.rand(idx.shape, generator=g) < invalid_frac, -1, idx)
     if empty_rows:
         idx[num_tokens - empty_rows:] = -1
+    gv = g if draw_on == "cpu" else _value_gen(seed, device, draw_on)
     return dict(
-        q=_randn((num_tokens, num_heads, head_dim_qk), dtype, device, g),
-        kv_cache=_randn((num_slots, head_dim_qk), dtype, device, g),
+        q=_randn((num_tokens, num_heads, head_dim_qk), dtype, device, gv),
+        kv_cache=_randn((num_slots, head_dim_qk), dtype, device, gv),
         indices=idx.to(torch.int32).to(device),
     )
 
 
-def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", seed: int = 0
-                    ) -> dict[str, torch.Tensor]:
-    """Kernel arguments for a ``DecodeWorkload`` (its dtype must be bf16, fp16 or fp32)."""
+def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", seed: int = 0,
+                    draw_on: str = "cpu") -> dict[str, torch.Tensor]:
+    """Kernel arguments for a ``DecodeWorkload`` (its dtype must be bf16, fp16 or fp32). ``draw_on="device"``
+    draws the random values on ``device`` (what the sweep harness does for GPU-sized caches)."""
     dtype = DTYPES[w.dtype]
     if w.kind == "gqa":
         return gqa_inputs(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, list(w.lengths),
-                          page_size=w.page_size, dtype=dtype, device=device, seed=seed)
+                          page_size=w.page_size, dtype=dtype, device=device, seed=seed, draw_on=draw_on)
     if w.kind == "mla":
         return mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, list(w.lengths), page_size=w.page_size,
-                          dtype=dtype, device=device, seed=seed)
+                          dtype=dtype, device=device, seed=seed, draw_on=draw_on)
     return sparse_mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, w.topk, num_slots=w.ctx_len,
-                             invalid_frac=0.0, dtype=dtype, device=device, seed=seed)
+                             invalid_frac=0.0, dtype=dtype, device=device, seed=seed, draw_on=draw_on)

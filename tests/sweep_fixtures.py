@@ -1,0 +1,48 @@
+"""Implementations for the sweep-harness tests (test cards point at them by import path ``sweep_fixtures:...``).
+
+They take ``gqa_decode``'s arguments and knobs. ``exact`` is the fp64 reference itself (right, and fast on
+tiny shapes); ``broken`` is wrong at ``num_splits == 2``; ``raising`` raises at ``num_splits == 4``;
+``killer`` ends its process (``os._exit``) at the point ``$SWEEP_KILL_AT`` = "num_splits,batch,ctx_len"; ``slow`` sleeps
+``$SWEEP_SLOW_S`` seconds a call (for killing a sweep from outside).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from splitlab.kernels import reference
+
+CALLS: list[int] = []  # num_splits of every call in this process (to see what ran)
+
+
+def exact(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+          num_stages=None, sm_scale=None, return_lse=False):
+    CALLS.append(num_splits)
+    return reference.gqa_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale=sm_scale).to(q.dtype)
+
+
+def broken(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+           num_stages=None, sm_scale=None, return_lse=False):
+    out = exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
+    return out * 1.5 if num_splits == 2 else out
+
+
+def raising(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+            num_stages=None, sm_scale=None, return_lse=False):
+    if num_splits == 4:
+        raise RuntimeError("simulated compile error: out of shared memory")
+    return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
+
+
+def killer(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+           num_stages=None, sm_scale=None, return_lse=False):
+    if f"{num_splits},{q.shape[0]},{int(seq_lens.max())}" == os.environ.get("SWEEP_KILL_AT"):
+        os._exit(9)  # the process dies mid-point: no row, no cleanup
+    return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
+
+
+def slow(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+         num_stages=None, sm_scale=None, return_lse=False):
+    time.sleep(float(os.environ.get("SWEEP_SLOW_S", "0")))
+    return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)

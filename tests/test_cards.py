@@ -1,0 +1,175 @@
+"""Kernel cards: the shipped cards load and cover what the issue asks; malformed cards get one clear error
+naming the file, the key and what is allowed."""
+
+import pytest
+
+from splitlab.bench import cards, grid
+from splitlab.bench.cards import CardError
+from splitlab.cli import main
+
+GOOD = """\
+card = 1
+name = "t_gqa"
+kind = "gqa"
+seed = "000"
+[impl]
+import = "sweep_fixtures:exact"
+reference = "splitlab.kernels.reference:gqa_decode"
+launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"
+[knobs]
+num_splits = { min = 1, max = 8 }
+block_n = { values = [16, 32, 64] }
+[planners]
+compare = "all"
+[[grids.quick]]
+num_q_heads = 4
+num_kv_heads = 2
+head_dim_qk = 16
+batch = [1, 2]
+ctx_len = [64, 128]
+num_splits = [1, 2, 4, 8]
+min_keys_per_split = 1
+[[grids.default]]
+model = "llama-3-8b"
+batch = 1
+ctx_len = 1024
+num_splits = "pow2"
+"""
+
+
+def write(tmp_path, text, name="card.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_good_card_loads(tmp_path):
+    c = cards.load(write(tmp_path, GOOD))
+    assert (c.name, c.kind, c.seeds, c.impl_label, c.timer) == ("t_gqa", "gqa", ("000",), "t_gqa", "graph")
+    assert set(c.knobs) == {"num_splits", "block_n"} and c.planner_knobs == ("num_splits",)
+    assert len(c.grid("quick")[0].shapes) == 4 and c.grid("quick")[0].knob_axes["num_splits"] == (1, 2, 4, 8)
+    assert c.grid("default")[0].knob_axes["num_splits"] == (1, 2, 4, 8)  # "pow2" within the knob's range
+
+
+def test_shipped_cards_load_and_every_grid_expands():
+    names = cards.names()
+    assert {"gqa_decode", "mla_decode", "sparse_mla_decode", "sdpa_flash", "sdpa_cudnn", "flex_attention"} <= set(names)
+    for n in names:
+        c = cards.load(n)
+        assert {"quick", "default"} <= set(c.grids)
+        if c.impl_type == "kernel":
+            assert "seed" in c.grids and c.seeds
+        for g in c.grids:
+            exp = grid.expand(c, g, "h200")
+            assert exp.points, (n, g)
+            assert len({p.point_id for p in exp.points}) == len(exp.points)
+        assert len(grid.expand(c, "quick", "h200").points) <= 100  # a few minutes on an H200
+
+
+def _default_ws(name):
+    return [p for p in grid.expand(cards.load(name), "default", "h200").points]
+
+
+def test_default_grids_cover_the_issue_ranges():
+    gqa = _default_ws("gqa_decode")
+    heads = {(p.workload.num_q_heads, p.workload.num_kv_heads) for p in gqa}
+    assert {(32, 8), (64, 8), (128, 1)} <= heads
+    assert {p.workload.batch for p in gqa} >= {1, 128} and {p.workload.ctx_len for p in gqa} >= {1024, 131072}
+    assert max(p.facts["num_splits"] for p in gqa if p.in_grid) >= 64
+    mla = _default_ws("mla_decode")
+    assert {p.workload.num_q_heads for p in mla} == {16, 32, 64, 128}
+    assert {p.workload.batch for p in mla} >= {1, 64} and {p.workload.ctx_len for p in mla} >= {1024, 131072}
+    assert max(p.facts["num_splits"] for p in mla if p.in_grid) == 256
+    sp = _default_ws("sparse_mla_decode")
+    assert {p.workload.num_q_heads for p in sp} == {16, 64, 128}
+    assert {p.workload.batch for p in sp} >= {1, 256} and {p.workload.topk for p in sp} >= {512, 2048}
+    assert {p.facts["block_k"] for p in sp if p.in_grid} >= {32, 64}
+    assert max(p.facts["num_splits"] for p in sp if p.in_grid) >= 64
+    seed003 = [p for p in grid.expand(cards.load("sparse_mla_decode"), "seed", "h200").points
+               if p.workload.num_q_heads == 64 and p.workload.topk == 2048]
+    assert {p.workload.batch for p in seed003} >= {1, 128} and {p.facts["block_k"] for p in seed003} == {32, 64}
+    seed000 = grid.expand(cards.load("mla_decode"), "seed", "h200").points
+    assert {(p.workload.batch, p.workload.ctx_len) for p in seed000} >= {(1, 131072), (16, 131072), (2, 65536)}
+    assert any("modular@mi355x" in p.planners for p in seed000)
+
+
+BAD = [
+    # (edit of GOOD, what the message must contain)
+    (lambda t: t.replace('kind = "gqa"\n', ""), ["kind is missing", "expected one of gqa, mla, sparse_mla"]),
+    (lambda t: t.replace("batch = [1, 2]", 'batch = "two"'), ["grids.quick[0].batch='two'", "expected an integer"]),
+    (lambda t: t.replace("batch = [1, 2]", "batch = [1, 2.5]"), ["grids.quick[0].batch", "expected an integer"]),
+    (lambda t: t.replace("[knobs]\n", "[knobs]\nblock_q = { min = 1, max = 4 }\n"),
+     ["knobs.block_q", "not allowed", "num_splits, block_n, num_warps, num_stages"]),
+    (lambda t: t.replace("{ min = 1, max = 8 }", "{ min = 8, max = 2 }"),
+     ["knobs.num_splits.max=2", "expected an integer >= min (8)"]),
+    (lambda t: t.replace("{ min = 1, max = 8 }", "{ min = 1 }"), ["knobs.num_splits.max is missing"]),
+    (lambda t: t.replace("{ min = 1, max = 8 }", '{ min = "one", max = 8 }'), ["knobs.num_splits.min='one'"]),
+    (lambda t: t.replace("num_splits = [1, 2, 4, 8]", "num_splits = [1, 16]"),
+     ["grids.quick[0].num_splits=[1, 16]", "an integer in [1, 8]"]),
+    (lambda t: t.replace("num_splits = [1, 2, 4, 8]", "num_splits = [1, 2]\nblock_n = [24]"),
+     ["grids.quick[0].block_n=[24]", "one of 16, 32, 64"]),
+    (lambda t: t.replace("num_splits = [1, 2, 4, 8]", 'num_splits = "all"'), ["grids.quick[0].num_splits='all'"]),
+    (lambda t: t.replace("card = 1", "card = 1\ncolour = 3"), ["key 'colour' is not allowed", "expected one of card"]),
+    (lambda t: t.replace("ctx_len = [64, 128]", "ctx_len = [64, 128]\nheads = 4"),
+     ["key 'grids.quick[0].heads' is not allowed", "num_q_heads"]),
+    (lambda t: t.replace("[[grids.default]]", "[[grids.other]]"), ["grids.default is missing", "quick, default"]),
+    (lambda t: t.replace('model = "llama-3-8b"', 'model = "gpt-5"'), ["grids.default[0].model='gpt-5'", "llama-3-8b"]),
+    (lambda t: t.replace('model = "llama-3-8b"', 'model = "deepseek-v3-mla"'),
+     ["grids.default[0].model='deepseek-v3-mla'", "a gqa workload preset"]),
+    (lambda t: t.replace("num_q_heads = 4", "num_q_heads = 3"), ["grids.quick[0]", "num_q_heads=3"]),
+    (lambda t: t.replace("sweep_fixtures:exact", "sweep_fixtures:nope"), ["impl.import", "has no 'nope'"]),
+    (lambda t: t.replace("sweep_fixtures:exact", "no_such_module:f"), ["impl.import", "ModuleNotFoundError"]),
+    (lambda t: t.replace("sweep_fixtures:exact", "sweep_fixtures.exact"), ["impl.import", "package.module:attribute"]),
+    (lambda t: t.replace('reference = "splitlab.kernels.reference:gqa_decode"\n', ""), ["impl.reference is missing"]),
+    (lambda t: t.replace("[impl]\n", '[impl]\ntype = "plugin"\n'), ["impl.type='plugin'", "kernel, external"]),
+    (lambda t: t.replace('compare = "all"', 'compare = ["magic"]'), ["planners.compare=['magic']", "splitlab"]),
+    (lambda t: t.replace("card = 1", "card = 2"), ["card=2 is not allowed", "expected 1"]),
+    (lambda t: t.replace("[[grids.quick]]", "[[grids.quick]\n"), ["not valid TOML"]),
+    (lambda t: t.replace("min_keys_per_split = 1", "max_kv_gb = -1"), ["grids.quick[0].max_kv_gb=-1"]),
+    (lambda t: t.replace("min_keys_per_split = 1", 'planner_devices = ["tpu"]'),
+     ["grids.quick[0].planner_devices=['tpu']", "mi355x"]),
+]
+
+
+@pytest.mark.parametrize("edit, needles", BAD)
+def test_malformed_card_names_file_key_and_allowed(tmp_path, edit, needles):
+    text = edit(GOOD)
+    assert text != GOOD
+    p = write(tmp_path, text, "bad_card.toml")
+    with pytest.raises(CardError) as ei:
+        cards.load(p)
+    msg = str(ei.value)
+    assert str(p) in msg and "\n" not in msg.strip()
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def test_external_card_rules(tmp_path):
+    ext = """name = "peer"\nkind = "mla"\n[impl]\ntype = "external"\nimport = "splitlab.bench.peers:SDPA_FLASH"
+[[grids.quick]]\nmodel = "deepseek-v3-mla"\nbatch = 1\nctx_len = 64\n[[grids.default]]\nmodel = "deepseek-v3-mla"
+batch = 1\nctx_len = 64\n"""
+    with pytest.raises(CardError, match="kind='mla' is not allowed; expected one of gqa"):
+        cards.load(write(tmp_path, ext))
+    not_impl = ext.replace("kind = \"mla\"", "kind = \"gqa\"").replace("peers:SDPA_FLASH", "peers:contiguous_kv") \
+        .replace("deepseek-v3-mla", "llama-3-8b")
+    with pytest.raises(CardError, match="impl.import=.* lacks"):
+        cards.load(write(tmp_path, not_impl))
+    knobbed = ext.replace("kind = \"mla\"", "kind = \"gqa\"").replace("deepseek-v3-mla", "llama-3-8b") \
+        .replace("[[grids.quick]]", "[knobs]\nnum_splits = { min = 1, max = 4 }\n[[grids.quick]]")
+    with pytest.raises(CardError, match=r"knobs.num_splits' is not allowed; expected one of the knobs .* \(none"):
+        cards.load(write(tmp_path, knobbed))
+
+
+def test_unknown_grid_and_card_are_one_line_exit_2(tmp_path, capsys):
+    p = write(tmp_path, GOOD)
+    assert main(["sweep", str(p), "--grid", "huge", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("splitlab: error:") and err.count("\n") == 1
+    assert str(p) in err and "grids.huge does not exist; expected one of quick, default" in err
+    assert main(["sweep", "no_such_card", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "card='no_such_card' is not allowed" in err and "gqa_decode" in err
+    bad = write(tmp_path, GOOD.replace("batch = [1, 2]", "batch = 0"), "bad.toml")
+    assert main(["sweep", str(bad), "--grid", "quick", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml: grids.quick[0].batch=0 is not allowed" in err and "Traceback" not in err

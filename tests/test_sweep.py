@@ -1,0 +1,477 @@
+"""The sweep harness end to end on the CPU: grid expansion, check-then-time, error isolation, resume after a
+kill (no row lost, none duplicated), the CLI. Implementations are ``tests/sweep_fixtures.py`` (fast,
+reference-based) or splitlab's real kernels under Triton's interpreter on a handful of tiny points; times
+come from the fake timer."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from splitlab import planners, results
+from splitlab.bench import cards, grid, sweep
+from splitlab.bench.sweep import SweepOptions
+from splitlab.bench.timing import FakeTimer
+from splitlab.cli import main
+from splitlab.devices import get as get_device
+from splitlab.errors import SplitlabError
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = get_device("h200")
+
+CARD = """\
+name = "t_{impl}"
+kind = "gqa"
+[impl]
+import = "sweep_fixtures:{impl}"
+reference = "splitlab.kernels.reference:gqa_decode"
+launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"
+[knobs]
+num_splits = {{ min = 1, max = 8 }}
+block_n = {{ values = [16, 32, 64] }}
+[[grids.quick]]
+num_q_heads = 4
+num_kv_heads = 2
+head_dim_qk = 16
+batch = [1, 2]
+ctx_len = [64, 128]
+num_splits = [1, 2, 4, 8]
+min_keys_per_split = 1
+[[grids.default]]
+num_q_heads = 4
+num_kv_heads = 2
+head_dim_qk = 16
+batch = 1
+ctx_len = 64
+"""
+
+
+class CountingTimer(FakeTimer):
+    """The fake timer, remembering what it was asked to time."""
+
+    def __init__(self):
+        super().__init__(H200)
+        self.timed = []
+
+    def measure(self, calls, *, set_bytes, workload, num_splits):
+        self.timed.append((workload.batch, workload.ctx_len, num_splits))
+        return super().measure(calls, set_bytes=set_bytes, workload=workload, num_splits=num_splits)
+
+
+def card_for(tmp_path, impl, text=CARD):
+    p = tmp_path / f"{impl}.toml"
+    p.write_text(text.format(impl=impl))
+    return cards.load(p)
+
+
+def opts(tmp_path, **kw):
+    kw.setdefault("grid", "quick")
+    kw.setdefault("timer", "fake")
+    return SweepOptions(out=tmp_path / "runs", device="h200", quiet=True, **kw)
+
+
+def rows_of(sweep_dir):
+    """Every row event of every journal (duplicates would show here)."""
+    return [e["row"] for j in results.journals(sweep_dir) for e in results.read_journal(j) if e["event"] == "row"]
+
+
+# --- grid expansion ---------------------------------------------------------------------------------------
+
+def test_expansion_counts_planner_choices_and_dedupe(tmp_path):
+    card = card_for(tmp_path, "exact")
+    exp = grid.expand(card, "quick", H200)
+    shapes = {p.workload for p in exp.points}
+    assert len(shapes) == 4
+    assert sum(p.in_grid for p in exp.points) == 16  # 4 shapes x 4 split counts
+    assert len({p.point_id for p in exp.points}) == len(exp.points)  # measured once
+    gqa_planners = planners.names("gqa")
+    for w in shapes:
+        pts = [p for p in exp.points if p.workload == w]
+        for name in gqa_planners:  # every planner's choice is a point of every shape, exactly once
+            chosen = [p for p in pts if name in p.planners]
+            assert len(chosen) == 1, (name, w)
+            assert chosen[0].facts["num_splits"] == planners.plan(w, H200, name).num_splits
+        # A planner's choice that equals a grid point is that point (in_grid), not a second one.
+        for p in pts:
+            if p.facts["num_splits"] in (1, 2, 4, 8):
+                assert p.in_grid
+    # Default knobs resolved explicitly; shape-major order.
+    assert all(p.knobs["block_n"] == p.facts["block_n"] for p in exp.points)
+    order = [p.workload for p in exp.points]
+    assert all(order.index(w) <= i for i, w in enumerate(order)) and \
+        sum(1 for a, b in zip(order, order[1:], strict=False) if a != b) == 3
+    # Point ids do not depend on the grid or the run; they do on what is measured.
+    again = grid.expand(card, "quick", H200)
+    assert [p.point_id for p in again.points] == [p.point_id for p in exp.points]
+    one = next(p for p in exp.points if p.workload.batch == 1 and p.workload.ctx_len == 64 and p.in_grid
+               and p.facts["num_splits"] == 1)
+    dflt = grid.expand(card, "default", H200).points
+    assert one.point_id in {p.point_id for p in dflt}
+    assert grid.point_id("t_exact", "t_exact", one.workload, {**one.facts, "block_n": 16}) != one.point_id
+
+
+def test_shards_are_whole_shapes_and_partition_the_points(tmp_path):
+    pts = grid.expand(card_for(tmp_path, "exact"), "quick", H200).points
+    parts = [grid.shard(pts, i, 3) for i in range(3)]
+    assert sorted(p.point_id for part in parts for p in part) == sorted(p.point_id for p in pts)
+    for a in range(3):
+        for b in range(a + 1, 3):
+            assert not {p.workload for p in parts[a]} & {p.workload for p in parts[b]}
+
+
+def test_planner_devices_and_planner_tile_knobs():
+    sp = cards.load("sparse_mla_decode")
+    exp = grid.expand(sp, "seed", H200)
+    aiter = [p for p in exp.points if "aiter" in p.planners]
+    for p in aiter:  # aiter's BLOCK_K rule: its own block_k and block_h (16) are measured
+        plan = planners.plan(p.workload, H200, "aiter")
+        assert (p.facts["num_splits"], p.facts["block_k"], p.facts["block_h"]) == \
+            (plan.num_splits, plan.block_k, plan.block_h)
+    assert any("aiter@mi355x" in p.planners for p in exp.points)
+    assert any(n["planner"].startswith("flashmla") for n in exp.notes)  # refused 16 heads: a note, not a crash
+
+
+# --- check, then time -------------------------------------------------------------------------------------
+
+def test_wrong_points_are_stored_wrong_and_not_timed(tmp_path):
+    timer = CountingTimer()
+    res = sweep.run(card_for(tmp_path, "broken"), opts(tmp_path), timer=timer)
+    df = results.load(res.sweep_dir)
+    wrong = df[df.status == "wrong"]
+    assert len(wrong) == 4 and set(wrong.num_splits) == {2}
+    assert wrong.p50_us.isna().all() and (wrong.rel_err > 0.1).all() and wrong.error.str.contains("tolerance").all()
+    assert not any(s == 2 for _, _, s in timer.timed)
+    ok = df[df.status == "ok"]
+    assert len(ok) == len(df) - 4 == len(timer.timed)
+    assert (ok.timing == "fake").all() and (ok.n_samples == 0).all() and ok.p50_us.notna().all()
+    assert ok.timing_detail.str.contains("not measured").all() and (ok.rel_err < 1e-2).all()
+
+
+def test_a_raising_point_is_an_error_and_the_sweep_goes_on(tmp_path):
+    res = sweep.run(card_for(tmp_path, "raising"), opts(tmp_path), timer=CountingTimer())
+    df = results.load(res.sweep_dir)
+    err = df[df.status == "error"]
+    assert len(err) == 4 and set(err.num_splits) == {4}
+    assert err.error.str.contains("RuntimeError: simulated compile error").all()
+    assert (df[df.num_splits != 4].status == "ok").all() and res.stopped == "finished" and res.left == 0
+    # Points after the first error (later shapes) ran.
+    assert df.batch.max() == 2 and (df[(df.batch == 2) & (df.ctx_len == 128)].status == "ok").any()
+
+
+def test_real_kernels_under_the_interpreter(tmp_path):
+    """splitlab's own kernels, genuinely checked under TRITON_INTERPRET=1: one tiny shape per family."""
+    text = """name = "{name}"\nkind = "{kind}"\n[impl]\nimport = "splitlab.kernels.{mod}:{name}"
+reference = "splitlab.kernels.reference:{name}"\nlaunch_facts = "splitlab.kernels.{mod}:{mod}_launch_facts"
+[knobs]\nnum_splits = {{ min = 1, max = 4 }}\n[[grids.quick]]\n{shape}\nnum_splits = [1, 3]\nmin_keys_per_split = 1
+[[grids.default]]\n{shape}\n"""
+    families = [
+        ("gqa_decode", "gqa", "gqa", "num_q_heads = 4\nnum_kv_heads = 2\nhead_dim_qk = 16\nbatch = 2\nctx_len = 40"),
+        ("mla_decode", "mla", "mla", "num_q_heads = 4\nhead_dim_qk = 40\nhead_dim_v = 32\nbatch = 2\nctx_len = 40"),
+        ("sparse_mla_decode", "sparse_mla", "sparse_mla",
+         "num_q_heads = 4\nhead_dim_qk = 32\nhead_dim_v = 32\nbatch = 2\nctx_len = 64\ntopk = 24"),
+    ]
+    for name, kind, mod, shape in families:
+        p = tmp_path / f"{name}.toml"
+        p.write_text(text.format(name=name, kind=kind, mod=mod, shape=shape))
+        card = cards.load(p)
+        # Only the grid points (planners would add a few more interpreter runs each).
+        card = dataclasses.replace(card, planner_knobs=())
+        res = sweep.run(card, opts(tmp_path), timer=CountingTimer())
+        df = results.load(res.sweep_dir)
+        assert len(df) == 2 and (df.status == "ok").all(), df[["num_splits", "status", "error"]]
+        assert (df.rel_err < 2e-2).all() and set(df.num_splits) == {1, 3}
+        assert (df.ctas > 0).all() and (df.waves > 0).all()
+
+
+def test_peers_without_a_gpu_are_skipped_with_the_reason(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    res = sweep.run(cards.load("sdpa_flash"), opts(tmp_path), timer=CountingTimer())
+    df = results.load(res.sweep_dir)
+    assert len(df) == 4 and (df.status == "skipped").all() and df.error.str.contains("needs a CUDA GPU").all()
+    assert df.num_splits.isna().all() and df.ctas.isna().all()
+
+
+# --- durability: resume, kills, limits ------------------------------------------------------------------
+
+def _cli(tmp_path, impl, *extra, env=None):
+    card = tmp_path / f"{impl}.toml"
+    if not card.exists():
+        card.write_text(CARD.format(impl=impl))
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]), TRITON_INTERPRET="1",
+             **(env or {}))
+    return [sys.executable, "-m", "splitlab", "sweep", str(card), "--grid", "quick", "--out", str(tmp_path / "runs"),
+            "--timer", "fake", "--device", "h200", "--quiet", *extra], e
+
+
+def _check_complete(sweep_dir, n_points):
+    """Every point exactly once: in the journals' finished rows and in the Parquet."""
+    rows = rows_of(sweep_dir)
+    ids = [r["point_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == n_points
+    df = results.load(sweep_dir)
+    assert len(df) == n_points and df.point_id.is_unique
+    return df
+
+
+def test_resume_after_the_process_dies_mid_point(tmp_path):
+    cmd, env = _cli(tmp_path, "killer", env={"SWEEP_KILL_AT": "4,1,128"})
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    card = card_for(tmp_path, "killer")
+    n = len(grid.expand(card, "quick", H200).points)
+    sweep_dir = tmp_path / "runs" / "t_killer-quick"
+    before = rows_of(sweep_dir)
+    assert 0 < len(before) < n and not (sweep_dir / "results.parquet").exists()
+    # The journal alone already reads as results (what a killed sweep leaves).
+    assert len(results.load(sweep_dir)) == len(before)
+    # Resume (the kill switch still on: the dead point must not be retried, or it would kill us again).
+    os.environ["SWEEP_KILL_AT"] = "4,1,128"
+    try:
+        res = sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    finally:
+        del os.environ["SWEEP_KILL_AT"]
+    df = _check_complete(sweep_dir, n)
+    died = df[df.status == "error"]
+    assert len(died) == 1 and "process died" in died.error.iloc[0]
+    assert (died.num_splits.iloc[0], died.batch.iloc[0], died.ctx_len.iloc[0]) == (4, 1, 128)
+    assert res.statuses.get("error") == 1 and res.left == 0
+    # Resuming a finished sweep runs nothing and writes no row.
+    again = sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    assert again.statuses == {} and again.done == n
+    _check_complete(sweep_dir, n)
+    side = json.loads((sweep_dir / "sweep.json").read_text())
+    assert len(side["sessions"]) == 3 and side["sweep_id"] == df.sweep_id.iloc[0]
+    for key in ("name", "uuid", "sm_count", "l2_bytes"):
+        assert key in side["env"]["device"]
+    for key in ("driver", "cuda", "torch", "triton", "splitlab", "git", "host", "argv"):
+        assert key in side["env"]
+    assert side["env"]["argv"][:2] == ["splitlab", "sweep"]
+    # A finished sweep may ship without its journals: the Parquet holds every row, and a resume adds none.
+    for j in results.journals(sweep_dir):
+        j.unlink()
+    assert len(results.load(sweep_dir)) == n
+    assert sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer()).statuses == {}
+    assert len(results.load(sweep_dir)) == n and results.load(sweep_dir).point_id.is_unique
+
+
+def test_resume_after_sigkill_from_outside_loses_nothing(tmp_path):
+    cmd, env = _cli(tmp_path, "slow", env={"SWEEP_SLOW_S": "0.15"})
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sweep_dir = tmp_path / "runs" / "t_slow-quick"
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if sweep_dir.exists() and len(rows_of(sweep_dir)) >= 5:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()
+    time.sleep(0.07)  # most likely inside a point
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    events = [e for j in results.journals(sweep_dir) for e in results.read_journal(j)]
+    in_flight = {e["point_id"] for e in events if e["event"] == "start"} - \
+        {e["row"]["point_id"] for e in events if e["event"] == "row"}
+    assert len(in_flight) <= 1  # at most the point in flight is lost
+    card = card_for(tmp_path, "slow")
+    n = len(grid.expand(card, "quick", H200).points)
+    sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    df = _check_complete(sweep_dir, n)
+    assert set(df[df.status == "error"].point_id) == in_flight and (df.status == "ok").sum() == n - len(in_flight)
+
+
+def test_sigterm_marks_the_point_abandoned_and_it_is_retried(tmp_path):
+    cmd, env = _cli(tmp_path, "slow", env={"SWEEP_SLOW_S": "0.3"})
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep_dir = tmp_path / "runs" / "t_slow-quick"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (sweep_dir.exists() and len(rows_of(sweep_dir)) >= 2):
+        time.sleep(0.05)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stopped: interrupted" in out and (sweep_dir / "results.parquet").exists()
+    card = card_for(tmp_path, "slow")
+    n = len(grid.expand(card, "quick", H200).points)
+    sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    df = _check_complete(sweep_dir, n)
+    assert (df.status == "ok").all()
+
+
+def test_limit_max_minutes_and_resume_in_chunks(tmp_path):
+    card = card_for(tmp_path, "exact")
+    n = len(grid.expand(card, "quick", H200).points)
+    r1 = sweep.run(card, opts(tmp_path, limit=5), timer=CountingTimer())
+    assert (r1.done, r1.left, r1.stopped) == (5, n - 5, "limit")
+    with pytest.raises(SplitlabError, match="already holds sweep .*pass --resume"):
+        sweep.run(card, opts(tmp_path, limit=5), timer=CountingTimer())
+    with pytest.raises(SplitlabError, match="timer='events' is not allowed .*expected 'fake'"):
+        sweep.Runner(card, opts(tmp_path, resume=True, timer="events")).run()
+    r2 = sweep.run(card, opts(tmp_path, resume=True, max_minutes=1e-9), timer=CountingTimer())
+    assert r2.stopped == "time" and r2.done == 6  # one point, then the budget is spent
+    r3 = sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    assert r3.left == 0 and r3.stopped == "finished"
+    _check_complete(r3.sweep_dir, n)
+
+
+def test_a_live_session_on_the_same_points_is_refused(tmp_path):
+    card = card_for(tmp_path, "exact")
+    sweep.run(card, opts(tmp_path, limit=1), timer=CountingTimer())
+    sweep_dir = tmp_path / "runs" / "t_exact-quick"
+    live = sweep.Journal(sweep_dir / "journal-29990101T000000Z-1-aaaa.jsonl")  # holds its lock, like a live run
+    live.write(dict(event="session", session="x", shard=None, env={"pid": 1}))
+    try:
+        with pytest.raises(SplitlabError, match="live session"):
+            sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+        # A shard of a sharded sweep may run beside another shard, not beside an unsharded session.
+        with pytest.raises(SplitlabError, match="live session"):
+            sweep.run(card, opts(tmp_path, resume=True, shard=(0, 2)), timer=CountingTimer())
+    finally:
+        live.close()
+    res = sweep.run(card, opts(tmp_path, resume=True, shard=(0, 2)), timer=CountingTimer())
+    res2 = sweep.run(card, opts(tmp_path, resume=True, shard=(1, 2)), timer=CountingTimer())
+    assert res.left == res2.left == 0
+    _check_complete(sweep_dir, len(grid.expand(card, "quick", H200).points))
+
+
+def test_a_torn_journal_line_is_ignored(tmp_path):
+    card = card_for(tmp_path, "exact")
+    res = sweep.run(card, opts(tmp_path, limit=4), timer=CountingTimer())
+    j = results.journals(res.sweep_dir)[0]
+    with open(j, "ab") as f:
+        f.write(b'{"event":"row","row":{"point_id":"abc","stat')  # the process died mid-write
+    assert len(results.load(res.sweep_dir)) == 4
+    res = sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    _check_complete(res.sweep_dir, len(grid.expand(card, "quick", H200).points))
+
+
+# --- CLI ------------------------------------------------------------------------------------------------
+
+def test_cli_dry_run_and_run(tmp_path, capsys):
+    p = tmp_path / "exact.toml"
+    p.write_text(CARD.format(impl="exact"))
+    out_dir = tmp_path / "runs"
+    code = main(["sweep", str(p), "--grid", "quick", "--out", str(out_dir), "--dry-run", "--device", "h200"])
+    out = capsys.readouterr().out
+    n = len(grid.expand(cards.load(p), "quick", H200).points)
+    assert code == 0 and f"{n} points over 4 shapes: 16 from the grid" in out and "num_splits" in out
+    assert "planners" in out and not out_dir.exists()
+    code = main(["sweep", str(p), "--grid", "quick", "--out", str(out_dir), "--timer", "fake", "--quiet",
+                 "--device", "h200", "--limit", "3"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"3/{n} points done" in out and "--resume" in out
+    main(["sweep", str(p), "--grid", "quick", "--out", str(out_dir), "--dry-run", "--device", "h200"])
+    assert f"3 done, {n - 3} left" in capsys.readouterr().out
+    code = main(["sweep", str(p), "--grid", "quick", "--out", str(out_dir), "--timer", "fake", "--quiet",
+                 "--device", "h200", "--resume"])
+    assert code == 0 and f"{n}/{n} points done" in capsys.readouterr().out
+    assert main(["sweep", str(p), "--shard", "2/2", "--dry-run"]) == 2
+    assert "--shard" in capsys.readouterr().err
+
+
+def test_cli_refuses_gpu_timers_without_a_gpu(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    p = tmp_path / "exact.toml"
+    p.write_text(CARD.format(impl="exact"))
+    code = main(["sweep", str(p), "--grid", "quick", "--out", str(tmp_path / "runs"), "--timer", "graph"])
+    err = capsys.readouterr().err
+    assert code == 2 and "timer='graph' needs a CUDA GPU" in err and err.count("\n") == 1
+
+
+# --- pieces that run on the GPU, exercised here as far as a CPU allows -------------------------------------
+
+class CallingTimer(FakeTimer):
+    """Runs every call on three rotated input sets (what the graph timer captures) before faking a time."""
+
+    def __init__(self):
+        super().__init__(H200)
+        self.outputs = []
+
+    def measure(self, calls, *, set_bytes, workload, num_splits):
+        self.outputs.append([c() for c in calls(3)])
+        assert set_bytes > 0
+        return super().measure(calls, set_bytes=set_bytes, workload=workload, num_splits=num_splits)
+
+
+def test_timers_get_working_calls_on_distinct_input_sets(tmp_path):
+    timer = CallingTimer()
+    card = dataclasses.replace(card_for(tmp_path, "exact"), planner_knobs=())
+    sweep.run(card, opts(tmp_path, limit=2), timer=timer)
+    assert len(timer.outputs) == 2
+    for outs in timer.outputs:
+        assert len(outs) == 3 and all((o == outs[0]).all() for o in outs)  # same values, other addresses
+
+
+def test_quantiles_match_torch():
+    import torch
+
+    from splitlab.bench.timing import quantiles
+
+    xs = [5.0, 1.0, 3.0, 9.0, 7.0, 2.0]
+    assert quantiles(xs) == pytest.approx(torch.tensor(xs).quantile(torch.tensor([0.2, 0.5, 0.8])).tolist())
+
+
+def test_peer_reference_is_attention_over_the_contiguous_cache():
+    import torch
+
+    from splitlab.bench.peers import SDPA_FLASH
+    from splitlab.workloads import DecodeWorkload
+
+    w = DecodeWorkload("gqa", 2, 4, 2, 16, 16, 24)
+    g = torch.Generator().manual_seed(0)
+    shapes = ((2, 4, 1, 16), (2, 2, 24, 16), (2, 2, 24, 16))
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64) for s in shapes)
+    ref = SDPA_FLASH.reference(w, dict(q=q, k=k, v=v))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)[:, :, 0]
+    torch.testing.assert_close(ref, want)
+    if not torch.cuda.is_available():
+        assert "needs a CUDA GPU" in SDPA_FLASH.unavailable()
+
+
+def test_inputs_drawn_on_the_device_have_the_same_layout():
+    from splitlab.kernels.testing import workload_inputs
+    from splitlab.workloads import DecodeWorkload
+
+    for w in (DecodeWorkload("gqa", 2, 4, 2, 16, 16, 40), DecodeWorkload("mla", 2, 4, 1, 40, 32, 40),
+              DecodeWorkload("sparse_mla", 2, 4, 1, 32, 32, 64, page_size=1, topk=24)):
+        a, b = workload_inputs(w, seed=3), workload_inputs(w, seed=3, draw_on="device")
+        assert {k: (v.shape, v.dtype) for k, v in a.items()} == {k: (v.shape, v.dtype) for k, v in b.items()}
+    with pytest.raises(ValueError, match="draw_on='gpu' is not allowed"):
+        workload_inputs(w, draw_on="gpu")
+
+
+def test_each_planners_regret_reads_off_the_sweep(tmp_path):
+    from splitlab import analysis
+
+    res = sweep.run(card_for(tmp_path, "exact"), opts(tmp_path), timer=CountingTimer())
+    df = results.load(res.sweep_dir)
+    with pytest.raises(SplitlabError, match="not measurements"):
+        analysis.regret(df)  # fake times are never taken for measurements
+    reg = analysis.regret(df, allow_fake=True)
+    assert set(reg.planner) == set(planners.names("gqa")) and len(reg) == 4 * len(planners.names("gqa"))
+    assert (reg.regret >= 1.0).all() and len(analysis.summary(reg)) == len(planners.names("gqa"))
+
+
+def test_parallel_shards_share_one_sweep(tmp_path):
+    """Two processes (as on two GPUs) start the same sweep at once, one shard each (with --resume: "continue it
+    or start it", since each may find the other's fresh sweep): one sweep id, every point exactly once."""
+    procs = []
+    for i in range(2):
+        cmd, env = _cli(tmp_path, "slow", "--shard", f"{i}/2", "--resume", env={"SWEEP_SLOW_S": "0.02"})
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    card = card_for(tmp_path, "slow")
+    df = _check_complete(tmp_path / "runs" / "t_slow-quick", len(grid.expand(card, "quick", H200).points))
+    assert df.sweep_id.nunique() == 1 and df.session.nunique() == 2 and (df.status == "ok").all()
