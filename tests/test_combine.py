@@ -10,8 +10,6 @@ from splitlab.kernels import reference
 from splitlab.kernels.combine import combine, combine_grid
 from splitlab.kernels.testing import TOLERANCE, lse_err, poison_, rel_err
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
 
 def _partials(rows, heads, splits, dv, *, seed=0, empty_frac=0.3):
     """Random partials; about ``empty_frac`` of the splits are empty (lse -inf) and hold NaN garbage;

@@ -15,8 +15,6 @@ from splitlab.kernels.gqa import gqa_decode, gqa_launch_facts
 from splitlab.kernels.testing import LSE_TOLERANCE, TOLERANCE, gqa_inputs, lse_err, rel_err
 from splitlab.workloads import DecodeWorkload
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the interpreter on numpy 2.3
-
 LSE_TOL = LSE_TOLERANCE
 
 

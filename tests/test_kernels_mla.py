@@ -15,8 +15,6 @@ from splitlab.kernels.mla import mla_decode, mla_defaults, mla_launch_facts, sme
 from splitlab.kernels.testing import LSE_TOLERANCE, TOLERANCE, lse_err, mla_inputs, poison_, rel_err
 from splitlab.workloads import DecodeWorkload
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the interpreter on numpy 2.3
-
 LSE_TOL = LSE_TOLERANCE
 
 

@@ -19,8 +19,6 @@ from splitlab.kernels.sparse_mla import (
 from splitlab.kernels.testing import LSE_TOLERANCE, TOLERANCE, lse_err, poison_, rel_err, sparse_mla_inputs
 from splitlab.workloads import DecodeWorkload
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the interpreter on numpy 2.3
-
 LSE_TOL = LSE_TOLERANCE
 
 
