@@ -26,6 +26,5 @@ test: lint
 	$(PY) -m pytest
 
 demo: setup
-	$(VENV)/bin/splitlab plan --workload deepseek-v3-mla --heads 64 --batch 1,2,8,16 --ctx 65536,81920,131072 \
-		--device mi355x --planner modular
-	$(VENV)/bin/splitlab plan --workload llama-3-8b --batch 1,16 --ctx 8192 --device h200,mi355x,rtx5090
+	$(VENV)/bin/splitlab plan --workload deepseek-v3-mla --batch 8 --ctx 81920 --device mi355x,h200,rtx5090
+	$(VENV)/bin/splitlab report --data data/h200 --out reports

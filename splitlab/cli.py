@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--notes", action="store_true", help="add each adapter's note: how it mapped the workload")
     pl.set_defaults(fn=cmd_plan)
 
+    from splitlab import report
+
+    r = sub.add_parser("report", help="execute the notebooks on a result set into HTML (no GPU needed)")
+    report.add_arguments(r)
+    r.set_defaults(fn=report.cli)
+
     b = sub.add_parser("bench", help="time splitlab's kernels against PyTorch's decode paths (GPU)")
     b.add_argument("--suite", default="gqa,mqa,mla,sparse", help="comma-separated: gqa, mqa, mla, sparse")
     b.add_argument("--out", default="runs/bench", help="folder for points.csv, summary.csv, env.json")

@@ -1,0 +1,142 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Planner shootout: every planner's regret on one result set
+#
+# The sweep measures every registered planner's choice for every shape. A planner's **regret** on a shape is the
+# p50 of its choice over the best p50 measured for that shape (1.0 = it picked the optimum). Below: each
+# planner's regret distribution per kernel (empirical CDFs: the further left and the steeper, the better), a
+# table of geomean, p90 and worst regret, and the shapes where each planner loses most. Planners only cover the
+# kinds they were written for (FlashMLA has no GQA rule, aiter only sparse MLA), so compare planners within a
+# kernel; the overall row mixes different shape sets.
+
+# %% tags=["parameters"]
+data: str = "data/h200"  # result set: a sweep folder or a folder of sweeps (the shipped H200 data by default)
+allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
+kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
+include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
+worst_n: int = 3  # shapes listed per planner where it loses most
+
+# %%
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from IPython.display import Markdown, display
+
+from splitlab import analysis, plots, report
+
+plots.setup()
+warnings.filterwarnings("ignore", category=UserWarning)
+df, info = report.load_data(data, allow_fake=allow_fake)
+display(Markdown(report.describe(info, df)))
+
+reg = analysis.regret(df, allow_fake=allow_fake)
+if not include_foreign:
+    reg = reg[~reg["planner"].str.contains("@", regex=False)]
+if kernels:
+    reg = reg[reg["kernel"].isin(kernels)]
+todo = sorted(reg["kernel"].unique())
+reg["shape"] = [f"{r.kind} H{r.num_q_heads}/{r.num_kv_heads} B{r.batch} N{plots.fmt_pow2(r.ctx_len)}"
+                + (f" top-k {r.topk}" if r.topk else "") for r in reg.itertuples()]
+unmeasured = reg[reg["regret"].isna()]
+display(Markdown(f"{reg[['kernel', 'shape']].drop_duplicates().shape[0]} shapes over {len(todo)} kernel(s), "
+                 f"{reg['planner'].nunique()} planners; {len(unmeasured)} choices were not measured correctly "
+                 "(wrong or error) and count as no regret below."))
+
+# %% [markdown]
+# ## Regret distributions
+
+# %%
+if todo:
+    ncol = min(3, len(todo))
+    nrow = int(np.ceil(len(todo) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol + 1.2, 3.5 * nrow), squeeze=False)
+    for ax, kernel in zip(axes.flat, todo, strict=False):
+        g = reg[reg["kernel"] == kernel]
+        plots.ecdf(ax, {p: g.loc[g["planner"] == p, "regret"] for p in g["planner"].unique()})
+        ax.set_title(kernel)
+        ax.legend(loc="lower right", fontsize=7, frameon=True)
+    for ax in list(axes.flat)[len(todo):]:
+        ax.axis("off")
+    plots.title(fig, "Regret of each planner's choice against the measured best (ECDF)", info)
+    plt.show()
+
+# %%
+if len(reg.dropna(subset=["regret"])):
+    r = reg.dropna(subset=["regret"])
+    order = plots.planner_order(r["planner"])
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(todo) * len(order) / 2.5), 3.8))
+    sns.boxplot(data=r, x="kernel", y="regret", hue="planner", hue_order=order, order=todo, ax=ax,
+                palette={p: plots.planner_color(p) for p in order}, fliersize=2, linewidth=0.8)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_ylabel("regret (p50 / best p50)")
+    ax.set_xlabel("")
+    plots.legend_outside(ax)
+    plots.title(fig, "Regret by kernel and planner", info)
+    plt.show()
+
+# %% [markdown]
+# ## Geomean, p90 and worst regret
+
+# %%
+tables = []
+for kernel in todo:
+    s = analysis.summary(reg[reg["kernel"] == kernel])
+    s.insert(0, "kernel", kernel)
+    tables.append(s)
+per_kernel = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+if len(per_kernel):
+    display(per_kernel.round(3))
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(3, len(todo)) + 1.2))
+    t = per_kernel.pivot(index="kernel", columns="planner", values="geomean")
+    t = t[plots.planner_order(t.columns)]
+    sns.heatmap(t, annot=True, fmt=".2f", cmap="rocket_r", ax=ax, cbar_kws={"label": "geomean regret"},
+                linewidths=0.5)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    plots.title(fig, "Geomean regret per kernel (blank: the planner does not cover the kind)", info)
+    plt.show()
+    overall = analysis.summary(reg)
+    display(Markdown("**All kernels together** (different planners cover different shapes):"))
+    display(overall.round(3))
+
+# %% [markdown]
+# ## Where each planner loses most
+
+# %%
+lost = (reg.dropna(subset=["regret"]).sort_values("regret", ascending=False)
+        .groupby("planner", group_keys=False).head(worst_n))
+lost = lost[["planner", "kernel", "shape", "num_splits", "oracle_splits", "p50_us", "oracle_us", "regret"]]
+lost = lost.assign(_o=lost["planner"].map({p: i for i, p in enumerate(plots.planner_order(lost["planner"]))}))
+display(lost.sort_values(["_o", "regret"], ascending=[True, False]).drop(columns="_o").round(3).reset_index(drop=True))
+if len(unmeasured):
+    display(Markdown("**Choices not measured correctly:**"))
+    display(unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
+
+# %%
+if len(per_kernel):
+    wins = per_kernel.loc[per_kernel.groupby("kernel")["geomean"].idxmin()]
+    losses = per_kernel.loc[per_kernel.groupby("kernel")["geomean"].idxmax()]
+    parts = [f"{w.kernel}: {w.planner} {w.geomean:.2f}x (worst {l.planner} {l.geomean:.2f}x, up to {l.worst:.2f}x)"
+             for w, l in zip(wins.itertuples(), losses.itertuples(), strict=True)]
+    text = "lowest geomean regret per kernel: " + "; ".join(parts)
+else:
+    text = "no planner choice was measured"
+report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
+                      geomean={f"{r.kernel}/{r.planner}": round(float(r.geomean), 4)
+                               for r in per_kernel.itertuples()} if len(per_kernel) else {})

@@ -1,0 +1,173 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Split regressions: a candidate against a baseline
+#
+# A *candidate* (a planner's choices, or the best of another result set) against a *baseline* on the same shapes:
+# per shape, each one's regret against the measured optimum (p50 over the best p50 measured for that shape in
+# `data`), the ratio candidate / baseline (above 1: the candidate is slower), the shapes that got slower sorted by
+# how much, and the ratio as a heatmap over batch and context. The default compares splitlab's own planner with
+# FlashInfer's, the one other planner that covers every kernel.
+
+# %% tags=["parameters"]
+data: str = "data/h200"  # result set: a sweep folder or a folder of sweeps (the shipped H200 data by default)
+allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
+candidate: str = "splitlab"  # a planner name, or oracle for the best measured point of candidate_data
+candidate_data: str = ""  # result set the candidate's times come from; empty means data
+baseline: str = "flashinfer"  # a planner name, or oracle
+baseline_data: str = ""  # result set the baseline's times come from; empty means data
+tol: float = 0.02  # slower (or faster) by more than this share counts
+top: int = 25  # rows of the sorted table of regressions
+
+# %%
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from splitlab import analysis, plots, report
+from splitlab.errors import SplitlabError
+
+plots.setup()
+warnings.filterwarnings("ignore", category=UserWarning)
+df, info = report.load_data(data, allow_fake=allow_fake)
+cand_df = report.load_data(candidate_data, allow_fake=allow_fake)[0] if candidate_data else df
+base_df = report.load_data(baseline_data, allow_fake=allow_fake)[0] if baseline_data else df
+display(Markdown(report.describe(info, df)))
+
+
+def who(name: str, path: str) -> str:
+    label = "best measured" if name in ("oracle", "best", "") else name
+    return label + (f" in {path}" if path else "")
+
+
+cand_label, base_label = who(candidate, candidate_data), who(baseline, baseline_data)
+display(Markdown(f"**Candidate:** {cand_label}. **Baseline:** {base_label}. A shape counts as slower (faster) when "
+                 f"the ratio is above {1 + tol:.2f} (below {1 - tol:.2f})."))
+
+# %%
+keys = [c for c in analysis.SHAPE if c in df.columns]
+best = analysis.oracle(df, allow_fake=allow_fake)[keys + ["p50_us", "num_splits"]].rename(
+    columns={"p50_us": "oracle_us", "num_splits": "oracle_splits"})
+frames, notes = [], []
+for kernel in sorted(set(cand_df["kernel"]) & set(base_df["kernel"])):
+    try:
+        m = analysis.compare(base_df[base_df["kernel"] == kernel], cand_df[cand_df["kernel"] == kernel],
+                             base_planner=None if baseline in ("oracle", "best", "") else baseline,
+                             cand_planner=None if candidate in ("oracle", "best", "") else candidate,
+                             allow_fake=allow_fake)
+    except SplitlabError as e:
+        notes.append(f"- {kernel}: {e}")
+        continue
+    frames.append(m)
+if notes:
+    display(Markdown("Kernels left out:\n" + "\n".join(notes)))
+cmp = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys + ["ratio"])
+cmp = cmp.merge(best, on=keys, how="left")
+cmp["regret_cand"] = cmp["p50_us_cand"] / cmp["oracle_us"]
+cmp["regret_base"] = cmp["p50_us_base"] / cmp["oracle_us"]
+cmp["shape"] = [f"{r.kind} H{r.num_q_heads}/{r.num_kv_heads} B{r.batch} N{plots.fmt_pow2(r.ctx_len)}"
+                + (f" top-k {r.topk}" if r.topk else "") for r in cmp.itertuples()]
+valid = cmp.dropna(subset=["ratio"])
+display(Markdown(f"{len(cmp)} shapes in common, {len(valid)} with both choices measured correctly."))
+
+# %% [markdown]
+# ## Per kernel
+
+# %%
+summary = valid.groupby("kernel").agg(
+    shapes=("ratio", "size"), slower=("ratio", lambda r: int((r > 1 + tol).sum())),
+    faster=("ratio", lambda r: int((r < 1 - tol).sum())), geomean_ratio=("ratio", analysis.geomean),
+    worst_ratio=("ratio", "max"), regret_candidate=("regret_cand", analysis.geomean),
+    regret_baseline=("regret_base", analysis.geomean))
+display(summary.round(3))
+
+# %% [markdown]
+# ## The shapes that got slower, worst first
+
+# %%
+slow = valid[valid["ratio"] > 1 + tol].sort_values("ratio", ascending=False)
+cols = ["kernel", "shape", "num_splits_base", "num_splits_cand", "oracle_splits", "p50_us_base", "p50_us_cand",
+        "ratio", "regret_base", "regret_cand"]
+if slow.empty:
+    display(Markdown(f"No shape is slower by more than {tol:.0%}."))
+else:
+    t = slow[cols].head(top).rename(columns={"num_splits_base": "splits (base)", "num_splits_cand": "splits (cand)",
+                                             "oracle_splits": "best splits", "p50_us_base": "base us",
+                                             "p50_us_cand": "cand us"})
+    display(t.round(3).reset_index(drop=True))
+    if len(slow) > top:
+        display(Markdown(f"... and {len(slow) - top} more."))
+
+# %%
+if len(valid):
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    for kernel, g in valid.groupby("kernel"):
+        v = np.sort(g["ratio"].to_numpy(dtype=float))
+        ax.plot(np.arange(1, len(v) + 1) / len(v), v, marker="o", ms=3, lw=1, label=f"{kernel} ({len(v)})")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
+    ax.set_xlabel("share of shapes (sorted by ratio)")
+    ax.set_ylabel(f"{candidate} / {baseline} (p50)")
+    plots.legend_outside(ax)
+    plots.title(fig, f"{cand_label} against {base_label}: p50 ratio per shape", info)
+    plt.show()
+
+# %% [markdown]
+# ## Over batch and context
+#
+# The ratio candidate / baseline per shape (red: the candidate is slower; blue: faster). For sparse MLA the
+# context is the token pool and fixed, so top-k takes its place.
+
+# %%
+fam_cols = [c for c in keys if c not in ("batch", "ctx_len", "topk")]
+panels = []
+for fam, g in valid.groupby(fam_cols, dropna=False):
+    xcol = "ctx_len" if g["ctx_len"].nunique() > 1 else "topk"
+    if g[xcol].nunique() < 1 or g["batch"].nunique() < 1:
+        continue
+    panels.append((dict(zip(fam_cols, fam, strict=True)), xcol, g))
+panels = sorted(panels, key=lambda p: (p[0]["kernel"], -len(p[2])))[:12]
+if panels:
+    ncol = min(3, len(panels))
+    nrow = int(np.ceil(len(panels) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol, 3.3 * nrow), squeeze=False)
+    lim = float(np.nanmax(np.abs(np.log2(valid["ratio"].astype(float))))) if len(valid) else 1.0
+    lim = max(lim, 0.05)
+    for ax, (fam, xcol, g) in zip(axes.flat, panels, strict=False):
+        t = g.pivot_table(index="batch", columns=xcol, values="ratio", aggfunc="max")
+        plots.log2_heatmap(ax, t, cmap="RdBu_r", log_color=True, ratio_ticks=True, vmin=2**-lim, vmax=2**lim, annot=t,
+                           fmt="{:.2f}",
+                           cbar_label="cand / base", xlabel=("context" if xcol == "ctx_len" else "top-k") + " (log2)",
+                           ylabel="batch (log2)")
+        ax.set_title(f"{fam['kernel']}: H{fam['num_q_heads']}/{fam['num_kv_heads']} D{fam['head_dim_qk']}")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    plots.title(fig, f"{cand_label} / {base_label} over batch and context", info)
+    plt.show()
+
+# %%
+if len(valid):
+    worst = valid.loc[valid["ratio"].idxmax()]
+    n_slow, n_fast = int((valid["ratio"] > 1 + tol).sum()), int((valid["ratio"] < 1 - tol).sum())
+    text = (f"{cand_label} against {base_label} on {len(valid)} shapes: slower on {n_slow} (worst "
+            f"{worst['ratio']:.2f}x at {worst['kernel']} {worst['shape']}), faster on {n_fast}; geomean ratio "
+            f"{analysis.geomean(valid['ratio']):.3f}")
+else:
+    text = f"{cand_label} and {base_label} share no correctly measured shape"
+report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
+                      shapes=len(valid), slower=int((valid["ratio"] > 1 + tol).sum()) if len(valid) else 0)

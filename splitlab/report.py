@@ -1,0 +1,538 @@
+"""``splitlab report``: execute the notebooks on a result set, headlessly, into HTML.
+
+    from splitlab import report
+    report.build_report(Path("data/h200"), Path("reports"))        # -> reports/index.html
+
+For each notebook in ``notebooks/`` (jupytext ``py:percent`` sources, each with a tagged ``parameters`` cell)
+the driver converts the source to ``.ipynb`` in a temporary folder (never beside the sources), executes it with
+papermill (kernel ``python3``, cwd the repository root, parameters ``data`` and ``allow_fake``, and ``out`` for
+the ``sweep`` notebook), writes ``<out>/<name>.ipynb`` (executed) and ``<out>/<name>.html`` (nbconvert, code
+cells left out, figures embedded as PNG), and finally ``<out>/index.html``: a link to each page with its
+one-line finding, the data's device(s) and date, and a MODELLED banner when the rows come from the fake timer.
+
+Findings. A notebook states its finding with ``record_finding(text)``: a Markdown output ("**Finding.** ...")
+whose output metadata carries ``{"splitlab": {"finding": text, ...}}``; ``read_finding`` takes the last one
+from the executed notebook. Nothing is written beside the notebook.
+
+The notebooks use the data helpers here too: ``load_data(data, allow_fake)`` (the rows and a ``DataInfo``:
+device, SMs, date, timers, read from the sweeps' ``sweep.json`` sidecars), ``describe(info)`` (a Markdown
+provenance note) and ``cta_rule`` (seed 003's "switch at CTAs > SMs" rule scored on measured load points).
+
+Wiring into the CLI (``splitlab/cli.py``)::
+
+    r = sub.add_parser("report", help="execute the notebooks on a result set into HTML")
+    report.add_arguments(r)
+    r.set_defaults(fn=report.cli)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from splitlab.errors import SplitlabError
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+DEFAULT_DATA = "data/h200"
+#: The notebooks, in report order.
+NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
+FINDING_KEY = "splitlab"
+MODELLED = "MODELLED (fake timer), not measured"
+
+
+# --- the data: where it is, what it is --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What a result set's sidecars say: its sweeps, the GPU(s) it was measured on, the SM count, the date.
+
+    ``device`` is the label figures carry: the GPU name torch reported (``NVIDIA H200``), or, for rows made
+    without a GPU (the fake timer), the preset the points were planned for. ``fake`` is True when any sweep
+    used the fake timer: its numbers are modelled, not measured."""
+
+    path: Path
+    sweeps: tuple[dict, ...]
+    gpus: tuple[str, ...]
+    presets: tuple[str, ...]
+    sm_count: int
+    date: str
+    timers: tuple[str, ...]
+
+    @property
+    def fake(self) -> bool:
+        return "fake" in self.timers
+
+    @property
+    def device(self) -> str:
+        real = [g for g in self.gpus if g and g != "cpu"]
+        if real:
+            return ", ".join(real)
+        return ", ".join(self.presets) + " (planned; no GPU)"
+
+    @property
+    def label(self) -> str:
+        """One line: device, SMs, date, and MODELLED when fake."""
+        s = f"{self.device}, {self.sm_count} SMs, data {self.date}"
+        return f"{s} — {MODELLED}" if self.fake else s
+
+
+def resolve_data(data: str | Path | None) -> Path:
+    """``data`` as a path: the shipped ``data/h200`` when empty; a relative path is taken from the current
+    folder when it exists there, else from the repository root (so a notebook opened in ``notebooks/`` finds
+    ``data/h200``)."""
+    p = Path(data or DEFAULT_DATA).expanduser()
+    if p.is_absolute() or p.exists():
+        return p.resolve() if p.exists() else p
+    q = ROOT / p
+    return q if q.exists() else p
+
+
+def _uniq(xs: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(x for x in xs if x))
+
+
+def _date(side: dict) -> str:
+    stamp = side.get("updated") or side.get("created") or ""
+    return str(stamp)[:10]
+
+
+def data_info(data: str | Path) -> DataInfo:
+    """Check that ``data`` is a splitlab result set (a sweep folder or a folder of them) and describe it.
+    A missing path, a file, a folder without a ``sweep.json`` or with a foreign one: one ``SplitlabError``
+    naming the path."""
+    p = resolve_data(data)
+    expected = "expected a folder of splitlab sweeps (made by `splitlab sweep`, e.g. data/h200)"
+    if not p.exists():
+        raise SplitlabError(f"data={str(p)!r} does not exist; {expected}")
+    if not p.is_dir():
+        raise SplitlabError(f"data={str(p)!r} is a file, not a folder; {expected}")
+    sides = [p / "sweep.json"] if (p / "sweep.json").is_file() else sorted(p.rglob("sweep.json"))
+    if not sides:
+        raise SplitlabError(f"data={str(p)!r} holds no splitlab sweep (no sweep.json under it); {expected}")
+    from splitlab.results import SUPPORTED_SCHEMAS
+
+    parsed = []
+    for s in sides:
+        try:
+            side = json.loads(s.read_text())
+        except (OSError, ValueError) as e:
+            raise SplitlabError(f"data={str(p)!r}: {s} is not readable JSON ({e}); {expected}") from None
+        if not isinstance(side, dict) or not {"sweep_id", "kernel", "schema_version"} <= set(side):
+            raise SplitlabError(f"data={str(p)!r}: {s} is not a splitlab sweep sidecar (no sweep_id, kernel, "
+                                f"schema_version); {expected}")
+        if side["schema_version"] not in SUPPORTED_SCHEMAS:
+            raise SplitlabError(f"data={str(p)!r}: {s} has schema_version={side['schema_version']!r}; expected one "
+                                f"of {', '.join(map(str, SUPPORTED_SCHEMAS))} (this splitlab's result schema)")
+        parsed.append((s, side))
+    sweeps, gpus, presets, sms, timers, dates = [], [], [], [], [], []
+    for s, side in parsed:
+        env_dev = (side.get("env") or {}).get("device") or {}
+        preset = (side.get("device") or {}).get("name") or ""
+        gpu = env_dev.get("name") or "cpu"
+        sm = env_dev.get("sm_count") or (side.get("device") or {}).get("sm_count")
+        sweeps.append(dict(folder=str(s.parent.relative_to(p)) if s.parent != p else ".", sweep_id=side["sweep_id"],
+                           kernel=side["kernel"], grid=side.get("grid"), timer=side.get("timer"),
+                           rows=side.get("rows"), gpu=gpu, preset=preset, date=_date(side),
+                           fixture=bool(side.get("fixture"))))
+        gpus.append(gpu)
+        presets.append(preset)
+        if sm:
+            sms.append(int(sm))
+        timers.append(str(side.get("timer")))
+        dates.append(_date(side))
+    dates_ = sorted(d for d in dates if d)
+    date = (dates_[-1] if dates_[0] == dates_[-1] else f"{dates_[0]} to {dates_[-1]}") if dates_ else "undated"
+    return DataInfo(path=p, sweeps=tuple(sweeps), gpus=_uniq(gpus), presets=_uniq(presets),
+                    sm_count=max(set(sms), key=sms.count) if sms else 0, date=date, timers=_uniq(timers))
+
+
+def load_data(data: str | Path, *, allow_fake: bool = False) -> tuple[pd.DataFrame, DataInfo]:
+    """The rows of every sweep under ``data`` and their ``DataInfo``. Modelled rows (the fake timer) are
+    refused unless ``allow_fake``."""
+    info = data_info(data)
+    if info.fake and not allow_fake:
+        raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'); they are not measurements. "
+                            "Pass allow_fake=True (splitlab report --allow-fake) to show them, labelled MODELLED")
+    from splitlab import results
+
+    try:
+        df = results.load(info.path)
+    except SplitlabError as e:
+        raise SplitlabError(f"data={str(info.path)!r}: {e}") from None
+    return one_per_point(df), info
+
+
+def one_per_point(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per ``point_id``: a point measured by two sweeps (a ``quick`` grid is a subset of ``default``) is
+    kept from the sweep with more rows (the later one on a tie), so no shape or planner choice counts twice. The
+    number dropped is in ``df.attrs["duplicates"]``."""
+    if df.empty or "point_id" not in df.columns:
+        return df
+    size = df.groupby("sweep_id")["point_id"].transform("size")
+    order = df.assign(_n=size, _t=df["finished_at"].fillna("")).sort_values(["_n", "_t"], ascending=False)
+    out = order.drop_duplicates("point_id", keep="first").drop(columns=["_n", "_t"]).sort_index()
+    out = out.reset_index(drop=True)
+    out.attrs["duplicates"] = len(df) - len(out)
+    return out
+
+
+def describe(info: DataInfo, df: pd.DataFrame | None = None) -> str:
+    """A Markdown note on where the numbers come from (shown at the top of each notebook); with the rows
+    ``load_data`` returned, also how many points two sweeps shared."""
+    lines = [f"**Data:** `{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sm_count} SMs), "
+             f"**{info.date}**."]
+    dup = df.attrs.get("duplicates", 0) if df is not None else 0
+    if dup:
+        lines.append(f"{dup} points measured by two sweeps (e.g. a `quick` grid inside `default`) count once, from "
+                     "the larger sweep.")
+    if info.fake:
+        lines.append(f"\n**{MODELLED}.** These rows come from the sweep harness's fake timer: every time is a "
+                     "model's output, so nothing below is evidence about a GPU.")
+    lines.append("\n| sweep | kernel | grid | timer | rows |\n|---|---|---|---|---|")
+    for s in info.sweeps:
+        lines.append(f"| {s['folder']} | {s['kernel']} | {s['grid']} | {s['timer']} | {s['rows']} |")
+    return "\n".join(lines)
+
+
+# --- findings ---------------------------------------------------------------------------------------------
+
+def record_finding(text: str, **facts: Any) -> None:
+    """Show ``text`` as the notebook's one-line finding (and keep it, with ``facts``, in the output's
+    metadata, where ``read_finding`` and the report index find it)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"**Finding.** {text}"), metadata={FINDING_KEY: {"finding": text, **facts}})
+
+
+def read_finding(nb: Any) -> dict | None:
+    """The last finding an executed notebook (an ``nbformat`` node) recorded, as ``{"finding": ..., ...}``."""
+    found = None
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) or []:
+            meta = (out.get("metadata") or {}).get(FINDING_KEY)
+            if isinstance(meta, dict) and meta.get("finding"):
+                found = dict(meta)
+    return found
+
+
+def save_figure(executed: str | Path, number: int, dest: str | Path) -> Path:
+    """Write the ``number``-th figure (1-based, in output order) of an executed notebook as a PNG file (for the
+    README: ``save_figure("reports/planner_shootout.ipynb", 1, "docs/img/shootout.png")``)."""
+    import base64
+
+    import nbformat
+
+    nb = nbformat.read(Path(executed), as_version=4)
+    pngs = [o["data"]["image/png"] for c in nb.cells for o in c.get("outputs", []) or []
+            if "image/png" in (o.get("data") or {})]
+    if not 1 <= number <= len(pngs):
+        raise SplitlabError(f"number={number} is not allowed; expected 1..{len(pngs)} (the figures of {executed})")
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(base64.b64decode(pngs[number - 1]))
+    return dest
+
+
+# --- helpers the notebooks share --------------------------------------------------------------------------
+
+_RULE_COLUMNS = ["ctas", "sm_count", "p50_small", "p50_large", "best", "rule", "decisive", "predicted", "gain_small"]
+
+
+def cta_rule(df: pd.DataFrame, *, sm_count: int | None = None, knob: str = "block_k", small: int = 32,
+             large: int = 64, tol: float = 0.01) -> pd.DataFrame:
+    """Seed 003's rule ``BLOCK_K = small if ctas > SMs else large`` scored on measured load points.
+
+    A load point is one shape at one split count (and the other knobs equal) where both ``knob`` values were
+    measured ``ok``; its CTAs are those of the launch (the same for both values). Per load point: both p50s,
+    the faster value (``best``; ``tie`` when they differ by less than ``tol``; ``decisive`` otherwise), the
+    rule's pick, whether the rule picked the faster one (``predicted``; a tie counts as predicted) and
+    ``gain_small`` (p50 at the large value over p50 at the small one). ``sm_count`` defaults to the rows'."""
+    ok = df[(df["status"] == "ok") & df[knob].isin([small, large]) & df["ctas"].notna()].copy()
+    if ok.empty:
+        return pd.DataFrame(columns=_RULE_COLUMNS)
+    from splitlab.analysis import KNOBS, SHAPE
+
+    keys = [c for c in (*SHAPE, *KNOBS) if c in ok.columns and c != knob]
+    ok = ok.sort_values("p50_us").drop_duplicates(keys + [knob])
+    wide = ok.pivot_table(index=keys, columns=knob, values="p50_us", aggfunc="min", dropna=False)
+    wide = wide.dropna(subset=[c for c in (small, large) if c in wide.columns])
+    if wide.empty or small not in wide.columns or large not in wide.columns:
+        return pd.DataFrame(columns=_RULE_COLUMNS)
+    ctas = ok.groupby(keys, dropna=False)["ctas"].max()
+    sms = ok.groupby(keys, dropna=False)["sm_count"].max() if "sm_count" in ok.columns else None
+    out = wide.rename(columns={small: "p50_small", large: "p50_large"})[["p50_small", "p50_large"]].reset_index()
+    out["ctas"] = ctas.reindex(wide.index).to_numpy()
+    out["sm_count"] = sm_count if sm_count else (sms.reindex(wide.index).to_numpy() if sms is not None else None)
+    rel = out["p50_small"] / out["p50_large"]
+    out["best"] = [small if r < 1 - tol else large if r > 1 + tol else "tie" for r in rel]
+    out["rule"] = [small if c > s else large for c, s in zip(out["ctas"], out["sm_count"], strict=True)]
+    out["decisive"] = out["best"] != "tie"
+    out["predicted"] = [(b == "tie") or (b == r) for b, r in zip(out["best"], out["rule"], strict=True)]
+    out["gain_small"] = 1 / rel  # > 1 when the small value is faster
+    return out
+
+
+# --- running the notebooks --------------------------------------------------------------------------------
+
+@dataclass
+class Page:
+    """One executed notebook of the report."""
+
+    name: str
+    title: str
+    status: str = "ok"  # ok | the error
+    finding: str = ""
+    seconds: float = 0.0
+    facts: dict = field(default_factory=dict)
+
+
+def _title(nb: Any, name: str) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return name
+
+
+@contextlib.contextmanager
+def _kernel_env(tmp: Path) -> Iterator[None]:
+    """The environment the kernels run in: Jupyter, IPython and matplotlib write into ``tmp`` (not the home
+    folder) unless told otherwise; no ``MPLBACKEND`` (it would replace the inline backend and the figures
+    would vanish); the repository on ``PYTHONPATH``."""
+    saved = dict(os.environ)
+    try:
+        for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl")):
+            if not os.environ.get(var):
+                (tmp / sub).mkdir(parents=True, exist_ok=True)
+                os.environ[var] = str(tmp / sub)
+                if var == "IPYTHONDIR":  # a local kernel: its warning about TCP without encryption is noise here
+                    (tmp / sub / "profile_default").mkdir()
+                    (tmp / sub / "profile_default" / "ipython_kernel_config.py").write_text(
+                        'c.IPKernelApp.log_level = "ERROR"\n')
+        os.environ.pop("MPLBACKEND", None)
+        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), saved.get("PYTHONPATH")) if x)
+        os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _select(only: Sequence[str] | None) -> list[str]:
+    if not only:
+        return list(NOTEBOOKS)
+    names = [n.strip() for item in only for n in str(item).split(",") if n.strip()]
+    for n in names:
+        if n not in NOTEBOOKS:
+            raise SplitlabError(f"only={n!r} is not allowed; expected any of {', '.join(NOTEBOOKS)}")
+    return [n for n in NOTEBOOKS if n in names]
+
+
+def _say(msg: str, progress: bool) -> None:
+    if progress:
+        print(f"splitlab report: {msg}", file=sys.stderr, flush=True)
+
+
+# JupyterLab's template without the scripts it loads from a CDN (require.js, MathJax, Mermaid): the pages use
+# none of them, and a report must open offline. Figures are embedded PNG and the CSS is inlined.
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def to_html(nb: Any, title: str) -> str:
+    """Self-contained HTML of an executed notebook without its code cells (``nbconvert --no-input``): figures
+    embedded, CSS inlined, no script from the network; with a link back to the index."""
+    import jinja2
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", template_file="splitlab_report.html.j2",
+                            extra_loaders=[jinja2.DictLoader({"splitlab_report.html.j2": _TEMPLATE})],
+                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    back = ('<div style="font:13px sans-serif;margin:8px 16px"><a href="index.html">&larr; splitlab report '
+            'index</a></div>')
+    i = body.find(">", body.find("<body"))
+    return body[: i + 1] + back + body[i + 1:] if i > 0 else back + body
+
+
+def build_report(data: Path, out: Path, only: list[str] | None = None, progress: bool = True, *,
+                 allow_fake: bool = False, notebooks: Path | None = None, cell_timeout: int | None = None,
+                 parameters: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
+
+    Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``), plus
+    ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
+
+    Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
+    missing or foreign ``data`` raises ``SplitlabError`` naming the path before anything runs; so does data
+    from the fake timer unless ``allow_fake``. A notebook that fails still gets its page (with the error) and
+    its line in the index; ``SplitlabError`` names the failures after all have run."""
+    import jupytext
+    import nbformat
+    import papermill
+
+    data_path = resolve_data(data)
+    info = data_info(data_path)
+    if info.fake and not allow_fake:
+        raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'), not measurements; pass "
+                            "--allow-fake (allow_fake=True) to report them anyway, labelled MODELLED")
+    names = _select(only)
+    for name in parameters or {}:
+        if name not in NOTEBOOKS:
+            raise SplitlabError(f"parameters[{name!r}] is not allowed; expected notebooks among {', '.join(NOTEBOOKS)}")
+    src_dir = Path(notebooks) if notebooks is not None else NOTEBOOK_DIR
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    pages: list[Page] = []
+    _say(f"{len(names)} notebook(s) on {info.path} ({info.label}) -> {out}", progress)
+    with tempfile.TemporaryDirectory(prefix="splitlab-report-") as tmp_, _kernel_env(Path(tmp_)):
+        tmp = Path(tmp_)
+        for i, name in enumerate(names, 1):
+            src = src_dir / f"{name}.py"
+            if not src.is_file():
+                raise SplitlabError(f"notebook {name!r}: {src} does not exist")
+            nb = jupytext.read(src)
+            nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+            page = Page(name, _title(nb, name))
+            nb.metadata["title"] = page.title
+            inp = tmp / f"{name}.ipynb"
+            nbformat.write(nb, inp)
+            declared = papermill.inspect_notebook(str(inp))
+            params = {k: v for k, v in dict(data=str(info.path), allow_fake=bool(allow_fake),
+                                            out=str(out / "sweep-runs")).items() if k in declared}
+            extra = dict((parameters or {}).get(name, {}))
+            unknown = [k for k in extra if k not in declared]
+            if unknown:
+                raise SplitlabError(f"parameters[{name!r}] names {', '.join(unknown)}; {name} takes "
+                                    f"{', '.join(declared)}")
+            params.update(extra)
+            executed = out / f"{name}.ipynb"
+            _say(f"[{i}/{len(names)}] {name}: executing", progress)
+            t0 = time.monotonic()
+            try:
+                papermill.execute_notebook(str(inp), str(executed), parameters=params, kernel_name="python3",
+                                           progress_bar=progress, cwd=str(ROOT), execution_timeout=cell_timeout,
+                                           log_output=False)
+            except papermill.PapermillExecutionError as e:
+                page.status = f"{e.ename}: {e.evalue}"
+            except Exception as e:  # the kernel died, timed out, or would not start
+                page.status = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            page.seconds = time.monotonic() - t0
+            done = nbformat.read(executed, as_version=4) if executed.is_file() else nb
+            found = read_finding(done) or {}
+            page.finding = str(found.pop("finding", ""))
+            page.facts = found
+            (out / f"{name}.html").write_text(to_html(done, page.title), encoding="utf-8")
+            _say(f"[{i}/{len(names)}] {name}: {page.status} in {page.seconds:.1f} s -> {name}.html", progress)
+            pages.append(page)
+    index = out / "index.html"
+    index.write_text(index_html(pages, info), encoding="utf-8")
+    _say(f"index: {index}", progress)
+    failed = [p for p in pages if p.status != "ok"]
+    if failed:
+        raise SplitlabError("notebook(s) failed: " + "; ".join(f"{p.name}: {p.status}" for p in failed)
+                            + f" (see {out}/<name>.html; the index is {index})")
+    return index
+
+
+def index_html(pages: Sequence[Page], info: DataInfo) -> str:
+    """The report's front page: data provenance, then one line per notebook with its finding."""
+    from splitlab import __version__
+    from splitlab.bench.env import git_commit
+
+    e = html.escape
+    git = git_commit()
+    commit = (git.get("commit") or "")[:12] + (" (dirty)" if git.get("dirty") else "")
+    banner = (f'<p class="modelled">{e(MODELLED)}: the rows come from the sweep harness\'s fake timer; every number '
+              "in this report is a model's output.</p>") if info.fake else ""
+    rows = []
+    for p in pages:
+        status = "" if p.status == "ok" else f'<div class="err">failed: {e(p.status)}</div>'
+        finding = e(p.finding) if p.finding else '<span class="muted">(no finding recorded)</span>'
+        rows.append(f'<tr><td><a href="{e(p.name)}.html">{e(p.title)}</a><div class="muted">{e(p.name)} · '
+                    f'<a href="{e(p.name)}.ipynb">.ipynb</a> · {p.seconds:.0f} s</div></td>'
+                    f"<td>{finding}{status}</td></tr>")
+    sweeps = "".join(f"<tr><td>{e(s['folder'])}</td><td>{e(str(s['kernel']))}</td><td>{e(str(s['grid']))}</td>"
+                     f"<td>{e(str(s['timer']))}</td><td>{e(str(s['rows']))}</td><td>{e(str(s['gpu']))}</td>"
+                     f"<td>{e(s['date'])}</td></tr>" for s in info.sweeps)
+    generated = time.strftime("%Y-%m-%d %H:%M %Z")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>splitlab report: {e(info.device)}, {e(info.date)}</title>
+<style>
+body {{ font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1000px;
+       padding: 0 16px; color: #222; }}
+table {{ border-collapse: collapse; width: 100%; margin: 8px 0 20px; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: 6px 8px; text-align: left; vertical-align: top; }}
+th {{ background: #f4f4f4; }}
+.muted {{ color: #777; font-size: 12px; }}
+.err {{ color: #b00000; font-size: 12px; margin-top: 4px; }}
+.modelled {{ background: #fde8e8; color: #b00000; border: 1px solid #b00000; padding: 8px 12px; font-weight: 600; }}
+</style></head><body>
+<h1>splitlab report</h1>
+<p><b>Device:</b> {e(info.device)} ({info.sm_count} SMs) · <b>data:</b> {e(info.date)} ·
+<code>{e(str(info.path))}</code></p>
+{banner}
+<table><tr><th style="width:30%">notebook</th><th>finding</th></tr>
+{''.join(rows)}
+</table>
+<h3>Sweeps</h3>
+<table><tr><th>folder</th><th>kernel</th><th>grid</th><th>timer</th><th>rows</th><th>GPU</th><th>date</th></tr>
+{sweeps}</table>
+<p class="muted">Generated {e(generated)} by splitlab {e(__version__)} {e(commit)} (<code>splitlab report</code>).</p>
+</body></html>
+"""
+
+
+# --- the command line ---------------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``splitlab report`` flags."""
+    p.add_argument("--data", default=DEFAULT_DATA, help="result set: a sweep folder or a folder of sweeps "
+                   f"(default {DEFAULT_DATA}, the shipped H200 data)")
+    p.add_argument("--out", default="reports", help="folder for the executed notebooks and HTML (default reports/)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only these notebooks (repeat or comma-separate): {', '.join(NOTEBOOKS)}")
+    p.add_argument("--allow-fake", action="store_true",
+                   help="report modelled rows (timer=fake) too; every figure then says MODELLED")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def cli(args: argparse.Namespace) -> int:
+    """Run ``splitlab report`` from parsed arguments (``add_arguments``); prints the index path."""
+    index = build_report(Path(args.data), Path(args.out), only=getattr(args, "only", None),
+                         progress=not getattr(args, "quiet", False), allow_fake=getattr(args, "allow_fake", False))
+    print(index)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m splitlab.report [--data DIR] [--out DIR] [--only NAME]`` (the same as ``splitlab report``)."""
+    p = argparse.ArgumentParser(prog="splitlab report", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    try:
+        return cli(p.parse_args(argv))
+    except SplitlabError as e:
+        print(f"splitlab: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
