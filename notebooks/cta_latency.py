@@ -124,7 +124,7 @@ for kernel in todo:
 # line and 64 left of it. Points within the tie tolerance count for no side.
 
 # %%
-rule = report.cta_rule(ok, tol=tol)
+rule = analysis.cta_rule(ok, tol=tol)
 bk_summary = None
 if rule.empty:
     display(Markdown("The data hold no load point with both BLOCK_K 32 and 64 measured: seed 003's rule cannot be "

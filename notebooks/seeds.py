@@ -326,7 +326,7 @@ if df is not None:
 # %%
 if df is not None:
     sp = ok[ok["kernel"] == "sparse_mla_decode"]
-    rule = report.cta_rule(sp, tol=tol)
+    rule = analysis.cta_rule(sp, tol=tol)
     if rule.empty:
         measured_notes.append("seed 003: no load point with both BLOCK_K values")
         display(Markdown("The data hold **no load point with both BLOCK_K 32 and 64 measured** on "

@@ -248,43 +248,6 @@ def save_figure(executed: str | Path, number: int, dest: str | Path) -> Path:
 
 # --- helpers the notebooks share --------------------------------------------------------------------------
 
-_RULE_COLUMNS = ["ctas", "sm_count", "p50_small", "p50_large", "best", "rule", "decisive", "predicted", "gain_small"]
-
-
-def cta_rule(df: pd.DataFrame, *, sm_count: int | None = None, knob: str = "block_k", small: int = 32,
-             large: int = 64, tol: float = 0.01) -> pd.DataFrame:
-    """Seed 003's rule ``BLOCK_K = small if ctas > SMs else large`` scored on measured load points.
-
-    A load point is one shape at one split count (and the other knobs equal) where both ``knob`` values were
-    measured ``ok``; its CTAs are those of the launch (the same for both values). Per load point: both p50s,
-    the faster value (``best``; ``tie`` when they differ by less than ``tol``; ``decisive`` otherwise), the
-    rule's pick, whether the rule picked the faster one (``predicted``; a tie counts as predicted) and
-    ``gain_small`` (p50 at the large value over p50 at the small one). ``sm_count`` defaults to the rows'."""
-    ok = df[(df["status"] == "ok") & df[knob].isin([small, large]) & df["ctas"].notna()].copy()
-    if ok.empty:
-        return pd.DataFrame(columns=_RULE_COLUMNS)
-    from splitlab.analysis import KNOBS, SHAPE
-
-    keys = [c for c in (*SHAPE, *KNOBS) if c in ok.columns and c != knob]
-    ok = ok.sort_values("p50_us").drop_duplicates(keys + [knob])
-    wide = ok.pivot_table(index=keys, columns=knob, values="p50_us", aggfunc="min", dropna=False)
-    wide = wide.dropna(subset=[c for c in (small, large) if c in wide.columns])
-    if wide.empty or small not in wide.columns or large not in wide.columns:
-        return pd.DataFrame(columns=_RULE_COLUMNS)
-    ctas = ok.groupby(keys, dropna=False)["ctas"].max()
-    sms = ok.groupby(keys, dropna=False)["sm_count"].max() if "sm_count" in ok.columns else None
-    out = wide.rename(columns={small: "p50_small", large: "p50_large"})[["p50_small", "p50_large"]].reset_index()
-    out["ctas"] = ctas.reindex(wide.index).to_numpy()
-    out["sm_count"] = sm_count if sm_count else (sms.reindex(wide.index).to_numpy() if sms is not None else None)
-    rel = out["p50_small"] / out["p50_large"]
-    out["best"] = [small if r < 1 - tol else large if r > 1 + tol else "tie" for r in rel]
-    out["rule"] = [small if c > s else large for c, s in zip(out["ctas"], out["sm_count"], strict=True)]
-    out["decisive"] = out["best"] != "tie"
-    out["predicted"] = [(b == "tie") or (b == r) for b, r in zip(out["best"], out["rule"], strict=True)]
-    out["gain_small"] = 1 / rel  # > 1 when the small value is faster
-    return out
-
-
 # --- running the notebooks --------------------------------------------------------------------------------
 
 @dataclass

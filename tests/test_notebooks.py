@@ -22,7 +22,7 @@ pytest.importorskip("nbconvert")
 
 import nbformat  # noqa: E402
 
-from splitlab import planners, plots, report  # noqa: E402
+from splitlab import analysis, planners, plots, report  # noqa: E402
 from splitlab.errors import SplitlabError  # noqa: E402
 
 FIXTURE = Path(os.environ.get("SPLITLAB_NOTEBOOK_FIXTURE") or Path(__file__).parent / "fixtures" / "sweeps")
@@ -239,7 +239,7 @@ def test_cta_rule_counts_load_points():
                                  (16, 4, 64, 9.0, 11.0)):
         for bk, t in ((32, t32), (64, t64)):
             rows.append(dict(base, batch=b, num_splits=s, ctas=ctas, block_k=bk, p50_us=t))
-    rule = report.cta_rule(pd.DataFrame(rows))
+    rule = analysis.cta_rule(pd.DataFrame(rows))
     assert len(rule) == 4 and int(rule["decisive"].sum()) == 3
     assert int(rule[rule["decisive"]]["predicted"].sum()) == 2  # batch 16: 32 faster below the SMs: a miss
     assert set(rule[rule["ctas"] == 256]["rule"]) == {32}
