@@ -12,7 +12,7 @@ PINS ?= triton==3.6.0 numpy<2.4
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)" 2>&1 | grep -v 'is ignored' || true
-	$(PY) -m pip install -q -e ".[test,lab]" $(foreach p,$(PINS),"$(p)") 2>&1 | grep -v 'is ignored' || true
+	$(PY) -m pip install -q -e ".[test,lab,dist]" $(foreach p,$(PINS),"$(p)") 2>&1 | grep -v 'is ignored' || true
 	$(PY) -c "import torch, triton, splitlab; assert torch.__version__ and splitlab"
 	touch $@
 

@@ -128,6 +128,26 @@ if len(unmeasured):
     display(Markdown("**Choices not measured correctly:**"))
     display(unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
 
+# %% [markdown]
+# ## splitlab's planner, fitted: held-out shapes against every ported rule
+#
+# `splitlab.fit` fits the few constants of splitlab's wave-cost rule on the *fit* shapes only (held out: batch 2
+# or 32, context 4K or 64K, and one head count per family; `splitlab.fit.held_out`). The ported planners and the
+# first, unfitted rule (`splitlab-v0`, what the data call `splitlab`) are scored from the data's own choices; the
+# fitted rule, the registered `splitlab`, by `analysis.replay` (the measured point at exactly its plan).
+# The goal: held-out geomean <= 1.02 and worst <= 1.10 per kernel, below every ported planner.
+
+# %%
+from splitlab import fit  # noqa: E402
+
+fit_table = fit.shootout(df, allow_fake=allow_fake) if len(reg) else pd.DataFrame()
+if len(fit_table):
+    display(fit_table.round(3))
+    display(Markdown("**Goal on the held-out shapes** (`splitlab` = the fitted rule):"))
+    display(fit.goal(fit_table).round(3))
+else:
+    display(Markdown("No shape of splitlab's kernels with planner choices in these data: nothing to fit."))
+
 # %%
 if len(per_kernel):
     wins = per_kernel.loc[per_kernel.groupby("kernel")["geomean"].idxmin()]

@@ -360,6 +360,117 @@ if df is not None:
         display(Markdown("**The `aiter` planner's choices** (split count and BLOCK_K):"))
         display(analysis.summary(ra).round(3))
 
+# %% [markdown]
+# ## Transfer studies: do the seeds' rules hold on the H200?
+#
+# Each study scores a seed's rule on splitlab's kernels with `analysis.replay`: the rule is asked for its plan per
+# shape, and the measured point with exactly those knobs (the kernel's default tiles elsewhere) is looked up;
+# regret is against the best point measured for the shape. A shape whose plan was not measured is left out.
+#
+# **Seed 000, few-head MLA: two waves or one?** For MLA with 16 or 32 heads a CTA holds all heads of a request, so
+# a split launches `batch` CTAs; seed 000 targets `two_wave = 2 x SMs // batch` splits instead of
+# `one_wave = SMs // batch` (both rounded down to a power of two here, capped by 64 keys per split and 256 splits).
+
+# %%
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+def _waves_rule(n_waves: int):
+    def rule(w, dev):
+        from splitlab.planners.registry import Plan
+
+        cap = min(256, cdiv(w.keys_per_request, 64))
+        return Plan(f"{n_waves}-wave", min(cap, _pow2_floor(n_waves * dev.sm_count // w.batch)))
+    return rule
+
+
+mla_few = ok[(ok["kernel"] == "mla_decode") & ok["num_q_heads"].isin([16, 32])] if df is not None else None
+if mla_few is None or mla_few.empty:
+    text000 = "seed 000 two-wave vs one-wave: the data hold no MLA shape with 16 or 32 heads; not measured"
+    display(Markdown(text000))
+else:
+    one = analysis.replay(mla_few, _waves_rule(1), name="one wave", allow_fake=allow_fake)
+    two = analysis.replay(mla_few, _waves_rule(2), name="two waves", allow_fake=allow_fake)
+    keys = ["num_q_heads", "batch", "ctx_len"]
+    w2 = one[keys + ["num_splits", "p50_us", "regret"]].merge(
+        two[keys + ["num_splits", "p50_us", "regret"]], on=keys, suffixes=("_1w", "_2w"))
+    w2 = w2[(w2["num_splits_1w"] != w2["num_splits_2w"])].dropna(subset=["p50_us_1w", "p50_us_2w"])
+    if w2.empty:
+        text000 = "seed 000 two-wave vs one-wave: no few-head MLA shape has both split counts measured"
+        display(Markdown(text000))
+    else:
+        w2["one_over_two"] = w2["p50_us_1w"] / w2["p50_us_2w"]
+        display(w2.sort_values(keys).round(3).reset_index(drop=True))
+        wins = int((w2["one_over_two"] > 1 + tol).sum())
+        loses = int((w2["one_over_two"] < 1 - tol).sum())
+        text000 = (f"seed 000 on the H200 (MLA 16/32 heads, {len(w2)} shapes where the two targets differ): two waves "
+                   f"faster on {wins}, slower on {loses}, tie on {len(w2) - wins - loses}; one-wave time / two-wave "
+                   f"time geomean {analysis.geomean(w2['one_over_two']):.2f}x (range "
+                   f"{w2['one_over_two'].min():.2f}-{w2['one_over_two'].max():.2f}); geomean regret one wave "
+                   f"{analysis.geomean(w2['regret_1w']):.3f}, two waves {analysis.geomean(w2['regret_2w']):.3f}")
+report.record_finding(("MODELLED: " if info is not None and info.fake else "") + text000 + ".")
+
+# %% [markdown]
+# **Seed 001, sparse MLA: "grid within 80% of the SMs, at least two chunks per CTA".** While the unsplit grid
+# covers at most 40% of the SMs, cake takes the largest power-of-two split that keeps the grid within 80% of the
+# SMs and leaves at least two chunks per CTA; here a chunk is one BLOCK_K tile of the kernel's default (64
+# candidates for 512-wide rows), and the grid is splitlab's CTAs. Scored on the shapes where that branch applies.
+
+# %%
+def _cake_rule(w, dev):
+    from splitlab import waves
+    from splitlab.planners.registry import Plan
+
+    c0 = waves.ctas(w, 1)
+    chunks = cdiv(w.topk, 64 if w.head_dim_qk <= 512 else 32)
+    s = 1
+    while c0 * s * 2 <= 0.8 * dev.sm_count and chunks // (s * 2) >= 2:
+        s *= 2
+    return Plan("cake-80%", s)
+
+
+sp_all = ok[ok["kernel"] == "sparse_mla_decode"] if df is not None else None
+if sp_all is None or sp_all.empty:
+    text001 = "seed 001 80%-grid rule: the data hold no sparse_mla_decode shape; not measured"
+    display(Markdown(text001))
+else:
+    from splitlab import results as _results
+    from splitlab import waves as _waves
+
+    sm = int(sp_all["sm_count"].dropna().iloc[0]) if sp_all["sm_count"].notna().any() else 132
+    small = sp_all[[_waves.ctas(_results.workload(r), 1) <= 0.4 * sm for _, r in sp_all.iterrows()]]
+    if small.empty:
+        text001 = "seed 001 80%-grid rule: no sparse shape has an unsplit grid within 40% of the SMs; not measured"
+        display(Markdown(text001))
+    else:
+        cake = analysis.replay(small, _cake_rule, name="cake 80%", allow_fake=allow_fake)
+        shown = cake[["num_q_heads", "batch", "topk", "num_splits", "oracle_splits", "regret", "reason"]]
+        display(shown.sort_values(["num_q_heads", "topk", "batch"]).round(3).reset_index(drop=True))
+        r = cake["regret"].dropna()
+        hit = int((cake["num_splits"] == cake["oracle_splits"]).sum())
+        text001 = (f"seed 001 on the H200 (sparse MLA, {len(r)} shapes with the unsplit grid within 40% of the SMs): "
+                   f"the 80%-grid / two-chunk split is the measured best split on {hit}, geomean regret "
+                   f"{analysis.geomean(r):.3f}, worst {r.max():.2f}x" if len(r) else
+                   "seed 001 80%-grid rule: none of its plans was measured")
+report.record_finding(("MODELLED: " if info is not None and info.fake else "") + text001 + ".")
+
+# %% [markdown]
+# **Seed 003, sparse MLA: "BLOCK_K 32 once CTAs exceed the SMs".** `analysis.cta_rule` counts the load points
+# (a shape at one split count, both BLOCK_K measured) the rule predicts, beside "BLOCK_K 64 always".
+
+# %%
+rule003 = analysis.cta_rule(sp_all, tol=tol) if sp_all is not None and not sp_all.empty else pd.DataFrame()
+if rule003.empty:
+    text003 = "seed 003 BLOCK_K rule: no load point with both BLOCK_K 32 and 64 measured; not measured"
+else:
+    dec = rule003[rule003["decisive"]]
+    always64 = int((dec["best"] == 64).sum())
+    text003 = (f"seed 003 on the H200: 'BLOCK_K 32 once CTAs > SMs' predicts {int(dec['predicted'].sum())} of "
+               f"{len(dec)} decisive load points ({len(rule003) - len(dec)} ties); BLOCK_K 64 always: {always64}")
+display(Markdown(text003))
+report.record_finding(("MODELLED: " if info is not None and info.fake else "") + text003 + ".")
+
 # %%
 text = "; ".join([claims["000"], claims["001"], "seed 003: " + claims["003"]])
 if df is not None and measured_notes:

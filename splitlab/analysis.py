@@ -143,3 +143,154 @@ def cta_rule(df: pd.DataFrame, *, sm_count: int | None = None, knob: str = "bloc
     out["predicted"] = [(b == "tie") or (b == r) for b, r in zip(out["best"], out["rule"], strict=True)]
     out["gain_small"] = 1 / rel  # > 1 when the small value is faster
     return out
+
+
+# --- replay: the what-if regret of a planner that did not exist when the data were taken ---------------------
+
+#: The kernels whose launches ``replay`` can resolve: kernel column -> (module, ``*_launch_facts``, knob name of
+#: the plan's key tile on that kernel).
+LAUNCH_FACTS = {
+    "gqa_decode": ("splitlab.kernels.gqa", "gqa_launch_facts"),
+    "mla_decode": ("splitlab.kernels.mla", "mla_launch_facts"),
+    "sparse_mla_decode": ("splitlab.kernels.sparse_mla", "sparse_mla_launch_facts"),
+}
+_FACT_KNOBS = ("num_splits", "block_n", "block_k", "block_h", "num_warps", "num_stages")
+
+
+def _launch_facts_fn(kernel: str):
+    import importlib
+
+    mod, fn = LAUNCH_FACTS[kernel]
+    return getattr(importlib.import_module(mod), fn)
+
+
+def resolve_knobs(kernel: str, w, plan, device) -> dict:
+    """The knobs the sweep records for ``plan`` on ``kernel``: the plan's split count and the tiles it sets,
+    everything else resolved by the kernel's ``*_launch_facts`` exactly as the launcher does (defaults; for
+    sparse MLA, BLOCK_K by the CTA rule against ``device``'s SMs). A tile the kernel does not have (e.g.
+    ``block_k`` on a dense kernel) is ignored."""
+    facts_fn = _launch_facts_fn(kernel)
+    kw = dict(num_splits=plan.num_splits, device=device)
+    if kernel == "sparse_mla_decode":
+        kw.update(block_k=plan.block_k, block_h=plan.block_h)
+    elif kernel == "mla_decode":
+        kw.update(block_n=plan.block_n, block_h=plan.block_h)
+    else:  # gqa: block_h is the padded group, not a knob
+        kw.update(block_n=plan.block_n)
+    f = facts_fn(w, **kw)
+    return {k: getattr(f, k, None) for k in _FACT_KNOBS}
+
+
+class MeasuredIndex:
+    """The measured points of a result set, indexed for ``replay``: per shape (``SHAPE`` columns) the best
+    ``ok`` p50 of each distinct knob tuple (``_FACT_KNOBS``; missing knobs are ``None``) and the oracle."""
+
+    def __init__(self, df: pd.DataFrame, *, allow_fake: bool = False):
+        ok = measured(df, allow_fake=allow_fake)
+        ok = ok[ok["kernel"].isin(list(LAUNCH_FACTS))]
+        self.keys = [c for c in SHAPE if c in df.columns]
+        self.times: dict[tuple, dict[tuple, float]] = {}
+        self.rows: dict[tuple, dict] = {}
+        knob_cols = [c for c in _FACT_KNOBS if c in ok.columns]
+        for rec in ok[self.keys + knob_cols + ["p50_us"]].to_dict("records"):
+            shape = tuple(_py(rec[c]) for c in self.keys)
+            knobs = tuple(_py(rec.get(c)) for c in _FACT_KNOBS)
+            t = self.times.setdefault(shape, {})
+            p = float(rec["p50_us"])
+            if knobs not in t or p < t[knobs]:
+                t[knobs] = p
+            self.rows.setdefault(shape, {c: shape[i] for i, c in enumerate(self.keys)})
+        self._facts: dict[tuple, dict] = {}
+
+    def shapes(self) -> list[tuple]:
+        return list(self.times)
+
+    def oracle(self, shape: tuple) -> tuple[float, tuple]:
+        """(best p50, its knob tuple) of ``shape``."""
+        knobs, t = min(self.times[shape].items(), key=lambda kv: kv[1])
+        return t, knobs
+
+    def workload(self, shape: tuple):
+        from splitlab.results import WORKLOAD_COLUMNS
+        from splitlab.workloads import DecodeWorkload
+
+        row = self.rows[shape]
+        return DecodeWorkload(**{c: row[c] for c in WORKLOAD_COLUMNS})
+
+    def lookup(self, shape: tuple, plan, device) -> tuple[dict, float | None]:
+        """(the resolved knobs of ``plan`` on ``shape``, the measured p50 at exactly those knobs or None)."""
+        row = self.rows[shape]
+        ck = (shape, plan.num_splits, plan.block_n, plan.block_k, plan.block_h, getattr(device, "name", device))
+        if ck not in self._facts:
+            self._facts[ck] = resolve_knobs(row["kernel"], self.workload(shape), plan, device)
+        knobs = self._facts[ck]
+        return knobs, self.times[shape].get(tuple(knobs[k] for k in _FACT_KNOBS))
+
+
+def _py(v):
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _data_device(df: pd.DataFrame):
+    from splitlab.devices import get as get_device
+
+    names = df["device"].dropna().unique() if "device" in df.columns else []
+    if len(names) != 1:
+        raise SplitlabError(f"the result set has devices {list(names)}; pass device= (one preset) to replay it")
+    return get_device(str(names[0]))
+
+
+def replay(df: pd.DataFrame | MeasuredIndex, planner, *, device=None, allow_fake: bool = False,
+           name: str | None = None) -> pd.DataFrame:
+    """What-if regret of ``planner`` (a registered name or a function ``(DecodeWorkload, DeviceSpec) -> Plan``)
+    on the measured points of ``df``, one row per shape of the kernels in ``LAUNCH_FACTS``.
+
+    Per shape: ask the planner for its plan on ``device`` (default: the data's own device preset, e.g. the
+    H200), resolve the knobs the sweep would have recorded for it (``resolve_knobs``: its split count, the
+    tiles it sets, the kernel's defaults otherwise), and look up the ``ok`` point with exactly those knobs.
+    Columns: the shape, ``planner``, the resolved knobs, ``p50_us``, ``oracle_us``, ``oracle_splits``,
+    ``regret = p50_us / oracle_us`` and ``reason``: "" when scored, else why not (the plan was not measured,
+    or the planner raised / does not cover the kind); those rows keep ``regret = NaN``."""
+    from splitlab.devices import DeviceSpec
+    from splitlab.devices import get as get_device
+    from splitlab.planners import plan as plan_by_name
+
+    idx = df if isinstance(df, MeasuredIndex) else MeasuredIndex(df, allow_fake=allow_fake)
+    if device is None:
+        if isinstance(df, MeasuredIndex):
+            raise SplitlabError("pass device= when replaying on a MeasuredIndex")
+        device = _data_device(measured(df, allow_fake=allow_fake))
+    dev = device if isinstance(device, DeviceSpec) else get_device(str(device))
+    if isinstance(planner, str):
+        label = name or planner
+
+        def ask(w):
+            return plan_by_name(w, dev, planner)
+    else:
+        label = name or getattr(planner, "__name__", "planner")
+
+        def ask(w):
+            return planner(w, dev)
+
+    out = []
+    for shape in idx.shapes():
+        rec = dict(idx.rows[shape], planner=label)
+        best, best_knobs = idx.oracle(shape)
+        rec.update(oracle_us=best, oracle_splits=best_knobs[0], p50_us=math.nan, regret=math.nan, reason="")
+        try:
+            p = ask(idx.workload(shape))
+            knobs, t = idx.lookup(shape, p, dev)
+        except SplitlabError as e:
+            rec["reason"] = f"planner: {e}"
+            out.append(rec)
+            continue
+        rec.update(knobs)
+        if t is None:
+            rec["reason"] = "not measured: " + ", ".join(f"{k}={v}" for k, v in knobs.items() if v is not None)
+        else:
+            rec.update(p50_us=t, regret=t / best)
+        out.append(rec)
+    cols = idx.keys + ["planner", *_FACT_KNOBS, "p50_us", "oracle_us", "oracle_splits", "regret", "reason"]
+    return pd.DataFrame(out, columns=cols)

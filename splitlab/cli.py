@@ -152,6 +152,12 @@ def _positive(kind: type):
     return parse
 
 
+def _address(text: str) -> str:
+    if not text.strip() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a scheduler address (give e.g. tcp://host:8786)")
+    return text
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
@@ -168,6 +174,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                               device=args.device, limit=args.limit, max_minutes=args.max_minutes,
                               shard=args.shard, quiet=args.quiet, argv=args.argv)
     runner = sweep.Runner(card, opts)
+    if (args.workers or args.scheduler) and not args.dry_run:
+        from splitlab.bench import dist  # Dask only here: the single-process path never imports it
+
+        res = dist.run(card, opts, workers=args.workers, scheduler=args.scheduler)
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(res.statuses.items())) or "nothing to do"
+        print(f"sweep {res.sweep_id} in {res.sweep_dir}: this run {counts}; {res.done}/{res.total} points done"
+              + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
+        return 0
     if args.dry_run:
         print(runner.describe(rows=args.rows))
         return 0
@@ -237,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--max-minutes", type=_positive(float), help="start no new point after this many minutes")
     sw.add_argument("--shard", type=_shard, help="i/n: run only shard i of n (whole shapes), one process per GPU, "
                     "each with --resume")
+    par = sw.add_mutually_exclusive_group()
+    par.add_argument("--workers", type=_positive(int), help="N: run on a local Dask cluster of N worker processes, one "
+                     "per visible GPU (CPU workers where there is none); needs splitlab[dist]")
+    par.add_argument("--scheduler", type=_address, help="ADDRESS: run on this Dask cluster (one single-threaded "
+                     "worker per GPU, CUDA_VISIBLE_DEVICES set; see README); needs splitlab[dist]")
     sw.add_argument("--quiet", action="store_true", help="no progress output")
     sw.add_argument("--rows", type=int, default=8, help="--dry-run: how many points to show")
     sw.set_defaults(fn=cmd_sweep)

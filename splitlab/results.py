@@ -76,6 +76,10 @@ COLUMNS: dict[str, str] = {
     "session": "string",  # the session (journal) that produced the row; its environment is in sweep.json
     "elapsed_s": "float64",  # wall time of the point: check, compile, timing
     "finished_at": "string",
+    # Where the point ran (absent, i.e. <NA>, in data written before they were recorded):
+    "host": "string",
+    "gpu_index": "Int64",  # the host's GPU index (nvidia-smi's numbering when CUDA_VISIBLE_DEVICES lists indices)
+    "gpu_uuid": "string",
 }
 REQUIRED = tuple(list(COLUMNS)[: list(COLUMNS).index("error") + 1])
 WORKLOAD_COLUMNS = ("kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",

@@ -9,6 +9,7 @@ tiny shapes); ``broken`` is wrong at ``num_splits == 2``; ``raising`` raises at 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from splitlab.kernels import reference
@@ -45,4 +46,12 @@ def killer(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block
 def slow(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
          num_stages=None, sm_scale=None, return_lse=False):
     time.sleep(float(os.environ.get("SWEEP_SLOW_S", "0")))
+    return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
+
+
+def selfkill(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+             num_stages=None, sm_scale=None, return_lse=False):
+    time.sleep(float(os.environ.get("SWEEP_SLOW_S", "0")))
+    if f"{num_splits},{q.shape[0]},{int(seq_lens.max())}" == os.environ.get("SWEEP_KILL_AT"):
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-point, as under `kill -9 <pid>`
     return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)

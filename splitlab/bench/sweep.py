@@ -395,7 +395,7 @@ class Runner:
         res = SweepResult(self.dir, side["sweep_id"], session)
         self.sweep_id, self.session, self.timer = side["sweep_id"], session, timer
         base = dict(schema_version=results.SCHEMA_VERSION, sweep_id=side["sweep_id"], grid=self.opts.grid,
-                    device=self.device.name, sm_count=self.device.sm_count, session=session)
+                    device=self.device.name, sm_count=self.device.sm_count, session=session, **_where(env))
         self.base = base
         self.blank = dict.fromkeys(results.COLUMNS)  # every row carries every column
         try:
@@ -407,18 +407,22 @@ class Runner:
             self._finish(res)
         return res
 
-    def _settle_dead(self, st: results.SweepState, journal: Journal, res: SweepResult) -> set[str]:
-        """Write ``error`` rows for points whose session died on them (or that were interrupted twice)."""
+    def _settle_dead(self, st: results.SweepState, journal: Journal, res: SweepResult,
+                     mine: set[str]) -> set[str]:
+        """Write ``error`` rows for the points of ``mine`` (this session's shard: one live session per shard,
+        so a point is settled once) whose session died on them (or that were interrupted twice). The row keeps
+        where the point died (host, GPU)."""
         live = {j.name for j in results.journals(self.dir) if j.name != journal.path.name and _is_live(j)}
         finished, settled = st.finished, set()
         for pid, starts in st.starts.items():
-            if pid in finished or any(jn in live for jn, _ in starts):
+            if pid in finished or pid not in mine or any(jn in live for jn, _ in starts):
                 continue
             died = len(starts) - st.abandoned.get(pid, 0)
             reason = DIED if died > 0 else INTERRUPTED_TWICE if st.abandoned.get(pid, 0) >= 2 else None
             if reason is None:
                 continue  # interrupted once from outside: retried
-            row = {**starts[-1][1], **self.base, "status": "error", "error": reason, "timing": None,
+            where = {k: starts[-1][1][k] for k in WHERE if k in starts[-1][1]}
+            row = {**starts[-1][1], **self.base, **where, "status": "error", "error": reason, "timing": None,
                    "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             journal.write(dict(event="row", row=row))
             res.statuses["error"] = res.statuses.get("error", 0) + 1
@@ -428,7 +432,8 @@ class Runner:
     def _loop(self, exp: Expansion, journal: Journal, res: SweepResult) -> None:
         pts = self.my_points(exp)
         st = results.sweep_state(self.dir)
-        done = st.finished | self._parquet_ids() | self._settle_dead(st, journal, res)
+        done = st.finished | self._parquet_ids()
+        done |= self._settle_dead(st, journal, res, {p.point_id for p in pts} - done)
         res.total = len(pts)
         pending = [p for p in pts if p.point_id not in done]
         res.done = res.total - len(pending)
@@ -549,6 +554,19 @@ class Runner:
         side["rows"] = len(df)
         side["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         _write_json_atomic(self.dir / "sweep.json", side)
+
+
+WHERE = ("host", "gpu_index", "gpu_uuid")
+
+
+def _where(env: dict) -> dict:
+    """The row columns saying where a session ran: host, the host's GPU index, the GPU's UUID."""
+    dev = env.get("device", {})
+    idx = dev.get("index")
+    entries = [x.strip() for x in (env.get("cuda_visible_devices") or "").split(",")]
+    if idx is not None and idx < len(entries) and entries[idx].isdigit():
+        idx = int(entries[idx])  # CUDA_VISIBLE_DEVICES=3: torch's cuda:0 is the host's GPU 3
+    return dict(host=env.get("host"), gpu_index=idx, gpu_uuid=dev.get("uuid"))
 
 
 def _torch_device() -> str:

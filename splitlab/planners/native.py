@@ -1,6 +1,10 @@
 """splitlab's own planner: a wave-aware cost model, the same for every kernel family.
 
-Rule (one line): pick the split count ``s`` that minimises the modelled time
+The registered ``splitlab`` planner is the *fitted* rule at the bottom of this module (``fitted_plan``,
+constants in ``FITTED``). The first, unfitted rule follows; it is kept as ``plan_splitlab_v0`` (what the
+shipped H200 data call ``splitlab``) and its ``modelled_cost`` drives the sweep's fake timer.
+
+First rule (one line): pick the split count ``s`` that minimises the modelled time
 
     T(s) = ceil(c0 * s / (sm_count * ctas_per_sm)) * (ceil(L / s) + KEYS_FIXED)   # partial waves
            + COMBINE_KEYS * (s > 1) + COMBINE_PER_SPLIT * s * c0 / sm_count      # the merge
@@ -16,6 +20,8 @@ splitlab (this repository), no upstream.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from splitlab import waves  # module import: waves itself imports splitlab.planners._math
 from splitlab.devices import DeviceSpec
@@ -57,8 +63,125 @@ def splitlab_num_splits(w: DecodeWorkload, sm_count: int) -> int:
     return best
 
 
-@register("splitlab", kinds=("gqa", "mla", "sparse_mla"), source="splitlab (this repository)")
-def plan_splitlab(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
-    """splitlab's wave-cost rule on the device's SM count; tiles are left to the kernel's defaults."""
-    return Plan("splitlab", splitlab_num_splits(w, dev.sm_count),
+def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
+    """splitlab's first, unfitted wave-cost rule (the ``splitlab`` planner of the shipped H200 data; no longer
+    registered: ``splitlab`` is now the fitted rule below). Tiles are left to the kernel's defaults."""
+    return Plan("splitlab-v0", splitlab_num_splits(w, dev.sm_count),
                 note=f"wave-cost model over powers of two, {CTAS_PER_SM[w.kind]} CTA(s) per SM")
+
+
+# =====================================================================================================
+# splitlab (registered): the same wave-cost model with its constants fitted on the H200 data (splitlab.fit).
+# It replaced the rule above as ``splitlab`` because it beat it and every ported planner on the held-out
+# geomean regret of all three families (BENCHMARKS.md, "splitlab's planner, fitted").
+# =====================================================================================================
+#
+# Rule, per family, in "key tiles streamed by one CTA" (a tile = TILE_KEYS keys):
+#
+#     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch
+#     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) + FIXED)  # each wave streams its split's tiles
+#                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 / sm_count)   # the merge launch
+#
+# and ``num_splits = argmin T(s)`` over powers of two s <= min(MAX_SPLITS, ceil(L / MIN_KEYS_PER_SPLIT)),
+# ties to fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
+# *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128)
+# and one for a *narrow* tile (16/32 rows: MLA-16/32, GQA 32/8 and 64/8), FIXED a CTA's
+# start-up and epilogue, COMBINE the second launch, COMBINE_PER_SPLIT reading one split's partial rows per
+# SM: every constant is a time in tiles of one CTA, so the rule needs no device bandwidth.
+#
+# Sparse MLA also picks BLOCK_K (Dqk <= 512 only; wider rows keep the kernel's 32): 32 once the launch has
+# more than BLOCK_K_SMALL_ABOVE x the SMs in CTAs, else 64 (seed 003's rule has the threshold at 1 x SMs).
+# Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / BLOCK_H only on a few shapes,
+# where replay could not score a rule that picks them.
+#
+# The numbers below are the output of ``python -m splitlab.fit data/h200`` (a grid search minimising the
+# geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on the
+# H200 sweeps gqa_decode-default-20261129T141739Z-06f3, mla_decode-default-20261129T141520Z-9af0 and
+# sparse_mla_decode-default-20261129T141931Z-6fb3 (2026-11-29). Held-out shapes never entered the fit.
+
+TILE_KEYS = 64
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """The few constants of the fitted rule for one kernel family (see the comment above)."""
+
+    ctas_per_sm: int  # wide tiles (>= 64 query-head rows per program)
+    ctas_per_sm_narrow: int  # narrow tiles (16 or 32 rows)
+    fixed: float
+    combine: float
+    combine_per_split: float
+    max_splits: int
+    block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
+
+
+FITTED: dict[str, CostConstants] = {
+    # GQA/MQA: narrow GQA tiles (32/8, 64/8) run two CTAs per SM, MQA-128's 128-row tile one; the merge costs
+    # about 4 tiles plus 0.03 per split and SM.
+    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0, combine_per_split=0.03,
+                         max_splits=64),
+    # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
+    # for few heads); the merge costs 0.3 tiles per split and SM.
+    "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
+                         max_splits=256),
+    # Sparse MLA: the same wave widths; the merge launch about 4 tiles; BLOCK_K 32 only beyond 4 x the SMs.
+    "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0,
+                                combine_per_split=0.0, max_splits=64, block_k_small_above=4.0),
+}
+
+
+def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants):
+    """``T(s)`` of the fitted rule for ``w``. ``num_splits`` may be an int or a numpy integer array, and the
+    constants numpy arrays (``splitlab.fit`` evaluates many settings at once); plain Python otherwise."""
+    c0 = waves.ctas(w, 1)
+    keys = w.keys_per_request
+    per_sm = c.ctas_per_sm if tile_rows(w) >= 64 else c.ctas_per_sm_narrow
+    n_waves = -(-(c0 * num_splits) // (sm_count * per_sm))  # ceil without float rounding
+    per_split = -(-keys // num_splits)  # ceil(L / s)
+    tiles = -(-per_split // TILE_KEYS)
+    merge = (num_splits > 1) * (c.combine + c.combine_per_split * num_splits * c0 / sm_count)
+    return n_waves * (tiles + c.fixed) + merge
+
+
+def tile_rows(w: DecodeWorkload) -> int:
+    """Query-head rows of one program's tile: GQA's padded group, else the default BLOCK_H."""
+    if w.kind == "gqa":
+        return max(16, 1 << (w.group - 1).bit_length())
+    return waves.default_block_h(w.num_q_heads)
+
+
+def split_candidates(w: DecodeWorkload, max_splits: int) -> list[int]:
+    """Powers of two from 1 up to ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``."""
+    limit = max(1, min(max_splits, cdiv(w.keys_per_request, MIN_KEYS_PER_SPLIT[w.kind])))
+    out, s = [], 1
+    while s <= limit:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def fitted_block_k(w: DecodeWorkload, num_splits: int, sm_count: int, c: CostConstants) -> int | None:
+    """BLOCK_K of the fitted sparse rule (None: the kernel's default, for rows wider than 512)."""
+    if w.kind != "sparse_mla" or w.head_dim_qk > 512:
+        return None
+    return 32 if waves.ctas(w, num_splits) > c.block_k_small_above * sm_count else 64
+
+
+def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | None = None,
+                name: str = "splitlab") -> Plan:
+    """The fitted rule's plan for ``w`` on ``dev`` (``constants``: a family's ``CostConstants``, default
+    ``FITTED[w.kind]``)."""
+    c = FITTED[w.kind] if constants is None else constants
+    best, best_cost = 1, None
+    for s in split_candidates(w, c.max_splits):
+        cost = fitted_cost(w, s, dev.sm_count, c)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return Plan(name, best, block_k=fitted_block_k(w, best, dev.sm_count, c),
+                note="fitted wave-cost model")
+
+
+@register("splitlab", kinds=("gqa", "mla", "sparse_mla"), source="splitlab (this repository), fitted on H200 data")
+def plan_splitlab(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
+    """splitlab's wave-cost rule with the constants fitted on the H200 data (``FITTED``)."""
+    return fitted_plan(w, dev)

@@ -1,0 +1,103 @@
+"""splitlab.analysis.replay on a hand-made frame, the fit / held-out split, and the fitted planner's plans."""
+
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splitlab import analysis, devices, fit, planners, workloads
+from splitlab.planners.native import FITTED, fitted_plan
+from splitlab.planners.registry import Plan
+
+MLA = dict(kernel="mla_decode", device="h200-sxm", kind="mla", num_q_heads=16, num_kv_heads=1, head_dim_qk=576,
+           head_dim_v=512, page_size=64, topk=0, dtype="bf16", timing="graph", status="ok", planners="")
+DEFAULT_TILE = dict(block_n=64, block_h=16, num_warps=4, num_stages=2)  # mla_launch_facts at 16 heads, bf16
+
+
+def mla_rows(batch, ctx, points, tile=DEFAULT_TILE):
+    return [MLA | tile | dict(batch=batch, ctx_len=ctx, num_splits=s, p50_us=t) for s, t in points]
+
+
+@pytest.fixture
+def df():
+    return pd.DataFrame(
+        mla_rows(1, 8192, [(1, 50.0), (4, 20.0), (8, 12.0), (16, 10.0)])
+        + mla_rows(1, 8192, [(16, 9.0)], tile=dict(block_n=32, block_h=16, num_warps=4, num_stages=3))
+        + mla_rows(64, 8192, [(1, 30.0), (2, 33.0)]))
+
+
+def fixed(s, block_n=None):
+    def rule(w, dev):
+        return Plan("fixed", s, block_n=block_n)
+    return rule
+
+
+def test_replay_scores_the_plan_at_its_resolved_knobs(df):
+    r = analysis.replay(df, fixed(8), name="eight").set_index("batch")
+    assert r.loc[1, "regret"] == pytest.approx(12.0 / 9.0)  # oracle: the other tile at 16 splits
+    assert r.loc[1, "block_n"] == 64 and r.loc[1, "num_stages"] == 2  # the kernel's defaults, resolved
+    assert math.isnan(r.loc[64, "regret"]) and r.loc[64, "reason"].startswith("not measured: num_splits=8")
+    assert (r["planner"] == "eight").all()
+
+
+def test_replay_matches_a_plan_that_sets_the_tile(df):
+    r = analysis.replay(df, fixed(16, block_n=32)).set_index("batch")
+    assert r.loc[1, "regret"] == 1.0 and r.loc[1, "num_stages"] == 3
+    r = analysis.replay(df, fixed(16)).set_index("batch")
+    assert r.loc[1, "regret"] == pytest.approx(10.0 / 9.0)
+
+
+def test_replay_of_a_registered_name_and_a_raising_planner(df):
+    r = analysis.replay(df, "splitlab")
+    assert len(r) == 2 and set(r["planner"]) == {"splitlab"}
+
+    def boom(w, dev):
+        from splitlab.errors import SplitlabError
+        raise SplitlabError("no")
+    r = analysis.replay(df, boom)
+    assert r["regret"].isna().all() and r["reason"].str.startswith("planner:").all()
+
+
+def test_held_out_rows_never_reach_the_fit(df):
+    big = pd.concat([df, pd.DataFrame(mla_rows(2, 8192, [(1, 5.0)]) + mla_rows(1, 65536, [(1, 5.0)])
+                                      + [r | dict(num_q_heads=32, block_h=32) for r in mla_rows(1, 8192, [(1, 1.0)])])])
+    fit_rows, held = fit.split(big)
+    assert set(held["batch"]) | set(held["ctx_len"]) >= {2, 65536} and 32 in set(held["num_q_heads"])
+    assert not fit.held_out(fit_rows).any() and len(fit_rows) + len(held) == len(big)
+    # Poisoning every held-out time changes nothing the fit returns.
+    poisoned = pd.concat([fit_rows, held.assign(p50_us=1e-6)])
+    a, _ = fit.fit_family(fit.split(big)[0], "mla")
+    b, _ = fit.fit_family(fit.split(poisoned)[0], "mla")
+    assert a == b
+
+
+KIND_SHAPES = {
+    "gqa": st.builds(lambda b, n, hkv, g: workloads.DecodeWorkload("gqa", b, hkv * g, hkv, 128, 128, n),
+                     st.integers(1, 512), st.integers(1, 1 << 20), st.sampled_from([1, 2, 4, 8, 16]),
+                     st.sampled_from([1, 2, 4, 8, 16, 128])),
+    "mla": st.builds(lambda b, n, h: workloads.DecodeWorkload("mla", b, h, 1, 576, 512, n, page_size=64),
+                     st.integers(1, 512), st.integers(1, 1 << 20), st.integers(1, 256)),
+    "sparse_mla": st.builds(lambda b, k, h, d: workloads.DecodeWorkload("sparse_mla", b, h, 1, d, 512, 65536,
+                                                                         page_size=1, topk=k),
+                            st.integers(1, 1024), st.integers(1, 8192), st.integers(1, 256),
+                            st.sampled_from([512, 576])),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(w=st.one_of(*KIND_SHAPES.values()), dev=st.sampled_from(["h200", "mi355x", "rtx5090", "gb10"]))
+def test_the_planner_returns_valid_plans(w, dev):
+    p = planners.plan(w, dev, "splitlab")
+    assert 1 <= p.num_splits <= FITTED[w.kind].max_splits and p.num_splits & (p.num_splits - 1) == 0
+    assert p.num_splits <= max(1, math.ceil(w.keys_per_request / 64))
+    assert p.block_k in ((None,) if w.kind != "sparse_mla" or w.head_dim_qk > 512 else (32, 64))
+    assert p == fitted_plan(w, devices.get(dev))
+
+
+def test_the_registered_splitlab_is_the_fitted_rule():
+    w = workloads.get("deepseek-v3-mla-tp8", batch=4, ctx_len=65536)
+    assert planners.plan(w, "h200", "splitlab").num_splits == 64  # two waves of 4-CTA splits: 256 <= 264
+    w = workloads.get("deepseek-v3-mla", batch=4, ctx_len=65536)
+    assert planners.plan(w, "h200", "splitlab").num_splits == 16  # one wave: 8 CTAs x 16 = 128 <= 132
