@@ -55,3 +55,19 @@ def selfkill(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, blo
     if f"{num_splits},{q.shape[0]},{int(seq_lens.max())}" == os.environ.get("SWEEP_KILL_AT"):
         os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-point, as under `kill -9 <pid>`
     return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
+
+
+def tiny_card(name: str, impl: str = "exact", *, splits: str = "[1, 2, 4, 8]", block_n: bool = True,
+              header: str = "", default: str | None = None) -> str:
+    """A kernel card for these implementations: a 4/2-head, 16-dim GQA on 64/128 keys (the ``quick`` grid)
+    and one shape (the ``default`` grid, or ``default`` given as a block's body). ``header`` goes after the
+    name (e.g. ``card = 1`` or a ``[planners]`` table is appended by the caller)."""
+    knobs = "num_splits = { min = 1, max = 8 }\n" + ("block_n = { values = [16, 32, 64] }\n" if block_n else "")
+    default = default or "num_q_heads = 4\nnum_kv_heads = 2\nhead_dim_qk = 16\nbatch = 1\nctx_len = 64\n"
+    return (f"{header}name = \"{name}\"\nkind = \"gqa\"\n[impl]\nimport = \"sweep_fixtures:{impl}\"\n"
+            "reference = \"splitlab.kernels.reference:gqa_decode\"\n"
+            "launch_facts = \"splitlab.kernels.gqa:gqa_launch_facts\"\n"
+            f"[knobs]\n{knobs}"
+            "[[grids.quick]]\nnum_q_heads = 4\nnum_kv_heads = 2\nhead_dim_qk = 16\nbatch = [1, 2]\n"
+            f"ctx_len = [64, 128]\nnum_splits = {splits}\nmin_keys_per_split = 1\n"
+            f"[[grids.default]]\n{default}")

@@ -2,39 +2,15 @@
 naming the file, the key and what is allowed."""
 
 import pytest
+from sweep_fixtures import tiny_card
 
 from splitlab.bench import cards, grid
 from splitlab.bench.cards import CardError
 from splitlab.cli import main
 
-GOOD = """\
-card = 1
-name = "t_gqa"
-kind = "gqa"
-seed = "000"
-[impl]
-import = "sweep_fixtures:exact"
-reference = "splitlab.kernels.reference:gqa_decode"
-launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"
-[knobs]
-num_splits = { min = 1, max = 8 }
-block_n = { values = [16, 32, 64] }
-[planners]
-compare = "all"
-[[grids.quick]]
-num_q_heads = 4
-num_kv_heads = 2
-head_dim_qk = 16
-batch = [1, 2]
-ctx_len = [64, 128]
-num_splits = [1, 2, 4, 8]
-min_keys_per_split = 1
-[[grids.default]]
-model = "llama-3-8b"
-batch = 1
-ctx_len = 1024
-num_splits = "pow2"
-"""
+GOOD = tiny_card("t_gqa", header='card = 1\nseed = "000"\n',
+                 default='model = "llama-3-8b"\nbatch = 1\nctx_len = 1024\nnum_splits = "pow2"\n') \
+    + '[planners]\ncompare = "all"\n'
 
 
 def write(tmp_path, text, name="card.toml"):

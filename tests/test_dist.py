@@ -17,7 +17,7 @@ from splitlab.cli import main
 from splitlab.errors import SplitlabError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_sweep import CARD, REPO, card_for, rows_of  # noqa: E402
+from test_sweep import REPO, card_for, card_text, rows_of  # noqa: E402
 
 KILL_AT = "4,1,128"  # num_splits, batch, ctx_len of the point that kills its worker
 
@@ -118,7 +118,7 @@ def test_old_data_without_the_new_columns_reads_with_na(tmp_path):
 
 def test_cli_flags_and_the_single_process_path_without_dask(tmp_path, capsys, monkeypatch):
     p = tmp_path / "exact.toml"
-    p.write_text(CARD.format(impl="exact"))
+    p.write_text(card_text("exact"))
     base = ["sweep", str(p), "--grid", "quick", "--out", str(tmp_path / "runs"), "--timer", "fake", "--quiet",
             "--device", "h200"]
     bad_flags = [(["--workers", "0"], "--workers"), (["--scheduler", " "], "--scheduler"),

@@ -21,6 +21,7 @@ pytest.importorskip("jupytext")
 pytest.importorskip("nbconvert")
 
 import nbformat  # noqa: E402
+from sweep_fixtures import tiny_card  # noqa: E402
 
 from splitlab import analysis, planners, plots, report  # noqa: E402
 from splitlab.errors import SplitlabError  # noqa: E402
@@ -100,30 +101,7 @@ def test_parameters_cells_are_tagged_and_typed(tmp_path):
         assert len(declared) == len(lines), (name, sorted(declared))  # papermill parsed every line
 
 
-TINY_CARD = """\
-name = "t_notebook"
-kind = "gqa"
-[impl]
-import = "sweep_fixtures:exact"
-reference = "splitlab.kernels.reference:gqa_decode"
-launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"
-[knobs]
-num_splits = { min = 1, max = 8 }
-[[grids.quick]]
-num_q_heads = 4
-num_kv_heads = 2
-head_dim_qk = 16
-batch = [1, 2]
-ctx_len = [64, 128]
-num_splits = [1, 2, 4]
-min_keys_per_split = 1
-[[grids.default]]
-num_q_heads = 4
-num_kv_heads = 2
-head_dim_qk = 16
-batch = 1
-ctx_len = 64
-"""
+TINY_CARD = tiny_card("t_notebook", splits="[1, 2, 4]", block_n=False)
 
 
 def test_the_sweep_notebook_runs_a_tiny_card_with_the_fake_timer(tmp_path):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_fixtures import tiny_card
 
 from splitlab import planners, results
 from splitlab.bench import cards, grid, sweep
@@ -25,31 +26,9 @@ from splitlab.errors import SplitlabError
 REPO = Path(__file__).resolve().parents[1]
 H200 = get_device("h200")
 
-CARD = """\
-name = "t_{impl}"
-kind = "gqa"
-[impl]
-import = "sweep_fixtures:{impl}"
-reference = "splitlab.kernels.reference:gqa_decode"
-launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"
-[knobs]
-num_splits = {{ min = 1, max = 8 }}
-block_n = {{ values = [16, 32, 64] }}
-[[grids.quick]]
-num_q_heads = 4
-num_kv_heads = 2
-head_dim_qk = 16
-batch = [1, 2]
-ctx_len = [64, 128]
-num_splits = [1, 2, 4, 8]
-min_keys_per_split = 1
-[[grids.default]]
-num_q_heads = 4
-num_kv_heads = 2
-head_dim_qk = 16
-batch = 1
-ctx_len = 64
-"""
+def card_text(impl: str) -> str:
+    """The test card for one implementation of tests/sweep_fixtures.py."""
+    return tiny_card(f"t_{impl}", impl)
 
 
 class CountingTimer(FakeTimer):
@@ -64,9 +43,9 @@ class CountingTimer(FakeTimer):
         return super().measure(calls, set_bytes=set_bytes, workload=workload, num_splits=num_splits)
 
 
-def card_for(tmp_path, impl, text=CARD):
+def card_for(tmp_path, impl):
     p = tmp_path / f"{impl}.toml"
-    p.write_text(text.format(impl=impl))
+    p.write_text(card_text(impl))
     return cards.load(p)
 
 
@@ -205,7 +184,7 @@ def test_peers_without_a_gpu_are_skipped_with_the_reason(tmp_path):
 def _cli(tmp_path, impl, *extra, env=None):
     card = tmp_path / f"{impl}.toml"
     if not card.exists():
-        card.write_text(CARD.format(impl=impl))
+        card.write_text(card_text(impl))
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]), TRITON_INTERPRET="1",
              **(env or {}))
     return [sys.executable, "-m", "splitlab", "sweep", str(card), "--grid", "quick", "--out", str(tmp_path / "runs"),
@@ -357,7 +336,7 @@ def test_a_torn_journal_line_is_ignored(tmp_path):
 
 def test_cli_dry_run_and_run(tmp_path, capsys):
     p = tmp_path / "exact.toml"
-    p.write_text(CARD.format(impl="exact"))
+    p.write_text(card_text("exact"))
     out_dir = tmp_path / "runs"
     code = main(["sweep", str(p), "--grid", "quick", "--out", str(out_dir), "--dry-run", "--device", "h200"])
     out = capsys.readouterr().out
@@ -383,7 +362,7 @@ def test_cli_refuses_gpu_timers_without_a_gpu(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     p = tmp_path / "exact.toml"
-    p.write_text(CARD.format(impl="exact"))
+    p.write_text(card_text("exact"))
     code = main(["sweep", str(p), "--grid", "quick", "--out", str(tmp_path / "runs"), "--timer", "graph"])
     err = capsys.readouterr().err
     assert code == 2 and "timer='graph' needs a CUDA GPU" in err and err.count("\n") == 1
