@@ -38,11 +38,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from splitlab.errors import SplitlabError
+
+if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
