@@ -94,7 +94,9 @@ class PeerImpl:
     def inputs(self, w, *, device, seed: int) -> dict:
         if w.kind != "gqa" or w.seq_lens is not None:
             raise ValueError(f"kind={w.kind!r} with ragged lengths is not allowed; expected a uniform gqa workload")
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[w.dtype]
+        from splitlab.kernels.testing import DTYPES
+
+        dtype = DTYPES[w.dtype]
         q, k, v = contiguous_kv(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, w.ctx_len, w.head_dim_v,
                                 dtype=dtype, seed=seed)
         return dict(q=q, k=k, v=v)

@@ -3,6 +3,7 @@ sweep harness can read without launching anything."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -94,13 +95,16 @@ def split_len(max_keys: int, num_splits: int, block: int) -> int:
 TORCH_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
+#: Triton picks the interpreter when ``@triton.jit`` runs, at the kernel modules' import (which imports this
+#: module first), so the flag is read once, then too.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def interpret_upcast(dtype: torch.dtype) -> bool:
     """True when kernels run under Triton's interpreter (``TRITON_INTERPRET=1``) and ``dtype`` is bf16:
     the interpreter's bf16 arithmetic and bf16 ``tl.dot`` are wrong, so tiles are upcast to fp32 right
     after ``tl.load``. Never true on a GPU."""
-    import os
-
-    return os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16
+    return INTERPRET and dtype == torch.bfloat16
 
 
 def dot_input_precision(dtype: torch.dtype) -> str:

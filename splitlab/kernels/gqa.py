@@ -20,7 +20,6 @@ Bytes moved per program (elt = 2 for bf16/fp16, 4 for fp32; n = the split's keys
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
@@ -31,11 +30,13 @@ from splitlab.errors import SplitlabError, bad
 from splitlab.kernels import _launch
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
+    TORCH_DTYPE_NAMES,
     LaunchFacts,
     check_knob,
     check_pow2,
     check_same_dtype,
     check_tensor,
+    interpret_upcast,
     no_sync_under_capture,
     resolve_device,
     resolve_sm_scale,
@@ -49,9 +50,6 @@ __all__ = ["gqa_decode", "gqa_launch_facts", "default_knobs"]
 LOG2E = 1.4426950408889634  # log2(e): scores are kept in the log2 domain so the kernel can use exp2
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2), back to a natural-log lse (a jit global must be constexpr)
 MAX_SPLITS = 65535  # the grid's y dimension holds the splits (CUDA limit)
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-# Triton picks the interpreter when @triton.jit runs (at import), so the launcher reads the flag then too.
-_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -259,7 +257,7 @@ def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
         raise SplitlabError(f"block_table has shape {tuple(block_table.shape)}; expected [{B}, max_pages]")
     if tuple(seq_lens.shape) != (B,):
         raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
-    if dev.type == "cpu" and not _INTERPRET:
+    if dev.type == "cpu" and not _launch.INTERPRET:
         raise SplitlabError("q is on the CPU; expected a GPU tensor "
                             "(or TRITON_INTERPRET=1 set before import)")
 
@@ -285,7 +283,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     _, page_size, Hkv, _ = k_cache.shape
     scale = resolve_sm_scale(sm_scale, D)
 
-    dtype = _DTYPE_NAMES[q.dtype]
+    dtype = TORCH_DTYPE_NAMES[q.dtype]
     if num_splits is None:
         no_sync_under_capture(q, "gqa_decode(num_splits=None)")
         lo, hi = torch.stack([seq_lens.min(), seq_lens.max()]).tolist()  # the one host sync
@@ -324,7 +322,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         dst_strides = (dst.stride(0), dst.stride(1), dst.stride(2), dst.stride(3))
         lse_strides = tuple(dst_lse.stride())
 
-    upcast = _INTERPRET and q.dtype == torch.bfloat16
+    upcast = interpret_upcast(q.dtype)
     fp32_dot = upcast or q.dtype == torch.float32
     _gqa_partial_kernel[facts.grid](
         q, k_cache, v_cache, block_table, seq_lens, dst, dst_lse,

@@ -10,9 +10,10 @@ import math
 
 import torch
 
+from splitlab.kernels._launch import TORCH_DTYPE_NAMES
 from splitlab.workloads import DecodeWorkload
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {name: dtype for dtype, name in TORCH_DTYPE_NAMES.items()}  # "bf16" -> torch.bfloat16, ...
 
 # Relative norm error ||out - ref|| / ||ref|| allowed per input dtype (fp32 accumulate everywhere).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1e-2}
