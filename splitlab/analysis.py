@@ -15,11 +15,12 @@ import math
 import numpy as np
 import pandas as pd
 
+from splitlab.bench.impls import KNOB_COLUMNS
 from splitlab.errors import SplitlabError
 
 SHAPE = ("kernel", "device", "kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
          "page_size", "topk", "dtype")
-KNOBS = ("num_splits", "block_n", "block_k", "block_h", "num_warps", "num_stages")
+KNOBS = KNOB_COLUMNS  # the knob columns of a result row
 
 
 def _shape_cols(df: pd.DataFrame) -> list[str]:
@@ -154,7 +155,6 @@ LAUNCH_FACTS = {
     "mla_decode": ("splitlab.kernels.mla", "mla_launch_facts"),
     "sparse_mla_decode": ("splitlab.kernels.sparse_mla", "sparse_mla_launch_facts"),
 }
-_FACT_KNOBS = ("num_splits", "block_n", "block_k", "block_h", "num_warps", "num_stages")
 
 
 def _launch_facts_fn(kernel: str):
@@ -178,12 +178,12 @@ def resolve_knobs(kernel: str, w, plan, device) -> dict:
     else:  # gqa: block_h is the padded group, not a knob
         kw.update(block_n=plan.block_n)
     f = facts_fn(w, **kw)
-    return {k: getattr(f, k, None) for k in _FACT_KNOBS}
+    return {k: getattr(f, k, None) for k in KNOBS}
 
 
 class MeasuredIndex:
     """The measured points of a result set, indexed for ``replay``: per shape (``SHAPE`` columns) the best
-    ``ok`` p50 of each distinct knob tuple (``_FACT_KNOBS``; missing knobs are ``None``) and the oracle."""
+    ``ok`` p50 of each distinct knob tuple (``KNOBS``; missing knobs are ``None``) and the oracle."""
 
     def __init__(self, df: pd.DataFrame, *, allow_fake: bool = False):
         ok = measured(df, allow_fake=allow_fake)
@@ -191,10 +191,10 @@ class MeasuredIndex:
         self.keys = [c for c in SHAPE if c in df.columns]
         self.times: dict[tuple, dict[tuple, float]] = {}
         self.rows: dict[tuple, dict] = {}
-        knob_cols = [c for c in _FACT_KNOBS if c in ok.columns]
+        knob_cols = [c for c in KNOBS if c in ok.columns]
         for rec in ok[self.keys + knob_cols + ["p50_us"]].to_dict("records"):
             shape = tuple(_py(rec[c]) for c in self.keys)
-            knobs = tuple(_py(rec.get(c)) for c in _FACT_KNOBS)
+            knobs = tuple(_py(rec.get(c)) for c in KNOBS)
             t = self.times.setdefault(shape, {})
             p = float(rec["p50_us"])
             if knobs not in t or p < t[knobs]:
@@ -224,7 +224,7 @@ class MeasuredIndex:
         if ck not in self._facts:
             self._facts[ck] = resolve_knobs(row["kernel"], self.workload(shape), plan, device)
         knobs = self._facts[ck]
-        return knobs, self.times[shape].get(tuple(knobs[k] for k in _FACT_KNOBS))
+        return knobs, self.times[shape].get(tuple(knobs[k] for k in KNOBS))
 
 
 def _py(v):
@@ -292,5 +292,5 @@ def replay(df: pd.DataFrame | MeasuredIndex, planner, *, device=None, allow_fake
         else:
             rec.update(p50_us=t, regret=t / best)
         out.append(rec)
-    cols = idx.keys + ["planner", *_FACT_KNOBS, "p50_us", "oracle_us", "oracle_splits", "regret", "reason"]
+    cols = idx.keys + ["planner", *KNOBS, "p50_us", "oracle_us", "oracle_splits", "regret", "reason"]
     return pd.DataFrame(out, columns=cols)
