@@ -49,7 +49,9 @@ def test_a_killed_worker_loses_only_its_point_and_nothing_is_doubled(tmp_path, c
     card = card_for(tmp_path, "selfkill")
     with Client(cluster) as client:
         pids_before = set(client.run(os.getpid).values())
+        profiling = client.run(lambda: __import__("dask").config.get("distributed.worker.profile.enabled"))
     assert len(pids_before) == 2
+    assert set(profiling.values()) == {False}  # the GIL-taking profiler is off in sweep workers
 
     res = dist.run(card, _opts(tmp_path / "dask"), cluster=cluster, tasks_per_worker=2)
     sweep_dir = res.sweep_dir

@@ -72,6 +72,20 @@ def worker_env(i: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
+def worker_config() -> dict:
+    """The Dask configuration of a local worker: the parent's, with the worker's statistical profiler off. That
+    profiler wakes every 10 ms and takes the GIL to walk every thread's stack; a sweep's host side (inputs, the
+    reference check, graph capture) is Python, and with it on a one-worker sweep on the H200 ran 14% slower
+    than the plain sweep (12.9 against 15.0 points/s)."""
+    import copy
+
+    import dask
+
+    cfg = copy.deepcopy(dask.config.config.get("distributed", {}))
+    cfg.setdefault("worker", {}).setdefault("profile", {})["enabled"] = False
+    return {"distributed": cfg}
+
+
 def local_cluster(n: int, *, gpus: list[str] | None = None, silence_logs: int | None = None):
     """A local cluster of ``n`` single-threaded worker processes, worker i pinned to ``gpus[i]`` (CPU workers
     when ``gpus`` is empty). Refuses more workers than visible GPUs when there are GPUs."""
@@ -87,7 +101,8 @@ def local_cluster(n: int, *, gpus: list[str] | None = None, silence_logs: int | 
     logs = logging.WARNING if silence_logs is None else silence_logs
     workers = {f"gpu{gpus[i]}" if gpus else f"cpu{i}": {
         "cls": Nanny, "options": {"nthreads": 1, "env": worker_env(i, gpus), "resources": {"GPU": 1},
-                                  "silence_logs": logs, "dashboard": False}} for i in range(n)}
+                                  "silence_logs": logs, "dashboard": False, "config": worker_config()}}
+               for i in range(n)}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1"}}
     return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logs, name="splitlab")
 
