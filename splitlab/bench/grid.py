@@ -24,7 +24,7 @@ from splitlab.bench.cards import Block, Card
 from splitlab.bench.impls import FACT_COLUMNS
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
-from splitlab.waves import WaveStats
+from splitlab.waves import WaveStats, wave_fill_splits
 from splitlab.workloads import DecodeWorkload
 
 
@@ -91,8 +91,11 @@ def _split_ok(w: DecodeWorkload, s: int, min_keys: int) -> bool:
     return s == 1 or w.keys_per_request // s >= min_keys
 
 
-def _block_candidates(block: Block, w: DecodeWorkload) -> Iterable[dict[str, int]]:
+def _block_candidates(block: Block, w: DecodeWorkload, dev: DeviceSpec) -> Iterable[dict[str, int]]:
     axes = {k: v for k, v in block.knob_axes.items()}
+    if block.wave_splits:
+        axes["num_splits"] = tuple(sorted({*axes["num_splits"],
+                                           *wave_fill_splits(w, dev.sm_count, block.wave_splits)}))
     if "num_splits" in axes:
         axes["num_splits"] = tuple(s for s in axes["num_splits"] if _split_ok(w, s, block.min_keys_per_split))
     names = list(axes)
@@ -134,7 +137,7 @@ def expand(card: Card, grid: str, device: DeviceSpec | str | None = None) -> Exp
 
     for block in blocks:
         for w in block.shapes:
-            for given in _block_candidates(block, w):
+            for given in _block_candidates(block, w, dev):
                 add(w, given, planner=None, where=block.where)
             if not card.planner_knobs:  # an implementation without a split knob (the peers)
                 continue

@@ -27,7 +27,7 @@ from splitlab import waves  # module import: waves itself imports splitlab.plann
 from splitlab.devices import DeviceSpec
 from splitlab.planners._math import cdiv
 from splitlab.planners.registry import Plan, register
-from splitlab.workloads import DecodeWorkload
+from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 
 MAX_SPLITS = {"gqa": 64, "mla": 256, "sparse_mla": 64}
 MIN_KEYS_PER_SPLIT = {"gqa": 64, "mla": 64, "sparse_mla": 64}
@@ -79,11 +79,18 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # Rule, per family, in "key tiles streamed by one CTA" (a tile = TILE_KEYS keys):
 #
 #     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch
-#     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) + FIXED)  # each wave streams its split's tiles
-#                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 / sm_count)   # the merge launch
+#     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) + FIXED    # each wave streams its split's tiles
+#                              + (s > 1) * PARTIAL * P)                # and writes its fp32 partial rows
+#                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
 #
-# and ``num_splits = argmin T(s)`` over powers of two s <= min(MAX_SPLITS, ceil(L / MIN_KEYS_PER_SPLIT)),
-# ties to fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
+# where P (``partial_tiles``) is one split's partial output (tile rows x Dv fp32, plus the lse) in key tiles of
+# the same program's KV reads: a physical ratio, not fitted (0.06 for GQA 32/8, 2 for MQA-128's 128 rows, 1.8
+# for an MLA BLOCK_H 64 tile). It is what makes many splits costly when the tile has many rows: a split
+# writes, and the merge reads back, as many bytes as it streamed.
+#
+# and ``num_splits = argmin T(s)`` over the powers of two and the wave-filling split counts (``floor(m * SMs /
+# c0)``, m = 1..8: ``waves.wave_fill_splits``) s <= min(MAX_SPLITS, ceil(L / MIN_KEYS_PER_SPLIT)), ties to
+# fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
 # *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128)
 # and one for a *narrow* tile (16/32 rows: MLA-16/32, GQA 32/8 and 64/8), FIXED a CTA's
 # start-up and epilogue, COMBINE the second launch, COMBINE_PER_SPLIT reading one split's partial rows per
@@ -110,9 +117,10 @@ class CostConstants:
     ctas_per_sm_narrow: int  # narrow tiles (16 or 32 rows)
     fixed: float
     combine: float
-    combine_per_split: float
+    combine_per_split: float  # per split and SM, in units of one split's partial rows (P)
     max_splits: int
     block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
+    partial: float = 0.0  # a split's partial-row write, in units of P
 
 
 FITTED: dict[str, CostConstants] = {
@@ -139,8 +147,10 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants):
     n_waves = -(-(c0 * num_splits) // (sm_count * per_sm))  # ceil without float rounding
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
-    merge = (num_splits > 1) * (c.combine + c.combine_per_split * num_splits * c0 / sm_count)
-    return n_waves * (tiles + c.fixed) + merge
+    p = partial_tiles(w)
+    split = num_splits > 1
+    merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
+    return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
 
 
 def tile_rows(w: DecodeWorkload) -> int:
@@ -150,14 +160,28 @@ def tile_rows(w: DecodeWorkload) -> int:
     return waves.default_block_h(w.num_q_heads)
 
 
-def split_candidates(w: DecodeWorkload, max_splits: int) -> list[int]:
-    """Powers of two from 1 up to ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``."""
+def partial_tiles(w: DecodeWorkload) -> float:
+    """P: the bytes one split writes (the real query rows of its tile, Dv fp32 values and the lse each) over
+    the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for MLA)."""
+    elt = DTYPE_BYTES[w.dtype]
+    if w.kind == "gqa":
+        rows, key_bytes = w.group, (w.head_dim_qk + w.head_dim_v) * elt
+    else:
+        rows, key_bytes = min(w.num_q_heads, waves.default_block_h(w.num_q_heads)), w.head_dim_qk * elt
+    return rows * (w.head_dim_v + 1) * 4 / (TILE_KEYS * key_bytes)
+
+
+def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None) -> list[int]:
+    """Powers of two, and with ``sm_count`` the wave-filling split counts (``waves.wave_fill_splits``), from 1
+    up to ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``, ascending."""
     limit = max(1, min(max_splits, cdiv(w.keys_per_request, MIN_KEYS_PER_SPLIT[w.kind])))
-    out, s = [], 1
+    out, s = set(), 1
     while s <= limit:
-        out.append(s)
+        out.add(s)
         s *= 2
-    return out
+    if sm_count is not None:
+        out.update(waves.wave_fill_splits(w, sm_count, limit))
+    return sorted(out)
 
 
 def fitted_block_k(w: DecodeWorkload, num_splits: int, sm_count: int, c: CostConstants) -> int | None:
@@ -173,7 +197,7 @@ def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | N
     ``FITTED[w.kind]``)."""
     c = FITTED[w.kind] if constants is None else constants
     best, best_cost = 1, None
-    for s in split_candidates(w, c.max_splits):
+    for s in split_candidates(w, c.max_splits, dev.sm_count):
         cost = fitted_cost(w, s, dev.sm_count, c)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
