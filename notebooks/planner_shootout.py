@@ -26,6 +26,7 @@ allow_fake: bool = False  # accept modelled rows (the fake timer); every figure 
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
+confirm: str = "data/h200-confirm"  # a later sweep of shapes in no fit and no held-out set ("" for none)
 
 # %%
 import warnings
@@ -147,6 +148,24 @@ if len(fit_table):
     display(fit.goal(fit_table).round(3))
 else:
     display(Markdown("No shape of splitlab's kernels with planner choices in these data: nothing to fit."))
+
+# %% [markdown]
+# ## Confirmation: a fresh sweep of shapes in no fit and no held-out set
+#
+# The `confirm` grids of the three splitlab cards (batches 3-192, contexts 8K/32K/96K, head counts and top-k the
+# fit never saw; every power-of-two and wave-filling split), swept after the fit. Every rule is scored as above;
+# `splitlab` is the fitted rule, replayed.
+
+# %%
+if confirm and len(fit_table):
+    cdf, cinfo = report.load_data(confirm, allow_fake=allow_fake)
+    display(Markdown(report.describe(cinfo, cdf)))
+    confirm_table = fit.shootout(cdf, allow_fake=allow_fake, part="confirm")
+    display(confirm_table.round(3))
+    display(Markdown("**Goal on the confirm shapes:**"))
+    display(fit.goal(confirm_table, part="confirm").round(3))
+else:
+    display(Markdown("No confirm sweep given (`confirm` parameter)."))
 
 # %%
 if len(per_kernel):

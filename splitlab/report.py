@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `split
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 DEFAULT_DATA = "data/h200"
+DEFAULT_CONFIRM = "data/h200-confirm"  # the planner confirm sweeps that go with DEFAULT_DATA
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
@@ -342,8 +343,9 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
                  parameters: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
-    Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``), plus
-    ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
+    Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
+    ``planner_shootout`` notebook ``confirm=data/h200-confirm`` when ``data`` is the shipped ``data/h200``, else
+    none), plus ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
 
     Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
     missing or foreign ``data`` raises ``SplitlabError`` naming the path before anything runs; so does data
@@ -355,6 +357,9 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
 
     data_path = resolve_data(data)
     info = data_info(data_path)
+    # The confirm sweeps belong to the shipped data; another result set gets none.
+    default_confirm = resolve_data(DEFAULT_CONFIRM)
+    confirm = str(default_confirm) if info.path == resolve_data(DEFAULT_DATA) and default_confirm.exists() else ""
     if info.fake and not allow_fake:
         raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'), not measurements; pass "
                             "--allow-fake (allow_fake=True) to report them anyway, labelled MODELLED")
@@ -381,7 +386,7 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
             nbformat.write(nb, inp)
             declared = papermill.inspect_notebook(str(inp))
             params = {k: v for k, v in dict(data=str(info.path), allow_fake=bool(allow_fake),
-                                            out=str(out / "sweep-runs")).items() if k in declared}
+                                            out=str(out / "sweep-runs"), confirm=confirm).items() if k in declared}
             extra = dict((parameters or {}).get(name, {}))
             unknown = [k for k in extra if k not in declared]
             if unknown:

@@ -27,6 +27,20 @@ def test_good_card_loads(tmp_path):
     assert c.grid("default")[0].knob_axes["num_splits"] == (1, 2, 4, 8)  # "pow2" within the knob's range
 
 
+def test_pow2_and_wave_filling_splits(tmp_path):
+    text = tiny_card("t_gqa", default='model = "llama-3-8b"\nbatch = 3\nctx_len = 8192\nnum_splits = "pow2+waves"\n')
+    c = cards.load(write(tmp_path, text))
+    block = c.grid("default")[0]
+    assert block.knob_axes["num_splits"] == (1, 2, 4, 8) and block.wave_splits == 8
+    splits = sorted(p.knobs["num_splits"] for p in grid.expand(c, "default", "h200").points if p.in_grid)
+    assert splits == [1, 2, 4, 5, 8]  # 24 CTAs on 132 SMs: floor(132 / 24) = 5 fills one slot per SM
+    bad = text.replace('num_splits = { min = 1, max = 8 }', 'num_splits = { values = [1, 2, 4, 8] }')
+    with pytest.raises(CardError, match="pow2\\+waves"):
+        cards.load(write(tmp_path, bad, "bad.toml"))
+    with pytest.raises(CardError, match="block_n"):
+        cards.load(write(tmp_path, text.replace('num_splits = "pow2+waves"', 'block_n = "pow2+waves"'), "b2.toml"))
+
+
 def test_shipped_cards_load_and_every_grid_expands():
     names = cards.names()
     assert {"gqa_decode", "mla_decode", "sparse_mla_decode", "sdpa_flash", "sdpa_cudnn", "flex_attention"} <= set(names)

@@ -103,8 +103,9 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 #
 # The numbers below are the output of ``python -m splitlab.fit data/h200`` (a grid search minimising the
 # geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on the
-# H200 sweeps gqa_decode-default-20261129T141739Z-06f3, mla_decode-default-20261129T141520Z-9af0 and
-# sparse_mla_decode-default-20261129T141931Z-6fb3 (2026-11-29). Held-out shapes never entered the fit.
+# H200 sweeps under data/h200 (the quick, default and seed grids of the three kernels, 2026-11-29, with the
+# default grids' wave-filling splits added by a resumed session). Held-out shapes never entered the fit; the
+# confirm sweeps (data/h200-confirm, shapes in no fit and no held-out set) score it afterwards.
 
 TILE_KEYS = 64
 
@@ -124,17 +125,18 @@ class CostConstants:
 
 
 FITTED: dict[str, CostConstants] = {
-    # GQA/MQA: narrow GQA tiles (32/8, 64/8) run two CTAs per SM, MQA-128's 128-row tile one; the merge costs
-    # about 4 tiles plus 0.03 per split and SM.
-    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0, combine_per_split=0.03,
-                         max_splits=64),
+    # GQA/MQA: narrow GQA tiles (32/8, 64/8) run two CTAs per SM, MQA-128's 128-row tile one; a split costs
+    # its partial-row write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows), the merge nothing beyond it.
+    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
+                         max_splits=64, partial=1.0),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
-    # for few heads); the merge costs 0.3 tiles per split and SM.
-    "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
-                         max_splits=256),
-    # Sparse MLA: the same wave widths; the merge launch about 4 tiles; BLOCK_K 32 only beyond 4 x the SMs.
+    # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
+    "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
+                         max_splits=256, partial=2.0),
+    # Sparse MLA: the same wave widths; a split costs its partial-row write, the merge launch about 4 tiles;
+    # BLOCK_K 32 only beyond 4 x the SMs.
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0,
-                                combine_per_split=0.0, max_splits=64, block_k_small_above=4.0),
+                                combine_per_split=0.0, max_splits=64, block_k_small_above=4.0, partial=1.0),
 }
 
 
