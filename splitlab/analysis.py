@@ -11,6 +11,7 @@ shape (1.0 is optimal). Only measured rows count: ``status == "ok"``; rows whose
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,19 +46,30 @@ def oracle(df: pd.DataFrame, *, allow_fake: bool = False) -> pd.DataFrame:
 
 
 def planner_choices(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (shape, planner): the point each planner chose, whatever its status."""
+    """One row per (shape, planner): the point each planner chose, whatever its status. A planner whose rule
+    changed between the sessions of a sweep (a resumed sweep measures the new choices and keeps the old rows)
+    has several points tagged on a shape; the most recently finished one is its choice here."""
     if "planners" not in df.columns:
         raise SplitlabError("the result set has no 'planners' column; it was not made by `splitlab sweep`")
     picked = df[df["planners"].fillna("") != ""].copy()
     picked["planner"] = picked["planners"].str.split(",")
     picked = picked.explode("planner")
     picked["planner"] = picked["planner"].str.strip()
+    if "finished_at" in picked.columns:
+        picked = picked.assign(_t=picked["finished_at"].fillna("").astype(str)).sort_values("_t", kind="stable")
+        picked = picked.drop(columns="_t")
+    keys = [*_shape_cols(picked), "planner"]
+    picked = picked.drop_duplicates(keys, keep="last").sort_index(kind="stable")
     return picked.reset_index(drop=True)
 
 
-def regret(df: pd.DataFrame, *, allow_fake: bool = False) -> pd.DataFrame:
+def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str] = ()) -> pd.DataFrame:
     """Per (shape, planner): its measured p50, the oracle's, ``regret = p50 / oracle`` and the two split
-    counts. A choice that was not measured correctly (wrong, error) keeps ``regret = NaN`` and its status."""
+    counts. A choice that was not measured correctly (wrong, error) keeps ``regret = NaN`` and its status.
+
+    ``replayed``: registered planners scored by ``replay`` of today's code instead of the data's tags (for a
+    rule that changed between the sweep's sessions, e.g. ``splitlab``), on the kernels they were tagged on; a
+    plan that was not measured has status ``not measured``."""
     measured(df, allow_fake=allow_fake)  # refuse fake rows up front
     keys = _shape_cols(df)
     best = oracle(df, allow_fake=allow_fake)[keys + ["p50_us", "num_splits"]].rename(
@@ -66,6 +78,15 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False) -> pd.DataFrame:
     out = picks.merge(best, on=keys, how="left")
     ok = out["status"] == "ok"
     out["regret"] = np.where(ok, out["p50_us"] / out["oracle_us"], np.nan)
+    for name in replayed:
+        kernels = out.loc[out["planner"] == name, "kernel"].unique()
+        if not len(kernels):
+            continue
+        rep = replay(df[df["kernel"].isin(kernels)], name, allow_fake=allow_fake)
+        rep = rep[rep["reason"].eq("") | rep["reason"].str.startswith("not measured")]
+        rep = rep.assign(status=np.where(rep["regret"].notna(), "ok", "not measured"))
+        out = pd.concat([out[out["planner"] != name], rep[[c for c in out.columns if c in rep.columns]]],
+                        ignore_index=True)
     return out
 
 
@@ -90,17 +111,19 @@ def summary(reg: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(base: pd.DataFrame, cand: pd.DataFrame, *, base_planner: str | None = None,
-            cand_planner: str | None = None, allow_fake: bool = False) -> pd.DataFrame:
+            cand_planner: str | None = None, allow_fake: bool = False, replayed: Sequence[str] = ()
+            ) -> pd.DataFrame:
     """Per shape present in both: the baseline's and the candidate's time (a planner's choice when a planner is
-    named, else the set's oracle) and ``ratio = cand / base`` (> 1: the candidate is slower), slowest first."""
+    named, else the set's oracle) and ``ratio = cand / base`` (> 1: the candidate is slower), slowest first.
+    ``replayed`` as in ``regret``."""
     keys = [c for c in _shape_cols(base) if c in cand.columns]
 
     def pick(df: pd.DataFrame, planner: str | None) -> pd.DataFrame:
         if planner is None:
             t = oracle(df, allow_fake=allow_fake)
         else:
-            r = regret(df, allow_fake=allow_fake)
-            t = r[r["planner"] == planner]
+            r = regret(df, allow_fake=allow_fake, replayed=replayed)
+            t = r[(r["planner"] == planner) & r["p50_us"].notna()]
             if t.empty:
                 raise SplitlabError(f"planner={planner!r} made no choice in this result set; it has "
                                     f"{', '.join(sorted(r['planner'].unique()))}")

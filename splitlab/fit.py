@@ -161,32 +161,31 @@ def fit_all(df: pd.DataFrame) -> dict[str, CostConstants]:
 def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None, *,
              new_name: str = "splitlab", allow_fake: bool = False, part: str | None = None) -> pd.DataFrame:
     """Per kernel, set (``fit`` / ``held-out``, or ``part`` for every shape) and planner: shapes, measured
-    choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners``
-    column; the fitted rule by ``analysis.replay`` (with ``constants``, default ``native.FITTED``), shown as
-    ``new_name``. The data's own ``splitlab`` choices are the first, unfitted rule's (``splitlab-v0``) in the
-    shipped default sweeps; with ``part`` (a later sweep, e.g. the confirm grids, recorded with the fitted
-    rule already registered) they are left out: the replay scores the rule."""
-    from splitlab.planners.native import fitted_plan
+    choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners`` column;
+    splitlab's rules by ``analysis.replay`` of the code: the fitted rule (with ``constants``, default
+    ``native.FITTED``) as ``new_name``, the first, unfitted rule as ``splitlab-v0``. (The data's own
+    ``splitlab`` tags are left out: the rule changed between sessions of the shipped sweeps, so they mix
+    versions.)"""
+    from splitlab.planners.native import fitted_plan, plan_splitlab_v0
 
     df = df[df["kernel"].isin(list(KINDS))]
     reg = analysis.regret(df, allow_fake=allow_fake)
-    reg = reg[~reg["planner"].str.contains("@", regex=False)]
-    if part is None:
-        reg = reg.assign(planner=reg["planner"].replace({"splitlab": OLD_NAME}))
-    else:
-        reg = reg[reg["planner"] != "splitlab"]
+    reg = reg[~reg["planner"].str.contains("@", regex=False) & (reg["planner"] != "splitlab")]
 
     def new_rule(w, dev):
         return fitted_plan(w, dev, None if constants is None else constants[w.kind], name=new_name)
 
-    rep = analysis.replay(df, new_rule, name=new_name, allow_fake=allow_fake)
+    idx = analysis.MeasuredIndex(df, allow_fake=allow_fake)
+    dev = analysis._data_device(analysis.measured(df, allow_fake=allow_fake))
+    rep = pd.concat([analysis.replay(idx, new_rule, name=new_name, device=dev),
+                     analysis.replay(idx, plan_splitlab_v0, name=OLD_NAME, device=dev)], ignore_index=True)
     both = pd.concat([reg[[*analysis._shape_cols(reg), "planner", "regret"]],
                       rep[[*analysis._shape_cols(rep), "planner", "regret"]]], ignore_index=True)
     both["set"] = part if part is not None else np.where(held_out(both), "held-out", "fit")
     rows = []
-    for (kernel, part, planner), g in both.groupby(["kernel", "set", "planner"]):
+    for (kernel, part_, planner), g in both.groupby(["kernel", "set", "planner"]):
         r = g["regret"].dropna()
-        rows.append(dict(kernel=kernel, set=part, planner=planner, shapes=len(g), measured=len(r),
+        rows.append(dict(kernel=kernel, set=part_, planner=planner, shapes=len(g), measured=len(r),
                          geomean=analysis.geomean(r), p90=float(r.quantile(0.9)) if len(r) else math.nan,
                          worst=float(r.max()) if len(r) else math.nan))
     out = pd.DataFrame(rows)

@@ -58,3 +58,30 @@ def test_fake_timings_are_refused(df):
     with pytest.raises(SplitlabError, match="not measurements"):
         analysis.regret(df)
     assert len(analysis.oracle(df, allow_fake=True)) == 2
+
+
+def test_a_rule_that_changed_between_sessions_counts_once_at_its_newest_choice(df):
+    df["finished_at"] = "2026-11-29T10:00:00"
+    # A resumed session measured a new version's choice for batch 1: 16 splits, tagged later.
+    df.loc[2, ["planners", "finished_at"]] = ["splitlab", "2026-11-29T12:00:00"]
+    r = analysis.regret(df)
+    assert not r.duplicated(["batch", "planner"]).any()
+    assert r.set_index(["batch", "planner"]).loc[(1, "splitlab"), "num_splits"] == 16
+    assert r.set_index(["batch", "planner"]).loc[(1, "sglang"), "num_splits"] == 32  # untouched
+
+
+def test_replayed_planners_are_scored_by_todays_rule():
+    from pathlib import Path
+
+    from splitlab import report, results
+
+    df = report.one_per_point(results.load(Path(__file__).parent / "fixtures" / "sweeps"))
+    rep = analysis.replay(df, "splitlab")
+    r = analysis.regret(df, replayed=("splitlab",))
+    ours = r[r["planner"] == "splitlab"]
+    assert not r.duplicated([*analysis.SHAPE, "planner"]).any()
+    assert set(ours["kernel"]) <= set(rep["kernel"])
+    scored = rep[rep["reason"] == ""]
+    got = ours.merge(scored, on=[c for c in analysis.SHAPE if c in ours.columns], suffixes=("", "_rep"))
+    assert len(got) == len(scored) > 0 and (got["regret"] == got["regret_rep"]).all()
+    assert (ours.loc[ours["regret"].isna(), "status"] == "not measured").all()
