@@ -42,7 +42,7 @@ KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_
 HELD_BATCHES = (2, 32)
 HELD_CTX = (4096, 65536)
 HELD_HEADS = {"gqa": 64, "mla": 32, "sparse_mla": 64}
-MAX_SPLITS = {"gqa": 64, "mla": 256, "sparse_mla": 64}  # the cards' split ranges: nothing beyond was swept
+MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}  # the cards' split ranges: nothing beyond was swept
 
 OLD_NAME = "splitlab-v0"
 
