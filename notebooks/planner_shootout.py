@@ -27,7 +27,7 @@ allow_fake: bool = False  # accept modelled rows (the fake timer); every figure 
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
-confirm: str = "data/h200-confirm"  # a later sweep of shapes in no fit and no held-out set ("" for none)
+confirm: list = ["data/h200-confirm", "data/h200-confirm2"]  # later sweeps of shapes in no fit or held-out set
 
 # %%
 import warnings
@@ -156,18 +156,20 @@ else:
 # ## Confirmation: a fresh sweep of shapes in no fit and no held-out set
 #
 # The `confirm` grids of the three splitlab cards (batches 3-192, contexts 8K/32K/96K, head counts and top-k the
-# fit never saw; every power-of-two and wave-filling split), swept after the fit. Every rule is scored as above;
-# `splitlab` is the fitted rule, replayed.
+# fit never saw; every power-of-two and wave-filling split), swept after the fit; then `confirm2` (batches 5-80,
+# contexts 12K/48K, top-k 1536), swept after the rule was revised on what `confirm` showed. Every rule is scored
+# as above; `splitlab` is the fitted rule, replayed.
 
 # %%
-if confirm and len(fit_table):
-    cdf, cinfo = report.load_data(confirm, allow_fake=allow_fake)
-    display(Markdown(report.describe(cinfo, cdf)))
-    confirm_table = fit.shootout(cdf, allow_fake=allow_fake, part="confirm")
+for path in confirm if len(fit_table) else []:
+    cdf, cinfo = report.load_data(path, allow_fake=allow_fake)
+    name = cinfo.path.name
+    display(Markdown(f"### {name}\n\n" + report.describe(cinfo, cdf)))
+    confirm_table = fit.shootout(cdf, allow_fake=allow_fake, part=name)
     display(confirm_table.round(3))
-    display(Markdown("**Goal on the confirm shapes:**"))
-    display(fit.goal(confirm_table, part="confirm").round(3))
-else:
+    display(Markdown(f"**Goal on the {name} shapes:**"))
+    display(fit.goal(confirm_table, part=name).round(3))
+if not confirm:
     display(Markdown("No confirm sweep given (`confirm` parameter)."))
 
 # %%

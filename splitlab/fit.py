@@ -29,6 +29,7 @@ import itertools
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -224,8 +225,9 @@ def _fmt(c: CostConstants) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
     p.add_argument("data", nargs="?", default="data/h200")
-    p.add_argument("--confirm", metavar="DIR", help="also score the fitted rule on a later sweep of shapes in no "
-                   "fit and no held-out set (e.g. data/h200-confirm, the cards' confirm grids)")
+    p.add_argument("--confirm", metavar="DIR", action="append", default=[],
+                   help="also score the fitted rule on a later sweep of shapes in no fit and no held-out set (e.g. "
+                   "data/h200-confirm, the cards' confirm grids); repeatable")
     a = p.parse_args(argv)
     from splitlab import report, results
 
@@ -237,11 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(table.round(3).to_string(index=False))
         print(goal(table).round(3).to_string(index=False))
-        if a.confirm:
-            conf = shootout(report.one_per_point(results.load(a.confirm)), fitted, part="confirm")
-            print(f"\nconfirm ({a.confirm}):")
+        for path in a.confirm:
+            name = Path(path).name
+            conf = shootout(report.one_per_point(results.load(path)), fitted, part=name)
+            print(f"\n{name} ({path}):")
             print(conf.round(3).to_string(index=False))
-            print(goal(conf, part="confirm").round(3).to_string(index=False))
+            print(goal(conf, part=name).round(3).to_string(index=False))
     return 0
 
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `split
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 DEFAULT_DATA = "data/h200"
-DEFAULT_CONFIRM = "data/h200-confirm"  # the planner confirm sweeps that go with DEFAULT_DATA
+DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2")  # the planner confirm sweeps of DEFAULT_DATA
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
@@ -344,8 +344,9 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
     Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=data/h200-confirm`` when ``data`` is the shipped ``data/h200``, else
-    none), plus ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
+    ``planner_shootout`` notebook ``confirm=[data/h200-confirm, data/h200-confirm2]`` when ``data`` is the
+    shipped ``data/h200``, else none), plus ``parameters[name]`` when given (e.g.
+    ``{"sweep": {"card": "gqa_decode"}}``).
 
     Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
     missing or foreign ``data`` raises ``SplitlabError`` naming the path before anything runs; so does data
@@ -358,8 +359,8 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     data_path = resolve_data(data)
     info = data_info(data_path)
     # The confirm sweeps belong to the shipped data; another result set gets none.
-    default_confirm = resolve_data(DEFAULT_CONFIRM)
-    confirm = str(default_confirm) if info.path == resolve_data(DEFAULT_DATA) and default_confirm.exists() else ""
+    shipped = info.path == resolve_data(DEFAULT_DATA)
+    confirm = [str(p) for p in map(resolve_data, DEFAULT_CONFIRM) if shipped and p.exists()]
     if info.fake and not allow_fake:
         raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'), not measurements; pass "
                             "--allow-fake (allow_fake=True) to report them anyway, labelled MODELLED")

@@ -126,9 +126,10 @@ class CostConstants:
 
 FITTED: dict[str, CostConstants] = {
     # GQA/MQA: narrow GQA tiles (32/8, 64/8) run two CTAs per SM, MQA-128's 128-row tile one; a split costs
-    # its partial-row write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows), the merge nothing beyond it.
-    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
-                         max_splits=128, partial=1.0),
+    # twice its partial-row write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows) and the merge 0.3 P per
+    # split and SM.
+    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
+                         max_splits=128, partial=2.0),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
