@@ -315,7 +315,7 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
         if v == "pow2+waves" and k == "num_splits":
             if rng.values is not None or rng.pow2:
                 raise c.bad(f"{where}.{k}", v, f"\"pow2\" or a list: knobs.{k} is {rng.describe()}, and "
-                            "\"pow2+waves\" needs an integer range (knobs.num_splits = {{ min = 1, max = N }})")
+                            "\"pow2+waves\" needs an integer range (knobs.num_splits = { min = 1, max = N })")
             knob_axes[k] = rng.powers_of_two()
             wave_splits = rng.hi
             continue
