@@ -235,10 +235,10 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return _typed(df, path)
 
 
-def rebuild(sweep_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+def rebuild(sweep_dir: Path) -> tuple[pd.DataFrame, SweepState]:
     """A sweep folder's rows rebuilt from its journals (the first finished row per point_id), plus the rows of
     its Parquet that no journal holds (so a folder whose journals were deleted keeps its data); and the
-    journal sizes read, for the Parquet's metadata."""
+    journals' state as read (``sizes`` for the Parquet's metadata, the sessions for the sidecar)."""
     sweep_dir = Path(sweep_dir)
     st = sweep_state(sweep_dir)
     df = frame(st.rows, where=sweep_dir)
@@ -248,7 +248,7 @@ def rebuild(sweep_dir: Path) -> tuple[pd.DataFrame, dict[str, int]]:
         extra = old[~old["point_id"].isin(df["point_id"])]
         if len(extra):
             df = pd.concat([df, extra], ignore_index=True) if len(df) else extra.reset_index(drop=True)
-    return df, st.sizes
+    return df, st
 
 
 def sweep_frame(sweep_dir: Path) -> pd.DataFrame:

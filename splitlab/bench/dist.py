@@ -250,9 +250,9 @@ def run(card: Card, options: SweepOptions, *, workers: int | None = None, schedu
         if own is not None:
             own.close()
 
-    st = results.sweep_state(runner.dir) if runner.dir.exists() else results.SweepState()
+    st = results.SweepState()
     if runner.dir.exists():
-        runner._finish(res)
+        st = runner._finish(res)
         res.sweep_id = (runner.sidecar() or {}).get("sweep_id", "")
     for row in st.rows:  # this run's rows, those of its killed sessions included
         if f"journal-{row.get('session')}.jsonl" not in old:

@@ -537,23 +537,25 @@ class Runner:
         return row, fatal
 
     # -- results ------------------------------------------------------------------------------------------
-    def _refresh(self) -> pd.DataFrame:
-        df, sizes = results.rebuild(self.dir)
-        results.write_parquet(df, self.dir / "results.parquet", journal_sizes=sizes)
-        return df
+    def _refresh(self) -> tuple[pd.DataFrame, results.SweepState]:
+        df, st = results.rebuild(self.dir)
+        results.write_parquet(df, self.dir / "results.parquet", journal_sizes=st.sizes)
+        return df, st
 
-    def _finish(self, res: SweepResult) -> None:
-        df = self._refresh()
+    def _finish(self, res: SweepResult) -> results.SweepState:
+        """Rebuild the Parquet and the CSV from every journal and record the sessions in the sidecar; returns the
+        journals' state as read."""
+        df, st = self._refresh()
         tmp = self.dir / f".results.csv.{os.getpid()}.tmp"
         results.to_csv(df, tmp)
         os.replace(tmp, self.dir / "results.csv")
-        st = results.sweep_state(self.dir)
         side = self.sidecar() or {}
         side["sessions"] = [dict(session=h.get("session"), shard=h.get("shard"), timer=h.get("timer"),
                                  card_sha1=h.get("card_sha1"), env=h.get("env")) for h in st.sessions]
         side["rows"] = len(df)
         side["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         _write_json_atomic(self.dir / "sweep.json", side)
+        return st
 
 
 WHERE = ("host", "gpu_index", "gpu_uuid")
