@@ -29,6 +29,7 @@ import itertools
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -81,14 +82,15 @@ def _settings(kind: str) -> list[dict]:
     return combos
 
 
+def _constants(values: dict, kind: str) -> CostConstants:
+    """The ``CostConstants`` of one grid setting (scalars), or of many at once (numpy arrays over the settings,
+    for the vectorised cost); fields the setting leaves out keep their defaults."""
+    return CostConstants(max_splits=MAX_SPLITS[kind], **values)
+
+
 def _arrays(settings: list[dict], kind: str) -> CostConstants:
     """One ``CostConstants`` whose fields are arrays over ``settings`` (for the vectorised cost)."""
-    col = {k: np.array([s[k] for s in settings]) for k in settings[0]}
-    return CostConstants(ctas_per_sm=col["ctas_per_sm"].astype(np.int64),
-                         ctas_per_sm_narrow=col["ctas_per_sm_narrow"].astype(np.int64), fixed=col["fixed"],
-                         combine=col["combine"], combine_per_split=col["combine_per_split"],
-                         partial=col["partial"], max_splits=MAX_SPLITS[kind],
-                         block_k_small_above=col.get("block_k_small_above", np.ones(len(settings))))
+    return _constants({k: np.array([s[k] for s in settings]) for k in settings[0]}, kind)
 
 
 def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str, c: CostConstants,
@@ -106,19 +108,13 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
             continue
         if kind == "sparse_mla":
             thr = np.asarray(c.block_k_small_above)[sel]
-            probe = [(v, fitted_block_k(w, s, dev.sm_count, _scalar(c, block_k_small_above=v))) for v in set(thr)]
+            probe = [(v, fitted_block_k(w, s, dev.sm_count, replace(c, block_k_small_above=v))) for v in set(thr)]
             times = {v: idx.lookup(shape, Plan("fit", s, block_k=bk), dev)[1] for v, bk in probe}
             out[sel] = [math.log((times[v] or worst) / best) for v in thr]
         else:
             t = idx.lookup(shape, Plan("fit", s), dev)[1]
             out[sel] = math.log((t or worst) / best)
     return out
-
-
-def _scalar(c: CostConstants, **kw) -> CostConstants:
-    return CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=1, fixed=0.0, combine=0.0, combine_per_split=0.0,
-                         max_splits=c.max_splits,
-                         **kw)
 
 
 def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | None = None
@@ -143,11 +139,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     # Lowest geomean; among settings within 0.1% of it, the lowest worst case (then the grid's order).
     g = score["geomean"].min()
     best = score[score["geomean"] <= g * 1.001].sort_values("worst", kind="stable").iloc[0]
-    fitted = CostConstants(ctas_per_sm=int(best["ctas_per_sm"]),
-                           ctas_per_sm_narrow=int(best["ctas_per_sm_narrow"]), fixed=float(best["fixed"]),
-                           combine=float(best["combine"]), combine_per_split=float(best["combine_per_split"]),
-                           partial=float(best["partial"]), max_splits=MAX_SPLITS[kind],
-                           block_k_small_above=float(best.get("block_k_small_above", 1.0)))
+    fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(best[k]) for k in settings[0]}, kind)
     return fitted, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
 
