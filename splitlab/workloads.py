@@ -89,13 +89,16 @@ class DecodeWorkload:
         return max(self.lengths)
 
     @property
+    def key_bytes(self) -> int:
+        """Bytes of one key of one kv head: its K and V rows (GQA), or its one latent row, which serves as K
+        and V (MLA, sparse MLA)."""
+        elt = DTYPE_BYTES[self.dtype]
+        return (self.head_dim_qk + self.head_dim_v) * elt if self.kind == "gqa" else self.head_dim_qk * elt
+
+    @property
     def kv_bytes(self) -> int:
         """Unique KV bytes one call must read (sparse: the gathered rows, counted once per token)."""
-        elt = DTYPE_BYTES[self.dtype]
-        total_keys = sum(self.lengths)
-        if self.kind == "gqa":
-            return total_keys * self.num_kv_heads * (self.head_dim_qk + self.head_dim_v) * elt
-        return total_keys * self.head_dim_qk * elt  # one latent row serves K and V
+        return sum(self.lengths) * self.num_kv_heads * self.key_bytes
 
     @property
     def flops(self) -> int:

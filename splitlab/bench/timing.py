@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from splitlab.devices import DeviceSpec
-from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
+from splitlab.workloads import DecodeWorkload
 
 QUANTILES = (0.2, 0.5, 0.8)
 
@@ -163,8 +163,8 @@ class EventTimer:
 
 class FakeTimer:
     """Deterministic modelled figures for CI: NOT measurements. Nothing is run (the check before it is
-    real). ``p50 = LAUNCH_US + T(s) * bytes of one key / (HBM bandwidth per SM)``, with ``T(s)`` the
-    ``splitlab`` planner's wave-cost model (``planners.native.modelled_cost``) in keys streamed by one CTA;
+    real). ``p50 = LAUNCH_US + T(s) * bytes of one key / (HBM bandwidth per SM)``, with ``T(s)`` splitlab's
+    first, unfitted wave-cost model (``planners.native.modelled_cost``) in keys streamed by one CTA;
     p20/p80 are p50 -/+ 2 %; ``n_samples`` is 0 and the method says ``fake``."""
 
     name = "fake"
@@ -178,9 +178,8 @@ class FakeTimer:
         from splitlab.planners.native import modelled_cost
 
         cost = modelled_cost(w, num_splits or 1, self.device.sm_count)
-        key_bytes = (w.head_dim_qk + (w.head_dim_v if w.kind == "gqa" else 0)) * DTYPE_BYTES[w.dtype]
         per_sm_bytes_per_us = max(self.device.hbm_gbps, 1.0) * 1e3 / self.device.sm_count
-        return self.LAUNCH_US + cost * key_bytes / per_sm_bytes_per_us
+        return self.LAUNCH_US + cost * w.key_bytes / per_sm_bytes_per_us
 
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
                 num_splits: int | None) -> Timing:

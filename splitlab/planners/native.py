@@ -27,7 +27,7 @@ from splitlab import waves  # module import: waves itself imports splitlab.plann
 from splitlab.devices import DeviceSpec
 from splitlab.planners._math import cdiv
 from splitlab.planners.registry import Plan, register
-from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
+from splitlab.workloads import DecodeWorkload
 
 MAX_SPLITS = {"gqa": 64, "mla": 256, "sparse_mla": 64}
 MIN_KEYS_PER_SPLIT = {"gqa": 64, "mla": 64, "sparse_mla": 64}
@@ -166,12 +166,8 @@ def tile_rows(w: DecodeWorkload) -> int:
 def partial_tiles(w: DecodeWorkload) -> float:
     """P: the bytes one split writes (the real query rows of its tile, Dv fp32 values and the lse each) over
     the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for MLA)."""
-    elt = DTYPE_BYTES[w.dtype]
-    if w.kind == "gqa":
-        rows, key_bytes = w.group, (w.head_dim_qk + w.head_dim_v) * elt
-    else:
-        rows, key_bytes = min(w.num_q_heads, waves.default_block_h(w.num_q_heads)), w.head_dim_qk * elt
-    return rows * (w.head_dim_v + 1) * 4 / (TILE_KEYS * key_bytes)
+    rows = w.group if w.kind == "gqa" else min(w.num_q_heads, waves.default_block_h(w.num_q_heads))
+    return rows * (w.head_dim_v + 1) * 4 / (TILE_KEYS * w.key_bytes)
 
 
 def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None) -> list[int]:
