@@ -171,8 +171,7 @@ def cta_rule(df: pd.DataFrame, *, sm_count: int | None = None, knob: str = "bloc
 
 # --- replay: the what-if regret of a planner that did not exist when the data were taken ---------------------
 
-#: The kernels whose launches ``replay`` can resolve: kernel column -> (module, ``*_launch_facts``, knob name of
-#: the plan's key tile on that kernel).
+#: The kernels whose launches ``replay`` can resolve: kernel column -> (module, its ``*_launch_facts``).
 LAUNCH_FACTS = {
     "gqa_decode": ("splitlab.kernels.gqa", "gqa_launch_facts"),
     "mla_decode": ("splitlab.kernels.mla", "mla_launch_facts"),

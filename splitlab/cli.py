@@ -173,15 +173,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     opts = sweep.SweepOptions(grid=args.grid, out=Path(args.out), timer=args.timer, resume=args.resume,
                               device=args.device, limit=args.limit, max_minutes=args.max_minutes,
                               shard=args.shard, quiet=args.quiet, argv=args.argv)
-    runner = sweep.Runner(card, opts)
     if (args.workers or args.scheduler) and not args.dry_run:
         from splitlab.bench import dist  # Dask only here: the single-process path never imports it
 
-        res = dist.run(card, opts, workers=args.workers, scheduler=args.scheduler)
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(res.statuses.items())) or "nothing to do"
-        print(f"sweep {res.sweep_id} in {res.sweep_dir}: this run {counts}; {res.done}/{res.total} points done"
-              + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
+        _print_sweep_result(dist.run(card, opts, workers=args.workers, scheduler=args.scheduler), "this run")
         return 0
+    runner = sweep.Runner(card, opts)
     if args.dry_run:
         print(runner.describe(rows=args.rows))
         return 0
@@ -190,10 +187,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except sweep.SweepAborted as e:
         print(f"splitlab: sweep stopped: {e}", file=sys.stderr)
         return 3
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(res.statuses.items())) or "nothing to do"
-    print(f"sweep {res.sweep_id} in {res.sweep_dir}: this session {counts}; {res.done}/{res.total} points done"
-          + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
+    _print_sweep_result(res, "this session")
     return 0
+
+
+def _print_sweep_result(res, who: str) -> None:
+    """One line: what this session (or Dask run) wrote, and how far the sweep is."""
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(res.statuses.items())) or "nothing to do"
+    print(f"sweep {res.sweep_id} in {res.sweep_dir}: {who} {counts}; {res.done}/{res.total} points done"
+          + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
 
 
 def build_parser() -> argparse.ArgumentParser:
