@@ -1,9 +1,11 @@
-"""The GQA kernels compile for a real NVIDIA target (sm_90) on this CPU machine, without launching.
+"""The kernels compile for a real NVIDIA target (sm_90) on this CPU machine, without launching.
 
 The interpreter accepts code that NVIDIA compilation rejects (non-constexpr globals, small ``tl.dot``
 shapes, ...), so a child process without ``TRITON_INTERPRET`` gives Triton a stand-in driver that only
 names the target, and ``JITFunction.warmup`` runs the whole pipeline through ptxas (bundled with the
-triton wheel). The 16-bit configurations must not spill registers.
+triton wheel). The 16-bit configurations must not spill registers, and their shared memory must fit
+sm_90's 227 KB. The MLA tiles of two warpgroups must not compute the scores twice (``mla.isolate_qk``):
+the PTX holds one ``wgmma`` per 16 columns of the latent row for QK, not two.
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ except Exception as e:
     print(f"no stand-in driver: {e!r}")
     sys.exit(3)
 
+import re
 import splitlab.kernels.combine as comb
 import splitlab.kernels.gqa as gqa
-from splitlab.kernels.testing import gqa_inputs
+import splitlab.kernels.mla as mla
+import splitlab.kernels.sparse_mla as smla
+from splitlab.kernels.testing import gqa_inputs, mla_inputs, sparse_mla_inputs
 
 compiled = []
 
@@ -48,26 +53,54 @@ class Warmup:
         return lambda *a, **kw: compiled.append(self.kernel.warmup(*a, grid=grid, **kw))
 
 gqa._gqa_partial_kernel = Warmup(gqa._gqa_partial_kernel)
+mla._mla_decode_kernel = Warmup(mla._mla_decode_kernel)
+smla._sparse_mla_decode_kernel = Warmup(smla._sparse_mla_decode_kernel)
 comb._combine_kernel = Warmup(comb._combine_kernel)
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
-CASES = [  # Hq, Hkv, D, page_size, dtype, num_splits, knobs
-    (32, 8, 128, 16, torch.bfloat16, 4, {}),  # llama-3-8b, tile over 4 pages, + combine
-    (32, 8, 128, 64, torch.bfloat16, 1, {}),  # one page per tile, final output written directly
-    (128, 1, 128, 1, torch.bfloat16, 2, {}),  # MQA-128: 8 warps, wgmma, page size 1
-    (64, 8, 128, 16, torch.bfloat16, 2, dict(block_n=128, num_warps=8, num_stages=3)),
-    (8, 2, 64, 16, torch.float16, 3, dict(num_stages=4)),
-    (16, 1, 256, 16, torch.bfloat16, 3, {}),
-    (4, 2, 40, 16, torch.float32, 2, {}),  # fp32 (ieee dot), masked head dim
-]
-failed = False
-for hq, hkv, d, ps, dt, s, knobs in CASES:
-    name = f"{hq}/{hkv}/{d} page {ps} {dt} S={s} {knobs}"
+def gqa_case(hq, hkv, d, ps, dt, s, knobs):
     inp = gqa_inputs(2, hq, hkv, d, [100, 7], page_size=ps, dtype=dt)
+    gqa.gqa_decode(**inp, num_splits=s, **knobs)
+
+
+def mla_case(h, dqk, ps, dt, s, knobs):
+    mla.mla_decode(**mla_inputs(2, h, dqk, [100, 7], page_size=ps, dtype=dt), num_splits=s, **knobs)
+
+
+def sparse_case(h, dqk, dt, s, knobs):
+    x = sparse_mla_inputs(2, h, dqk, 256, num_slots=300, invalid_frac=0.3, dtype=dt)
+    smla.sparse_mla_decode(**x, num_splits=s, **knobs)
+
+
+CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
+    ("gqa 32/8/128 page 16 S=4", lambda: gqa_case(32, 8, 128, 16, torch.bfloat16, 4, {}), torch.bfloat16, None),
+    ("gqa 32/8/128 page 64 S=1", lambda: gqa_case(32, 8, 128, 64, torch.bfloat16, 1, {}), torch.bfloat16, None),
+    ("gqa MQA-128 page 1", lambda: gqa_case(128, 1, 128, 1, torch.bfloat16, 2, {}), torch.bfloat16, None),
+    ("gqa 64/8 block_n 128", lambda: gqa_case(64, 8, 128, 16, torch.bfloat16, 2,
+                                              dict(block_n=128, num_warps=8, num_stages=3)), torch.bfloat16, None),
+    ("gqa 8/2/64 fp16 4 stages", lambda: gqa_case(8, 2, 64, 16, torch.float16, 3, dict(num_stages=4)),
+     torch.float16, None),
+    ("gqa 16/1/256", lambda: gqa_case(16, 1, 256, 16, torch.bfloat16, 3, {}), torch.bfloat16, None),
+    ("gqa fp32 masked head dim", lambda: gqa_case(4, 2, 40, 16, torch.float32, 2, {}), torch.float32, None),
+    # MLA-128 default tile (BLOCK_H 64, BLOCK_N 64, 8 warps, 2 stages): QK = 576 / 16 = 36 wgmma
+    ("mla 128/576 default", lambda: mla_case(128, 576, 64, torch.bfloat16, 2, {}), torch.bfloat16, 36),
+    ("mla 16/576 default", lambda: mla_case(16, 576, 64, torch.bfloat16, 2, {}), torch.bfloat16, None),
+    ("mla 16/576 page 1, 32 x 3 stages", lambda: mla_case(16, 576, 1, torch.bfloat16, 2,
+                                                          dict(block_n=32, num_stages=3)), torch.bfloat16, None),
+    ("sparse 64/512 block_k 64", lambda: sparse_case(64, 512, torch.bfloat16, 2, dict(block_k=64)),
+     torch.bfloat16, 32),
+    ("sparse 128/576 block_k 64", lambda: sparse_case(128, 576, torch.bfloat16, 1, dict(block_k=64)),
+     torch.bfloat16, 36),
+    ("sparse 128/576 block_k 32", lambda: sparse_case(128, 576, torch.bfloat16, 3, dict(block_k=32)),
+     torch.bfloat16, 36),
+]
+SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block
+failed = False
+for name, launch, dt, qk_wgmma in CASES:
     n0 = len(compiled)
     try:
-        gqa.gqa_decode(**inp, num_splits=s, **knobs)
+        launch()
     except Exception as e:
         print(f"FAIL {name}: {type(e).__name__}: {str(e)[:2000]}")
         failed = True
@@ -83,12 +116,21 @@ for hq, hkv, d, ps, dt, s, knobs in CASES:
         if "STACK:0 " not in usage or "LOCAL:0 " not in usage:
             print(f"SPILL {name}: {usage}")
             failed = True
+    if partial.metadata.shared > SMEM_LIMIT:
+        print(f"SHARED {name}: {partial.metadata.shared} B > {SMEM_LIMIT}")
+        failed = True
+    if qk_wgmma is not None:
+        shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", partial.asm["ptx"])
+        qk = sum(1 for n in shapes if int(n) < 256)  # PV is m64n256 (each warpgroup half of Dv = 512)
+        if qk != qk_wgmma:
+            print(f"QK {name}: {qk} QK wgmma per tile, expected {qk_wgmma} (shapes {sorted(set(shapes))})")
+            failed = True
     print(f"ok {name}: shared {partial.metadata.shared} B; {usage}")
 sys.exit(1 if failed else 0)
 """
 
 
-def test_gqa_compiles_for_sm90():
+def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))

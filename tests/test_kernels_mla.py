@@ -45,6 +45,7 @@ CASES = [
     (torch.float32, 4, 48, 32, [70, 33], 64, 2, 64, None),  # tile inside a page (one table entry)
     (torch.float16, 4, 48, 32, [70, 33], 16, 2, 64, None),  # tile spans 4 pages
     (torch.bfloat16, 3, 576, 512, [40, 70], 64, 2, 32, None),  # DeepSeek's 576/512
+    (torch.float16, 66, 48, 32, [37, 0, 90], 16, 3, 32, 64),  # BLOCK_H 64, 8 warps: ISOLATE_QK, 2 head tiles
 ]
 
 
@@ -184,6 +185,13 @@ def test_defaults_table():
                 smem = smem_bytes(d.block_h, d.block_n, dqk, min(dqk, 512), 4 if dt == "fp32" else 2,
                                   d.num_stages)
                 assert smem <= mla.SMEM_BUDGET or d.num_stages == 1
+
+
+def test_isolate_qk_only_where_two_warpgroups_share_a_wgmma_m():
+    assert mla.isolate_qk(64, 8, torch.bfloat16) and mla.isolate_qk(64, 8, torch.float16)
+    assert not mla.isolate_qk(64, 4, torch.bfloat16)  # one warpgroup: M = 64 = 16 x 4 warps
+    assert not mla.isolate_qk(16, 4, torch.bfloat16) and not mla.isolate_qk(32, 8, torch.bfloat16)  # mma.sync
+    assert not mla.isolate_qk(64, 8, torch.float32)  # fp32: ieee dots, no wgmma
 
 
 @pytest.mark.parametrize("w", [

@@ -49,6 +49,7 @@ CASES = [
     (torch.bfloat16, 2, 3, 40, 24, 50, 20, 0, 2, 16, None),  # topk > num_slots: repeated slots
     (torch.bfloat16, 2, 3, 576, 512, 64, 200, 1, 2, 32, None),  # DeepSeek-V3.2's 576/512
     (torch.bfloat16, 2, 4, 512, 512, 64, 200, 0, 1, None, None),  # seed 003's 512/512, unsplit
+    (torch.float16, 2, 70, 48, 32, 100, 300, 1, 3, 32, 64),  # BLOCK_H 64, 8 warps: ISOLATE_QK, 2 head tiles
 ]
 
 
@@ -160,11 +161,14 @@ def test_validation_names_the_argument(name, changes):
 def test_block_k_follows_the_cta_rule():
     assert sparse_block_k(132, 132) == 64 and sparse_block_k(133, 132) == 32
     assert sparse_block_k(None, 132) == 64
-    assert sparse_block_k(10, 132, head_dim_qk=576) == 32  # wide rows: always 32
+    assert sparse_block_k(10, 132, head_dim_qk=576) == 64  # DeepSeek-V3.2's rows take the rule too
+    assert sparse_block_k(10, 132, head_dim_qk=1024) == 32  # wider rows: always 32
     d = sparse_mla_defaults(64, 512, ctas=64, sm_count=132)
     assert (d.block_h, d.block_n, d.num_warps, d.num_stages) == (64, 64, 8, 2)
     assert sparse_mla_defaults(64, 512, ctas=264, sm_count=132).block_n == 32
-    assert sparse_mla_defaults(128, 576).block_n == 32
+    d = sparse_mla_defaults(128, 576)
+    assert (d.block_n, d.num_stages) == (64, 2)  # 216 KB modelled: fits
+    assert sparse_mla_defaults(128, 576, ctas=264, sm_count=132).block_n == 32
 
 
 @pytest.mark.parametrize("w", [

@@ -42,6 +42,7 @@ from splitlab.kernels._launch import (
     resolve_sm_scale,
 )
 from splitlab.kernels.combine import combine, combine_grid
+from splitlab.kernels.paging import tile_pages
 from splitlab.planners._math import next_power_of_two
 from splitlab.workloads import DecodeWorkload
 
@@ -50,20 +51,6 @@ __all__ = ["gqa_decode", "gqa_launch_facts", "default_knobs"]
 LOG2E = 1.4426950408889634  # log2(e): scores are kept in the log2 domain so the kernel can use exp2
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2), back to a natural-log lse (a jit global must be constexpr)
 MAX_SPLITS = 65535  # the grid's y dimension holds the splits (CUDA limit)
-
-
-@triton.jit
-def _tile_pages(bt_row, bt_stride_p, tile_start, end, offs_n, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Physical pages (int64) of the keys ``tile_start + offs_n``: a scalar when a tile never crosses a page
-    (tiles start on multiples of BLOCK_N), else one entry per key; 0 where the tile is past ``end``."""
-    if PAGE_SIZE % BLOCK_N == 0:
-        # One table read per tile: 4 bytes.
-        page = tl.load(bt_row + (tile_start // PAGE_SIZE) * bt_stride_p, mask=tile_start < end, other=0)
-    else:
-        # BLOCK_N * 4 bytes of table per tile (BLOCK_N / PAGE_SIZE distinct entries; the repeats hit L1).
-        pos = tile_start + offs_n
-        page = tl.load(bt_row + (pos // PAGE_SIZE) * bt_stride_p, mask=pos < end, other=0)
-    return page.to(tl.int64)
 
 
 @triton.jit
@@ -119,14 +106,14 @@ def _gqa_partial_kernel(
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
 
     # The block-table entries of the next tile are loaded one iteration ahead and carried in registers,
-    # so the K/V addresses of a tile do not depend on a load of the same iteration (see _tile_pages).
-    page_next = _tile_pages(bt_row, bt_stride_p, start, end, offs_n, PAGE_SIZE, BLOCK_N)
+    # so the K/V addresses of a tile do not depend on a load of the same iteration (see splitlab.kernels.paging).
+    page_next = tile_pages(bt_row, bt_stride_p, start, end, offs_n, PAGE_SIZE, BLOCK_N)
     for start_n in range(start, end, BLOCK_N):
         # Every tile holds at least one live key (start_n < end), so the row max below is finite.
         pos = start_n + offs_n
         mask_n = pos < end
         page = page_next
-        page_next = _tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, PAGE_SIZE, BLOCK_N)
+        page_next = tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, PAGE_SIZE, BLOCK_N)
         # Paged gather: token pos lives in page block_table[b, pos // PAGE_SIZE], slot pos % PAGE_SIZE.
         slot = pos % PAGE_SIZE
         k_rows = page * k_stride_p + slot * k_stride_s

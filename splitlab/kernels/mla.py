@@ -53,6 +53,7 @@ from splitlab.kernels._launch import (
     resolve_sm_scale,
 )
 from splitlab.kernels.combine import combine, combine_grid
+from splitlab.kernels.paging import tile_pages
 from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
@@ -71,9 +72,9 @@ MIN_DOT = 16  # smallest M, N, K of a 16-bit tl.dot on NVIDIA; every tile dimens
 #: block_h -> (block_n, num_warps, num_stages), 16-bit inputs. "wide": Dqk > 256 (DeepSeek 576/512,
 #: seed 003's 512); "narrow": Dqk <= 256. BLOCK_H 64 needs 8 warps: its fp32 accumulator [64, 512] is
 #: 128 registers per thread over two warpgroups (each a wgmma m64 over half of Dv).
-#: Compiled ahead of time for sm_90a on a CPU box (triton 3.6.0, its ptxas 12.8), H=128 576/512 bf16:
-#: (64, 32, 8, 2) -> wgmma, 216 registers, no spill, 144 KB shared; (64, 64, 8, 2) -> 255 registers, no
-#: spill, 216 KB; (64, 64, 8, 1) spills 444 B; (64, 32, 4, 2) spills 2 KB. BLOCK_H 16/32 use mma.sync.
+#: Compiled ahead of time for sm_90a on a CPU box (triton 3.6.0, its ptxas 12.8), H=128 576/512 bf16, with
+#: ``isolate_qk``: (64, 64, 8, 2) -> wgmma, 252 registers, no spill, 224 KB shared (the 216 KB modelled +
+#: the probabilities' 8 KB); (64, 32, 8, 2) -> 218 registers, 148 KB. BLOCK_H 16/32 use mma.sync.
 MLA_TILES: dict[str, dict[int, tuple[int, int, int]]] = {
     "wide": {16: (64, 4, 3), 32: (64, 4, 2), 64: (64, 8, 2)},
     "narrow": {16: (64, 4, 2), 32: (64, 4, 2), 64: (64, 8, 2)},
@@ -118,6 +119,19 @@ def fit_stages(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, el
     while s > 1 and smem_bytes(block_h, block_n, head_dim_qk, head_dim_v, elt_bytes, s) > SMEM_BUDGET:
         s -= 1
     return s
+
+
+def isolate_qk(block_h: int, num_warps: int, dtype: torch.dtype) -> bool:
+    """Whether ``softmax_update`` hides the PV dot from the QK dots' layout choice (``ISOLATE_QK``).
+
+    Triton (3.4-3.6) lays a dot whose result feeds another dot with every warp along M, so that the
+    softmax's row reductions stay inside a warp. With 16-bit inputs, BLOCK_H 64 and 8 warps (two
+    warpgroups, each a wgmma of M = 64), both warpgroups then compute the same ``[64, BLOCK_N]`` scores:
+    the QK dot, over half of the FLOPs, runs twice (sm_90a PTX of the MLA-128 tile: 72 wgmma m64n32k16
+    per tile instead of 36). Isolated, the warpgroups split the keys (N) and the row reductions cross
+    warpgroups through shared memory. Only where M < 16 x num_warps on the wgmma path (BLOCK_H >= 64);
+    the mma.sync tiles (BLOCK_H 16, 32) compile worse with it (spills)."""
+    return dtype != torch.float32 and block_h >= 64 and 16 * num_warps > block_h
 
 
 def kernel_dtype_name(dtype: str | torch.dtype) -> str:
@@ -205,24 +219,49 @@ def load_latent_rows(row_ptrs, row_mask, kv_stride_d,
 
 
 @triton.jit
-def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
-                   HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Fold one key tile into the online softmax of a head tile (base 2: ``qk_scale = sm_scale *
-    log2(e)``, ``m_i`` the running max of scaled scores, ``l_i`` the running sum, ``acc`` the unnormalised
-    ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score -inf; a tile with no valid key
-    leaves the state unchanged (``m_safe`` keeps -inf - -inf out). FLOPs: 2*BLOCK_H*BLOCK_N*(Dqk + Dv)."""
-    s = tl.dot(q_v, tl.trans(kv_v), input_precision=DOT_PRECISION)
+def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
+                     HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """The QK half of ``softmax_update``: scaled scores, the new running max and sum, the rescale factor
+    of the old state, and the probabilities in the V tile's dtype (the PV dot's operand)."""
+    s = tl.dot(q_v, tl.trans(kv_v), input_precision=DOT_PRECISION) * qk_scale
     if HEAD_DIM_R > 0:
-        s = tl.dot(q_r, tl.trans(kv_r), s, input_precision=DOT_PRECISION)
-    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+        # A separate dot plus an add (not the first dot as the second's accumulator) keeps the rope
+        # dot out of the first one's forward slice, so ISOLATE_QK can work.
+        s += tl.dot(q_r, tl.trans(kv_r), input_precision=DOT_PRECISION) * qk_scale
+    s = tl.where(valid[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    l_new = l_i * alpha + tl.sum(p, axis=1)
+    return m_new, l_new, alpha, p.to(kv_v.dtype)
+
+
+@triton.jit
+def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
+                   HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr):
+    """Fold one key tile into the online softmax of a head tile (base 2: ``qk_scale = sm_scale *
+    log2(e)``, ``m_i`` the running max of scaled scores, ``l_i`` the running sum, ``acc`` the unnormalised
+    ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score -inf; a tile with no valid key
+    leaves the state unchanged (``m_safe`` keeps -inf - -inf out). FLOPs: 2*BLOCK_H*BLOCK_N*(Dqk + Dv).
+
+    ``ISOLATE_QK`` (see ``isolate_qk``): the scores and the softmax are computed inside a branch that is
+    always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice."""
+    if ISOLATE_QK:
+        if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
+            m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
+                                                      HEAD_DIM_R, DOT_PRECISION)
+        else:
+            m_new, l_new = m_i, l_i
+            alpha = tl.full(m_i.shape, 1.0, tl.float32)
+            # Not a constant: a constant in the PV operand's layout would take its own shared memory.
+            p = (tl.zeros([q_v.shape[0], kv_v.shape[0]], tl.float32) * qk_scale).to(kv_v.dtype)
+    else:
+        m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, HEAD_DIM_R,
+                                                  DOT_PRECISION)
     acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(kv_v.dtype), kv_v, acc, input_precision=DOT_PRECISION)
-    return m_new, l_i, acc
+    acc = tl.dot(p, kv_v, acc, input_precision=DOT_PRECISION)
+    return m_new, l_new, acc
 
 
 @triton.jit
@@ -262,7 +301,7 @@ def _mla_decode_kernel(
     lse_stride_b, lse_stride_h, lse_stride_s,
     PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (request, split) run side by side and share its
     # latent tiles through L2 (H=128, BLOCK_H=64: DRAM reads each row once, L2 serves the second tile).
@@ -287,21 +326,21 @@ def _mla_decode_kernel(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
     bt_row = bt_ptr + b.to(tl.int64) * bt_stride_b
-    # Per tile: BLOCK_N latent rows (BLOCK_N * Dqk * elt bytes) plus 4 bytes of block table per page.
+    # Per tile: BLOCK_N latent rows (BLOCK_N * Dqk * elt bytes) plus 4 bytes of block table per page. The
+    # next tile's pages are read one iteration ahead, so the row loads pipeline (splitlab.kernels.paging).
+    offs_t = tl.arange(0, BLOCK_N)
+    page_next = tile_pages(bt_row, bt_stride_p, start, end, offs_t, PAGE_SIZE, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_n = n0 + offs_t
         valid = offs_n < end
-        if PAGE_SIZE % BLOCK_N == 0:
-            # The tile lies in one page (splits start on tile boundaries): one table entry, contiguous rows.
-            page = tl.load(bt_row + (n0 // PAGE_SIZE) * bt_stride_p).to(tl.int64)
-            rows = kv_ptr + page * kv_stride_p + ((n0 % PAGE_SIZE) + tl.arange(0, BLOCK_N)) * kv_stride_s
-        else:
-            page = tl.load(bt_row + (offs_n // PAGE_SIZE) * bt_stride_p, mask=valid, other=0).to(tl.int64)
-            rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
+        page = page_next
+        page_next = tile_pages(bt_row, bt_stride_p, n0 + BLOCK_N, end, offs_t, PAGE_SIZE, BLOCK_N)
+        # A tile lies in one page when PAGE_SIZE % BLOCK_N == 0 (page is a scalar: contiguous rows).
+        rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
         m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
-                                       DOT_PRECISION)
+                                       DOT_PRECISION, ISOLATE_QK)
 
     # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
     store_head_tile(acc, m_i, l_i,
@@ -452,6 +491,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
             PAGE_SIZE=page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
+            ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

@@ -53,6 +53,7 @@ from splitlab.kernels.mla import (
     empty_result,
     finish_outputs,
     fit_stages,
+    isolate_qk,
     kernel_dtype_name,
     load_latent_rows,
     load_q_tile,
@@ -70,15 +71,17 @@ from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 # BLOCK_K follows seed 003's load rule (aiter pa_decode_sparse on MI355X): 64 while the launch fits on
 # the SMs (one CTA each, the bigger tile does more per SM), 32 once it needs more than one wave (smaller
 # tiles pack better and hide the gather latency). num_stages is clamped to mla.SMEM_BUDGET: H=64,
-# Dqk=512, bf16, BLOCK_K 64 -> 2 stages (64 KB Q + 2 x 64 KB = 192 KB); H=128, Dqk=576 (DeepSeek-V3.2)
-# always takes BLOCK_K 32 -> 2 stages (72 KB + 2 x 36 KB = 144 KB).
+# Dqk=512, bf16, BLOCK_K 64 -> 2 stages (64 KB Q + 2 x 64 KB = 192 KB); H=128, Dqk=576 (DeepSeek-V3.2),
+# BLOCK_K 64 -> 2 stages (72 KB + 2 x 72 KB = 216 KB modelled; 224 KB compiled, with the probabilities'
+# 8 KB), BLOCK_K 32 -> 2 stages (72 KB + 2 x 36 KB = 144 KB).
 # =====================================================================================================
 
 SPARSE_MLA_TILES: dict[int, tuple[int, int]] = {16: (4, 2), 32: (8, 2), 64: (8, 2)}
 BLOCK_K_SMALL, BLOCK_K_LARGE = 32, 64
-#: BLOCK_K 64 only for latent rows up to this width: at 576 (DeepSeek-V3.2) a 64-candidate tile with
-#: BLOCK_H 64 spills registers on sm_90 (ptxas, 1 stage) or needs 216 KB of shared memory (2 stages).
-BLOCK_K_LARGE_MAX_DQK = 512
+#: BLOCK_K 64 only for latent rows up to this width. At 576 (DeepSeek-V3.2) with BLOCK_H 64 it compiles
+#: (sm_90a, triton 3.6: 255 registers, no spill, 224 KB shared at 2 stages) since ``mla.isolate_qk`` stopped
+#: the two warpgroups computing the same scores; before that it spilled.
+BLOCK_K_LARGE_MAX_DQK = 576
 
 
 def sparse_block_k(ctas_: int | None, sm_count: int | None, head_dim_qk: int = 512) -> int:
@@ -122,7 +125,7 @@ def _sparse_mla_decode_kernel(
     lse_stride_t, lse_stride_h, lse_stride_s,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (token, split) gather the same rows back to back,
     # so the second tile's gathers hit L2.
@@ -154,7 +157,7 @@ def _sparse_mla_decode_kernel(
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
         m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
-                                       DOT_PRECISION)
+                                       DOT_PRECISION, ISOLATE_QK)
 
     store_head_tile(acc, m_i, l_i,
                     out_ptr + t.to(tl.int64) * out_stride_t + split * out_stride_s,
@@ -247,6 +250,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
+            ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

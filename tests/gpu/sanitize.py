@@ -11,6 +11,7 @@ from splitlab.kernels.testing import gqa_inputs, mla_inputs, sparse_mla_inputs
 for s in (1, 3):
     gqa_decode(**gqa_inputs(3, 12, 4, 128, [700, 0, 33], page_size=16, device="cuda"), num_splits=s)
     mla_decode(**mla_inputs(2, 20, 576, [300, 0], page_size=1, device="cuda"), num_splits=s)
+    mla_decode(**mla_inputs(2, 128, 576, [300, 0], page_size=64, device="cuda"), num_splits=s)  # ISOLATE_QK
     sparse_mla_decode(**sparse_mla_inputs(3, 64, 512, 256, num_slots=1000, invalid_frac=0.3, empty_rows=1,
                                           device="cuda"), num_splits=s)
 torch.cuda.synchronize()
