@@ -55,6 +55,7 @@ GRID = dict(
     combine=(0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
     combine_per_split=(0.0, 0.01, 0.03, 0.1, 0.3, 1.0),
     partial=(0.0, 0.5, 1.0, 2.0),
+    tail=(1.0, 0.5, 0.0),
 )
 BLOCK_K_GRID = (0.5, 1.0, 2.0, 4.0, 1e9)  # sparse MLA: BLOCK_K 32 once CTAs > this x SMs (1e9: never)
 
@@ -136,9 +137,12 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     score["geomean"] = np.exp(logs.mean(axis=0))
     score["worst"] = np.exp(logs.max(axis=0))
     score["shapes"] = len(idx.shapes())
-    # Lowest geomean; among settings within 0.1% of it, the lowest worst case (then the grid's order).
+    # Lowest geomean; among settings within 0.1% of it, the whole-wave model (tail 1) if one is there (a
+    # partial-wave discount must earn its place), then the lowest worst case (then the grid's order).
     g = score["geomean"].min()
-    best = score[score["geomean"] <= g * 1.001].sort_values("worst", kind="stable").iloc[0]
+    near = score[score["geomean"] <= g * 1.001]
+    near = near[near["tail"] == 1.0] if (near["tail"] == 1.0).any() else near
+    best = near.sort_values("worst", kind="stable").iloc[0]
     fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(best[k]) for k in settings[0]}, kind)
     return fitted, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
@@ -211,6 +215,7 @@ def _fmt(c: CostConstants) -> str:
     s = (f"ctas_per_sm={c.ctas_per_sm}, ctas_per_sm_narrow={c.ctas_per_sm_narrow}, fixed={c.fixed:g}, "
          f"combine={c.combine:g}, combine_per_split={c.combine_per_split:g}, partial={c.partial:g}, "
          f"max_splits={c.max_splits}")
+    s += f", tail={c.tail:g}" if c.tail != 1.0 else ""
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 

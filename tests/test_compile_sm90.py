@@ -96,6 +96,9 @@ CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
      torch.bfloat16, 36),
 ]
 SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block
+# Tolerated stack bytes (spills), measured worth it: DeepSeek-V3.2's sparse tile at BLOCK_K 64 spills 64 B and
+# still runs 1.02-1.5x faster than the spill-free BLOCK_K 32 on the H200 (BENCHMARKS.md, sparse BLOCK_K).
+MAX_STACK = {"sparse 128/576 block_k 64": 64}
 failed = False
 for name, launch, dt, qk_wgmma in CASES:
     n0 = len(compiled)
@@ -113,7 +116,8 @@ for name, launch, dt, qk_wgmma in CASES:
         out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
         os.unlink(f.name)
         usage = next((line.strip() for line in out.splitlines() if "REG:" in line), "?")
-        if "STACK:0 " not in usage or "LOCAL:0 " not in usage:
+        stack = int(re.search(r"STACK:(\d+)", usage).group(1)) if "STACK:" in usage else -1
+        if stack > MAX_STACK.get(name, 0) or "LOCAL:0 " not in usage:
             print(f"SPILL {name}: {usage}")
             failed = True
     if partial.metadata.shared > SMEM_LIMIT:

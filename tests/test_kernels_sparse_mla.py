@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from splitlab import devices, waves, workloads
+from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels.sparse_mla import (
@@ -158,17 +158,13 @@ def test_validation_names_the_argument(name, changes):
 # --- defaults and launch facts ------------------------------------------------------------------------
 
 
-def test_block_k_follows_the_cta_rule():
-    assert sparse_block_k(132, 132) == 64 and sparse_block_k(133, 132) == 32
-    assert sparse_block_k(None, 132) == 64
-    assert sparse_block_k(10, 132, head_dim_qk=576) == 64  # DeepSeek-V3.2's rows take the rule too
-    assert sparse_block_k(10, 132, head_dim_qk=1024) == 32  # wider rows: always 32
-    d = sparse_mla_defaults(64, 512, ctas=64, sm_count=132)
+def test_default_block_k():
+    assert sparse_block_k(512) == 64 and sparse_block_k(576) == 64  # seed 003's and DeepSeek-V3.2's rows
+    assert sparse_block_k(1024) == 32 and sparse_block_k(512, "fp32") == 16
+    d = sparse_mla_defaults(64, 512)
     assert (d.block_h, d.block_n, d.num_warps, d.num_stages) == (64, 64, 8, 2)
-    assert sparse_mla_defaults(64, 512, ctas=264, sm_count=132).block_n == 32
     d = sparse_mla_defaults(128, 576)
     assert (d.block_n, d.num_stages) == (64, 2)  # 216 KB modelled: fits
-    assert sparse_mla_defaults(128, 576, ctas=264, sm_count=132).block_n == 32
 
 
 @pytest.mark.parametrize("w", [
@@ -186,12 +182,14 @@ def test_launch_facts_match_the_wave_model(w, knobs):
     assert (f.combine_grid is None) == (f.num_splits == 1)
     for k, v in knobs.items():
         assert getattr(f, k) == v
-    if "num_splits" not in knobs:
-        from splitlab.planners import default_plan
+    from splitlab.planners import default_plan
 
-        assert f.num_splits == default_plan(w, "h200").num_splits
-    if "block_k" not in knobs:  # seed 003's rule against the H200's SM count
-        assert f.block_k == sparse_block_k(f.ctas, devices.get("h200").sm_count, w.head_dim_qk)
+    plan = default_plan(w, "h200")
+    if "num_splits" not in knobs:
+        assert f.num_splits == plan.num_splits
+    if "block_k" not in knobs:  # the plan's BLOCK_K when it planned the splits, else the kernel's default
+        planned = plan.block_k if "num_splits" not in knobs else None
+        assert f.block_k == (planned or sparse_block_k(w.head_dim_qk, w.dtype))
 
 
 def test_launch_facts_reject_other_kinds():

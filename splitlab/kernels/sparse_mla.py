@@ -67,50 +67,45 @@ from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 
 # =====================================================================================================
-# Defaults: the one place to tune tiles. block_h -> (num_warps, num_stages wanted) for 16-bit inputs;
-# BLOCK_K follows seed 003's load rule (aiter pa_decode_sparse on MI355X): 64 while the launch fits on
-# the SMs (one CTA each, the bigger tile does more per SM), 32 once it needs more than one wave (smaller
-# tiles pack better and hide the gather latency). num_stages is clamped to mla.SMEM_BUDGET: H=64,
-# Dqk=512, bf16, BLOCK_K 64 -> 2 stages (64 KB Q + 2 x 64 KB = 192 KB); H=128, Dqk=576 (DeepSeek-V3.2),
-# BLOCK_K 64 -> 2 stages (72 KB + 2 x 72 KB = 216 KB modelled; 224 KB compiled, with the probabilities'
-# 8 KB), BLOCK_K 32 -> 2 stages (72 KB + 2 x 36 KB = 144 KB).
+# Defaults: the one place to tune tiles. block_h -> (num_warps, num_stages wanted) for 16-bit inputs.
+# BLOCK_K is 64: on the H200 it was faster than 32 at every point measured (2026-11-29, 104 A/B points
+# over H = 64/128, Dqk = 512/576, top-k 512/2048, 1-128 tokens, 1-32 splits, up to 62 waves of CTAs: 1.02-1.47x;
+# and every sparse shape of the kernel bench), so seed 003's load rule (aiter on MI355X: 32 once the CTAs
+# exceed the CUs; ``planners.aiter.pa_decode_sparse_block_k``) does not transfer to this kernel on this GPU.
+# num_stages is clamped to mla.SMEM_BUDGET: H=64, Dqk=512, bf16, BLOCK_K 64 -> 2 stages (64 KB Q +
+# 2 x 64 KB = 192 KB); H=128, Dqk=576 (DeepSeek-V3.2) -> 2 stages (72 KB + 2 x 72 KB = 216 KB modelled;
+# 224 KB compiled, with the probabilities' 8 KB).
 # =====================================================================================================
 
 SPARSE_MLA_TILES: dict[int, tuple[int, int]] = {16: (4, 2), 32: (8, 2), 64: (8, 2)}
 BLOCK_K_SMALL, BLOCK_K_LARGE = 32, 64
 #: BLOCK_K 64 only for latent rows up to this width. At 576 (DeepSeek-V3.2) with BLOCK_H 64 it compiles
-#: (sm_90a, triton 3.6: 255 registers, no spill, 224 KB shared at 2 stages) since ``mla.isolate_qk`` stopped
-#: the two warpgroups computing the same scores; before that it spilled.
+#: (sm_90a, triton 3.6: 255 registers, 224 KB shared at 2 stages) since ``mla.isolate_qk`` stopped the two
+#: warpgroups computing the same scores; before that it spilled.
 BLOCK_K_LARGE_MAX_DQK = 576
 
 
-def sparse_block_k(ctas_: int | None, sm_count: int | None, head_dim_qk: int = 512) -> int:
-    """Seed 003's rule, ``32 if ctas > sm_count else 64`` (64 when either is unknown); 32 always for
-    rows wider than ``BLOCK_K_LARGE_MAX_DQK``."""
-    if head_dim_qk > BLOCK_K_LARGE_MAX_DQK:
-        return BLOCK_K_SMALL
-    if ctas_ is None or sm_count is None:
-        return BLOCK_K_LARGE
-    return BLOCK_K_SMALL if ctas_ > sm_count else BLOCK_K_LARGE
+def sparse_block_k(head_dim_qk: int, dtype: str = "bf16") -> int:
+    """The default BLOCK_K: 64 (16-bit rows up to ``BLOCK_K_LARGE_MAX_DQK`` wide), 32 for wider rows, 16 for
+    fp32 inputs."""
+    if dtype == "fp32":
+        return 16
+    return BLOCK_K_LARGE if head_dim_qk <= BLOCK_K_LARGE_MAX_DQK else BLOCK_K_SMALL
 
 
 def sparse_mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "bf16", *,
-                        head_dim_v: int | None = None, block_h: int | None = None, block_k: int | None = None,
-                        ctas: int | None = None, sm_count: int | None = None) -> TileConfig:
+                        head_dim_v: int | None = None, block_h: int | None = None,
+                        block_k: int | None = None) -> TileConfig:
     """Default tiles of ``sparse_mla_decode`` (``TileConfig.block_n`` is ``BLOCK_K``).
 
-    block_h = ``waves.default_block_h(H)`` unless given; BLOCK_K by ``sparse_block_k(ctas, sm_count,
-    Dqk)`` unless given (16 for fp32 inputs); (num_warps, num_stages) from ``SPARSE_MLA_TILES``,
-    num_stages clamped to the shared-memory budget.
+    block_h = ``waves.default_block_h(H)`` unless given; BLOCK_K ``sparse_block_k(Dqk, dtype)`` unless given;
+    (num_warps, num_stages) from ``SPARSE_MLA_TILES``, num_stages clamped to the shared-memory budget.
     """
     name = kernel_dtype_name(dtype)
     dv = min(head_dim_qk, 512) if head_dim_v is None else head_dim_v  # the launchers' default Dv
     bh = default_block_h(num_heads) if block_h is None else block_h
     num_warps, num_stages = SPARSE_MLA_TILES[bh]
-    if block_k is not None:
-        bk = block_k
-    else:
-        bk = 16 if name == "fp32" else sparse_block_k(ctas, sm_count, head_dim_qk)
+    bk = sparse_block_k(head_dim_qk, name) if block_k is None else block_k
     return TileConfig(bh, bk, num_warps, fit_stages(bh, bk, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
 
 
@@ -169,20 +164,26 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
                             block_h: int | None = None, num_warps: int | None = None,
                             device: object = None) -> LaunchFacts:
     """The launch ``sparse_mla_decode`` makes for ``w`` (``batch`` = query tokens, ``topk`` candidates)
-    with these knobs (no launch). ``num_splits`` is resolved first (the default planner on ``device`` when
-    None), then BLOCK_K by the CTA rule against ``device``'s SM count (``device``: a ``DeviceSpec``, a
-    preset name, or None for the GPU torch sees, else the ``h200`` preset).
+    with these knobs (no launch); ``num_splits=None`` asks the default planner on ``device`` (a
+    ``DeviceSpec``, a preset name, or None for the GPU torch sees, else the ``h200`` preset) for the split
+    count and, unless ``block_k`` is given, for BLOCK_K (the kernel's default when the plan names none).
     ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
     check_kind(w, "sparse_mla")
     bh = default_block_h(w.num_q_heads) if block_h is None else check_pow2("block_h", block_h, lo=16,
                                                                            hi=MAX_BLOCK_H)
     bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
     nw = None if num_warps is None else check_num_warps(num_warps)
-    s = plan_num_splits(w, num_splits, device)
+    if num_splits is None:  # the default planner's split count, and its BLOCK_K unless one is given
+        from splitlab.planners import default_plan  # lazy: the planner package imports every port
+
+        plan = default_plan(w, resolve_device(device))
+        s = plan.num_splits
+        bk = plan.block_k if bk is None else bk
+    else:
+        s = plan_num_splits(w, num_splits, device)
     n_ctas = ctas(w, s, block_h=bh)
-    sm_count = resolve_device(device).sm_count if bk is None else None
     d = sparse_mla_defaults(w.num_q_heads, w.head_dim_qk, w.dtype, head_dim_v=w.head_dim_v, block_h=bh,
-                            block_k=bk, ctas=n_ctas, sm_count=sm_count)
+                            block_k=bk)
     return LaunchFacts(kernel="sparse_mla_decode", grid=(n_ctas,), num_splits=s,
                        num_warps=d.num_warps if nw is None else nw, num_stages=d.num_stages,
                        block_k=d.block_n, block_h=bh,

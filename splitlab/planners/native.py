@@ -78,7 +78,8 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 #
 # Rule, per family, in "key tiles streamed by one CTA" (a tile = TILE_KEYS keys):
 #
-#     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch
+#     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch; with
+#                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave)
 #     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) + FIXED    # each wave streams its split's tiles
 #                              + (s > 1) * PARTIAL * P)                # and writes its fp32 partial rows
 #                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
@@ -122,14 +123,16 @@ class CostConstants:
     max_splits: int
     block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
     partial: float = 0.0  # a split's partial-row write, in units of P
+    tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
 
 
 FITTED: dict[str, CostConstants] = {
-    # GQA/MQA: narrow GQA tiles (32/8, 64/8) run two CTAs per SM, MQA-128's 128-row tile one; a split costs
-    # twice its partial-row write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows) and the merge 0.3 P per
-    # split and SM.
-    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
-                         max_splits=128, partial=2.0),
+    # GQA/MQA (memory-bound): one CTA per SM sets the wave width, and a partly filled last wave costs half a
+    # wave plus its filled part (tail 0.5: the tail's CTAs stream faster with the bandwidth to themselves);
+    # a split costs half its partial-row write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows) and the merge
+    # one P per split and SM. (Before ``tail`` joined the grid: two CTAs per SM, whole waves, partial 2.)
+    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=1, fixed=0.0, combine=0.0, combine_per_split=1.0,
+                         max_splits=128, partial=0.5, tail=0.5),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
@@ -147,7 +150,10 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants):
     c0 = waves.ctas(w, 1)
     keys = w.keys_per_request
     per_sm = c.ctas_per_sm if tile_rows(w) >= 64 else c.ctas_per_sm_narrow
-    n_waves = -(-(c0 * num_splits) // (sm_count * per_sm))  # ceil without float rounding
+    slots = sm_count * per_sm
+    full, rem = (c0 * num_splits) // slots, (c0 * num_splits) % slots
+    n_waves = full + (rem > 0) * (c.tail + (1 - c.tail) * rem / slots)  # tail 1: ceil(c0 * s / slots)
+    n_waves = n_waves + (n_waves < 1) * (1 - n_waves)  # at least one wave (no np.maximum: plain stays plain)
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
     p = partial_tiles(w)
