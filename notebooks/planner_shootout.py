@@ -27,7 +27,7 @@ allow_fake: bool = False  # accept modelled rows (the fake timer); every figure 
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
-confirm: list = ["data/h200-confirm", "data/h200-confirm2"]  # later sweeps of shapes in no fit or held-out set
+confirm: list = ["data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3"]  # later sweeps of shapes in no fit or held-out set
 
 # %%
 import warnings
@@ -157,8 +157,10 @@ else:
 #
 # The `confirm` grids of the three splitlab cards (batches 3-192, contexts 8K/32K/96K, head counts and top-k the
 # fit never saw; every power-of-two and wave-filling split), swept after the fit; then `confirm2` (batches 5-80,
-# contexts 12K/48K, top-k 1536), swept after the rule was revised on what `confirm` showed. Every rule is scored
-# as above; `splitlab` is the fitted rule, replayed.
+# contexts 12K/48K, top-k 1536), swept after the rule was revised on what `confirm` showed; then `confirm3` (GQA
+# only: batches 7-96, contexts 6K/24K), swept after the GQA rule gained its partial-wave cost (`tail`). MLA and
+# sparse MLA's confirm sweeps were re-measured on the second kernel version (BENCHMARKS.md). Every rule is
+# scored as above; `splitlab` is the fitted rule, replayed.
 
 # %%
 for path in confirm if len(fit_table) else []:

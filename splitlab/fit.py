@@ -57,7 +57,9 @@ GRID = dict(
     partial=(0.0, 0.5, 1.0, 2.0),
     tail=(1.0, 0.5, 0.0),
 )
-BLOCK_K_GRID = (0.5, 1.0, 2.0, 4.0, 1e9)  # sparse MLA: BLOCK_K 32 once CTAs > this x SMs (1e9: never)
+#: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
+#: wins ties: no shape of the data may tell it from a threshold beyond its launches.
+BLOCK_K_GRID = (1e9, 0.5, 1.0, 2.0, 4.0)
 
 
 def held_out(df: pd.DataFrame) -> pd.Series:
