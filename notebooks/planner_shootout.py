@@ -27,8 +27,7 @@ allow_fake: bool = False  # accept modelled rows (the fake timer); every figure 
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
-# later sweeps of shapes in no fit or held-out set
-confirm: list = ["data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3"]
+confirm: list = ["data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3"]  # sweeps of unfitted shapes
 
 # %%
 import warnings
