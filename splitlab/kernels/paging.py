@@ -1,10 +1,11 @@
 """The paged-cache addressing shared by the GQA and MLA kernels (a ``@triton.jit`` helper).
 
-Why a tile's pages are loaded one iteration ahead: Triton's software pipeliner turns a loop's K/V loads
-into asynchronous copies (``num_stages`` deep) only when their addresses do not depend on another load
-of the same iteration. A block-table read feeding the K/V address in the same iteration left the MLA
-loop unpipelined (synchronous loads through registers, compiled for sm_90a with triton 3.6); carrying the
-next tile's pages in the loop state lets every K/V load be issued stages ahead.
+The kernels read a tile's block-table entries one iteration ahead and carry them in the loop state, so
+that no K/V address depends on a load of the same iteration. Triton's software pipeliner also handles the
+in-iteration chain (it schedules the table load a stage earlier), so this changes which schedule it builds,
+not whether the loop is pipelined (sm_90a, triton 3.6: asynchronous copies either way). On the H200 the MLA
+kernel's version with it, together with ``mla.isolate_qk``, was the faster one (BENCHMARKS.md, "Kernel
+versions"); GQA's kernel was written this way from the start.
 """
 
 from __future__ import annotations
