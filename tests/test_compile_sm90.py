@@ -64,13 +64,18 @@ def gqa_case(hq, hkv, d, ps, dt, s, knobs):
     gqa.gqa_decode(**inp, num_splits=s, **knobs)
 
 
-def mla_case(h, dqk, ps, dt, s, knobs):
-    mla.mla_decode(**mla_inputs(2, h, dqk, [100, 7], page_size=ps, dtype=dt), num_splits=s, **knobs)
+def fp8(x):  # the latent cache as fp8 e4m3 (the kernels dequantise it by kv_scale)
+    return dict(x, kv_cache=x["kv_cache"].to(torch.float8_e4m3fn))
 
 
-def sparse_case(h, dqk, dt, s, knobs):
+def mla_case(h, dqk, ps, dt, s, knobs, kv8=False):
+    x = mla_inputs(2, h, dqk, [100, 7], page_size=ps, dtype=dt)
+    mla.mla_decode(**(fp8(x) if kv8 else x), num_splits=s, **knobs)
+
+
+def sparse_case(h, dqk, dt, s, knobs, kv8=False):
     x = sparse_mla_inputs(2, h, dqk, 256, num_slots=300, invalid_frac=0.3, dtype=dt)
-    smla.sparse_mla_decode(**x, num_splits=s, **knobs)
+    smla.sparse_mla_decode(**(fp8(x) if kv8 else x), num_splits=s, **knobs)
 
 
 CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
@@ -94,6 +99,12 @@ CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
      torch.bfloat16, 36),
     ("sparse 128/576 block_k 32", lambda: sparse_case(128, 576, torch.bfloat16, 3, dict(block_k=32)),
      torch.bfloat16, 36),
+    # fp8 e4m3 caches beside a bf16 q, at the default tiles
+    ("mla 128/576 fp8 cache", lambda: mla_case(128, 576, 64, torch.bfloat16, 2, {}, kv8=True), torch.bfloat16, 36),
+    ("mla 16/576 fp8 cache", lambda: mla_case(16, 576, 64, torch.bfloat16, 2, {}, kv8=True), torch.bfloat16, None),
+    ("sparse 64/512 fp8 pool", lambda: sparse_case(64, 512, torch.bfloat16, 2, {}, kv8=True), torch.bfloat16, 32),
+    ("sparse 16/512 fp8 pool", lambda: sparse_case(16, 512, torch.bfloat16, 2, {}, kv8=True), torch.bfloat16, None),
+    ("sparse 128/576 fp8 pool", lambda: sparse_case(128, 576, torch.bfloat16, 1, {}, kv8=True), torch.bfloat16, 36),
 ]
 SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block
 # Tolerated stack bytes (spills), measured worth it: DeepSeek-V3.2's sparse tile at BLOCK_K 64 spills 64 B and

@@ -12,15 +12,26 @@ from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels.mla import mla_decode, mla_defaults, mla_launch_facts, smem_bytes
-from splitlab.kernels.testing import LSE_TOLERANCE, TOLERANCE, lse_err, mla_inputs, poison_, rel_err
+from splitlab.kernels.testing import (
+    FP8_QUANT_TOLERANCE,
+    LSE_TOLERANCE,
+    TOLERANCE,
+    lse_err,
+    mla_inputs,
+    poison_,
+    quantize_fp8,
+    rel_err,
+)
 from splitlab.workloads import DecodeWorkload
 
 LSE_TOL = LSE_TOLERANCE
 
 
-def _check(inp, dtype, head_dim_v, sm_scale=None, **knobs):
-    out, lse = mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, return_lse=True, **knobs)
-    ref, ref_lse = reference.mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, return_lse=True)
+def _check(inp, dtype, head_dim_v, sm_scale=None, kv_scale=None, **knobs):
+    out, lse = mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale, return_lse=True,
+                          **knobs)
+    ref, ref_lse = reference.mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale,
+                                        return_lse=True)
     assert out.dtype == inp["q"].dtype and out.shape == ref.shape
     assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
@@ -56,6 +67,21 @@ def test_matches_reference(allocs, dtype, H, Dqk, Dv, lens, page_size, S, block_
     assert len(allocs) == (2 if S == 1 else 4)  # final out/lse, or partials + combine's out/lse
     for t in allocs:  # every element written (an empty split writes 0 and lse -inf)
         assert not torch.isnan(t).any()
+
+
+@pytest.mark.parametrize("dtype,H,Dqk,Dv,lens,page_size,S,block_h", [
+    (torch.float16, 5, 48, 32, [37, 0, 100], 16, 3, None),  # an empty request, splits over pages
+    (torch.bfloat16, 66, 48, 32, [70, 33], 64, 2, 64),  # BLOCK_H 64, 8 warps (ISOLATE_QK), a tile per page
+    (torch.bfloat16, 3, 576, 512, [40, 70], 1, 1, None),  # DeepSeek's 576/512, page size 1, unsplit
+])
+def test_fp8_cache(dtype, H, Dqk, Dv, lens, page_size, S, block_h):
+    """An e4m3 cache holding K / kv_scale: q's dtype's tolerance against the reference on the same cache,
+    FP8_QUANT_TOLERANCE against the reference on the cache before quantisation."""
+    inp = mla_inputs(len(lens), H, Dqk, lens, page_size=page_size, dtype=dtype, seed=H + Dqk)
+    kv_scale = 0.37
+    inp8 = dict(inp, kv_cache=quantize_fp8(inp["kv_cache"], kv_scale))
+    out, _ = _check(inp8, dtype, Dv, kv_scale=kv_scale, num_splits=S, block_h=block_h)
+    assert rel_err(out, reference.mla_decode(**inp, head_dim_v=Dv)) <= FP8_QUANT_TOLERANCE
 
 
 @pytest.mark.parametrize("page_size", [1, 16, 64])
@@ -162,6 +188,10 @@ def _bad(**changes):
     ("num_stages", dict(num_stages=0)),
     ("num_stages", dict(num_stages=9)),
     ("sm_scale", dict(sm_scale=-1.0)),
+    ("q", dict(kv_cache=lambda t: t.to(torch.float8_e4m3fn))),  # an fp8 cache wants a 16-bit q
+    ("kv_cache", dict(q=lambda t: t.half(), kv_cache=lambda t: t.to(torch.float8_e5m2))),
+    ("kv_scale", dict(kv_scale=2.0)),  # only for an fp8 cache
+    ("kv_scale", dict(q=lambda t: t.half(), kv_cache=lambda t: t.to(torch.float8_e4m3fn), kv_scale=0.0)),
 ])
 def test_validation_names_the_argument(name, changes):
     inp, kw = _bad(**changes)
@@ -176,6 +206,8 @@ def test_defaults_table():
     d = mla_defaults(128, 576)
     assert (d.block_h, d.block_n, d.num_warps, d.num_stages) == (64, 64, 8, 2)  # fastest on the H200, run 2
     assert smem_bytes(64, 32, 576, 512, 2, 2) == 144 * 1024  # Q 72 KB + 2 x 36 KB
+    assert smem_bytes(64, 64, 576, 512, 1, 2) == 216 * 1024  # fp8: Q 72 KB + 2 x 36 KB + the dequantised 72 KB
+    assert mla_defaults(16, 576, "fp8_e4m3").block_n == 32 and mla_defaults(128, 576, "fp8_e4m3").block_n == 64
     assert mla_defaults(16, 576).block_h == 16 and mla_defaults(5, 48).block_h == 16
     assert mla_defaults(128, 576, "fp32").block_n == 16
     for h in (1, 16, 20, 32, 64, 128):
@@ -219,5 +251,7 @@ def test_launch_facts_reject_other_kinds_and_bad_knobs():
         mla_launch_facts(workloads.get("llama-3-8b"))
     with pytest.raises(SplitlabError, match="^block_h="):
         mla_launch_facts(workloads.get("deepseek-v3-mla"), block_h=12)
+    f = mla_launch_facts(workloads.get("deepseek-v3-mla", dtype="fp8_e4m3"))  # an fp8 cache: its own tiles
+    assert f.block_h == 64 and f.block_n == 64
     with pytest.raises(SplitlabError, match="^dtype="):
-        mla_launch_facts(workloads.get("deepseek-v3-mla", dtype="fp8_e4m3"))
+        mla_defaults(128, 576, "fp8_e5m2")

@@ -16,16 +16,26 @@ from splitlab.kernels.sparse_mla import (
     sparse_mla_defaults,
     sparse_mla_launch_facts,
 )
-from splitlab.kernels.testing import LSE_TOLERANCE, TOLERANCE, lse_err, poison_, rel_err, sparse_mla_inputs
+from splitlab.kernels.testing import (
+    FP8_QUANT_TOLERANCE,
+    LSE_TOLERANCE,
+    TOLERANCE,
+    lse_err,
+    poison_,
+    quantize_fp8,
+    rel_err,
+    sparse_mla_inputs,
+)
 from splitlab.workloads import DecodeWorkload
 
 LSE_TOL = LSE_TOLERANCE
 
 
-def _check(inp, dtype, head_dim_v, sm_scale=None, **knobs):
-    out, lse = sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, return_lse=True, **knobs)
+def _check(inp, dtype, head_dim_v, sm_scale=None, kv_scale=None, **knobs):
+    out, lse = sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale, return_lse=True,
+                   **knobs)
     ref, ref_lse = reference.sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale,
-                                               return_lse=True)
+                                               kv_scale=kv_scale, return_lse=True)
     assert out.dtype == inp["q"].dtype and out.shape == ref.shape
     assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
@@ -61,6 +71,19 @@ def test_matches_reference(allocs, dtype, T, H, Dqk, Dv, topk, slots, empty, S, 
     assert len(allocs) == (2 if S == 1 else 4)
     for t in allocs:  # every element written (a split that saw only -1 writes 0 and lse -inf)
         assert not torch.isnan(t).any()
+
+
+@pytest.mark.parametrize("dtype,H,Dqk,Dv,S,block_h", [
+    (torch.float16, 70, 48, 32, 3, 64),  # BLOCK_H 64, 8 warps (ISOLATE_QK), 2 head tiles, a fully -1 token
+    (torch.bfloat16, 5, 576, 512, 1, None),  # DeepSeek-V3.2's 576/512, unsplit
+])
+def test_fp8_cache(dtype, H, Dqk, Dv, S, block_h):
+    """An e4m3 pool holding K / kv_scale (see the MLA kernel's test)."""
+    x = sparse_mla_inputs(3, H, Dqk, 100, num_slots=300, invalid_frac=0.3, empty_rows=1, dtype=dtype, seed=H)
+    kv_scale = 2.5
+    x8 = dict(x, kv_cache=quantize_fp8(x["kv_cache"], kv_scale))
+    out, _ = _check(x8, dtype, Dv, kv_scale=kv_scale, num_splits=S, block_h=block_h, block_k=32)
+    assert rel_err(out, reference.sparse_mla_decode(**x, head_dim_v=Dv)) <= FP8_QUANT_TOLERANCE
 
 
 def test_whole_tiles_of_invalid_indices():
@@ -148,6 +171,10 @@ def _bad(**changes):
     ("block_h", dict(block_h=128)),
     ("num_warps", dict(num_warps=6)),
     ("sm_scale", dict(sm_scale=float("inf"))),
+    ("q", dict(kv_cache=lambda t: t.to(torch.float8_e4m3fn))),  # an fp8 pool wants a 16-bit q
+    ("kv_scale", dict(kv_scale=0.5)),  # only for an fp8 pool
+    ("kv_scale", dict(q=lambda t: t.bfloat16(), kv_cache=lambda t: t.to(torch.float8_e4m3fn),
+                      kv_scale=float("nan"))),
 ])
 def test_validation_names_the_argument(name, changes):
     inp, kw = _bad(**changes)

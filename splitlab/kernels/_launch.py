@@ -12,6 +12,8 @@ from splitlab.errors import SplitlabError, check_int
 from splitlab.planners._math import cdiv
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: The fp8 cache dtype the MLA kernels take beside 16-bit queries (dequantised in-kernel by ``kv_scale``).
+FP8_KV_DTYPE = torch.float8_e4m3fn
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,27 @@ def check_tensor(name: str, t: object, ndim: int, *, dtypes: tuple[torch.dtype, 
     return t
 
 
+def check_kv_dtype(q: torch.Tensor, kv_cache: torch.Tensor, kv_scale: float | None) -> float:
+    """The latent cache has q's dtype, or is fp8 e4m3 beside a 16-bit q (``FP8_KV_DTYPE``); returns the
+    dequantisation scale: ``kv_scale`` (a positive finite float, 1.0 when None) for an fp8 cache, 1.0
+    otherwise, where passing ``kv_scale`` is refused (it would be silently ignored)."""
+    if kv_cache.dtype != FP8_KV_DTYPE:
+        check_same_dtype(q, kv_cache=kv_cache)
+        if kv_scale is not None:
+            raise SplitlabError(f"kv_scale={kv_scale!r} is not allowed for a {kv_cache.dtype} cache; expected "
+                                f"None (kv_scale dequantises an {FP8_KV_DTYPE} cache)")
+        return 1.0
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise SplitlabError(f"q has dtype {q.dtype}; expected torch.bfloat16 or torch.float16 beside an "
+                            f"{FP8_KV_DTYPE} kv_cache")
+    if kv_scale is None:
+        return 1.0
+    v = float(kv_scale)
+    if not (v > 0 and v != float("inf")):
+        raise SplitlabError(f"kv_scale={kv_scale!r} is not allowed; expected a positive finite float")
+    return v
+
+
 def check_same_dtype(q: torch.Tensor, **others: torch.Tensor) -> None:
     """Every cache has q's dtype."""
     for name, t in others.items():
@@ -92,7 +115,8 @@ def split_len(max_keys: int, num_splits: int, block: int) -> int:
 
 # --- shared launcher helpers (appended for the MLA / sparse-MLA launchers; usable by any launcher) ----------
 
-TORCH_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+TORCH_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                     FP8_KV_DTYPE: "fp8_e4m3"}
 
 
 #: Triton picks the interpreter when ``@triton.jit`` runs, at the kernel modules' import (which imports this

@@ -39,11 +39,12 @@ from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.kernels import _launch
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
+    FP8_KV_DTYPE,
     TORCH_DTYPE_NAMES,
     LaunchFacts,
     check_knob,
+    check_kv_dtype,
     check_pow2,
-    check_same_dtype,
     check_tensor,
     device_guard,
     dot_input_precision,
@@ -106,10 +107,12 @@ def padded_dims(head_dim_qk: int, head_dim_v: int) -> tuple[int, int]:
 def smem_bytes(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, elt_bytes: int,
                num_stages: int) -> int:
     """Modelled shared memory of one CTA: the Q tile ``[block_h, Dqk]`` (a wgmma A operand, loaded once)
-    plus ``num_stages`` latent tiles ``[block_n, Dqk]`` in flight. E.g. H=128, bf16, 576/512,
+    plus ``num_stages`` latent tiles ``[block_n, Dqk]`` of ``elt_bytes`` (the cache's) in flight; an fp8
+    cache (1 byte) adds its dequantised 16-bit tile, and Q is 16-bit. E.g. H=128, bf16, 576/512,
     block_h 64, block_n 32, 2 stages: 72 KB + 2 x 36 KB = 144 KB."""
     dv, dr = padded_dims(head_dim_qk, head_dim_v)
-    return (block_h + num_stages * block_n) * (dv + dr) * elt_bytes
+    q_bytes, dequant = (2, 2 * block_n) if elt_bytes == 1 else (elt_bytes, 0)
+    return (block_h * q_bytes + num_stages * block_n * elt_bytes + dequant) * (dv + dr)
 
 
 def fit_stages(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, elt_bytes: int,
@@ -135,9 +138,10 @@ def isolate_qk(block_h: int, num_warps: int, dtype: torch.dtype) -> bool:
 
 
 def kernel_dtype_name(dtype: str | torch.dtype) -> str:
+    """The latent cache's dtype name (a workload's ``dtype``): bf16, fp16, fp32, or fp8_e4m3."""
     name = TORCH_DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, torch.dtype) else dtype
-    if name not in ("bf16", "fp16", "fp32"):
-        raise bad("dtype", dtype, "one of bf16, fp16, fp32 (the Triton MLA kernels' input dtypes)")
+    if name not in ("bf16", "fp16", "fp32", "fp8_e4m3"):
+        raise bad("dtype", dtype, "one of bf16, fp16, fp32, fp8_e4m3 (the Triton MLA kernels' cache dtypes)")
     return name
 
 
@@ -147,13 +151,16 @@ def mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "b
     """Default tiles of ``mla_decode`` for ``num_heads`` query heads and a ``head_dim_qk`` latent row.
 
     block_h = ``waves.default_block_h(H)`` (16..64) unless given; (block_n, num_warps, num_stages) from
-    ``MLA_TILES`` for that head tile (block_n kept when given); fp32 inputs use block_n 16; num_stages is
-    clamped so that ``smem_bytes`` fits ``SMEM_BUDGET``.
+    ``MLA_TILES`` for that head tile (block_n kept when given); fp32 inputs use block_n 16, an fp8 cache
+    with fewer than 64 head rows block_n 32 (dequantising a 64-row tile of 576 in 4 warps spills 432 B,
+    sm_90, triton 3.6); num_stages is clamped so that ``smem_bytes`` fits ``SMEM_BUDGET``.
     """
     name = kernel_dtype_name(dtype)
     dv = min(head_dim_qk, 512) if head_dim_v is None else head_dim_v  # the launchers' default Dv
     bh = default_block_h(num_heads) if block_h is None else block_h
     table_n, num_warps, num_stages = MLA_TILES["wide" if head_dim_qk > 256 else "narrow"][bh]
+    if name == "fp8_e4m3" and bh < 64:
+        table_n = min(table_n, 32)
     bn = block_n if block_n is not None else (16 if name == "fp32" else table_n)
     return TileConfig(bh, bn, num_warps, fit_stages(bh, bn, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
 
@@ -247,6 +254,8 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
 
     ``ISOLATE_QK`` (see ``isolate_qk``): the scores and the softmax are computed inside a branch that is
     always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice."""
+    kv_v = kv_v.to(q_v.dtype)  # an fp8 cache's tile, dequantised to q's dtype (a no-op otherwise;
+    kv_r = kv_r.to(q_r.dtype)  # the scale is folded into qk_scale and the epilogue's v_scale)
     if ISOLATE_QK:
         if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
             m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
@@ -265,15 +274,16 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
 
 
 @triton.jit
-def store_head_tile(acc, m_i, l_i, out_row_ptr, lse_row_ptr, offs_h, mask_h,
+def store_head_tile(acc, m_i, l_i, v_scale, out_row_ptr, lse_row_ptr, offs_h, mask_h,
                     out_stride_h, out_stride_d, lse_stride_h,
                     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """Normalise and store one head tile: ``out = acc / l`` (cast to the output's dtype: the final
-    output when unsplit, fp32 partials otherwise) and ``lse = ln(sum exp)``; a tile that saw no key
-    stores zeros and ``lse = -inf``. Bytes: BLOCK_H * (Dv * out elt + 4)."""
+    """Normalise and store one head tile: ``out = acc * v_scale / l`` (``v_scale``: an fp8 cache's
+    dequantisation scale, else 1; cast to the output's dtype: the final output when unsplit, fp32 partials
+    otherwise) and ``lse = ln(sum exp)``; a tile that saw no key stores zeros and ``lse = -inf``. Bytes:
+    BLOCK_H * (Dv * out elt + 4)."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
+    out = acc * (v_scale / l_safe)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * 0.6931471805599453)  # * ln(2)
     offs_dv = tl.arange(0, BLOCK_DV)
     ptrs = out_row_ptr + offs_h[:, None] * out_stride_h + offs_dv[None, :] * out_stride_d
@@ -293,7 +303,7 @@ def store_head_tile(acc, m_i, l_i, out_row_ptr, lse_row_ptr, offs_h, mask_h,
 @triton.jit
 def _mla_decode_kernel(
     q_ptr, kv_ptr, bt_ptr, seq_lens_ptr, out_ptr, lse_ptr,
-    num_heads, num_head_tiles, num_splits, qk_scale,
+    num_heads, num_head_tiles, num_splits, qk_scale, v_scale,
     q_stride_b, q_stride_h, q_stride_d,
     kv_stride_p, kv_stride_s, kv_stride_d,
     bt_stride_b, bt_stride_p,
@@ -343,7 +353,7 @@ def _mla_decode_kernel(
                                        DOT_PRECISION, ISOLATE_QK)
 
     # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
-    store_head_tile(acc, m_i, l_i,
+    store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + b.to(tl.int64) * out_stride_b + split * out_stride_s,
                     lse_ptr + b.to(tl.int64) * lse_stride_b + split * lse_stride_s,
                     offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV)
@@ -429,7 +439,7 @@ def empty_result(rows: int, heads: int, head_dim_v: int, q: torch.Tensor, return
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                *, head_dim_v: int = 512, num_splits: int | None = None, block_n: int | None = None,
                block_h: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
-               sm_scale: float | None = None, return_lse: bool = False):
+               sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False):
     """Absorbed MLA decode (see the module docstring).
 
     q [B, H, Dqk]; kv_cache [num_pages, page_size, Dqk] (K = all columns, V = the first ``head_dim_v``);
@@ -439,12 +449,13 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200``
     preset when q is on the CPU; one host sync over seq_lens), ``block_n`` (keys per tile, power of two
     16..256), ``block_h`` (query heads per program, power of two 16..64), ``num_warps``, ``num_stages``.
-    ``sm_scale`` defaults to ``1/sqrt(Dqk)``.
+    ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 cache (``torch.float8_e4m3fn``, beside a bf16/fp16
+    q) holds ``K / kv_scale``: tiles are dequantised to q's dtype in-kernel (``kv_scale`` default 1.0).
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
-    check_tensor("kv_cache", kv_cache, 3, dtypes=FLOAT_DTYPES, device=dev)
-    check_same_dtype(q, kv_cache=kv_cache)
+    check_tensor("kv_cache", kv_cache, 3, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
+    kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
     check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
     check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
     B, H, Dqk = q.shape
@@ -475,7 +486,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     else:
         ctx = max_pages * page_size  # an upper bound, unused by the facts when num_splits is given
     w = DecodeWorkload(kind="mla", batch=B, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv,
-                       ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[q.dtype])
+                       ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[kv_cache.dtype])
     device = resolve_device(like=q) if num_splits is None else None
     f = mla_launch_facts(w, num_splits=num_splits, block_n=block_n, block_h=block_h, num_warps=num_warps,
                          num_stages=num_stages, device=device)
@@ -486,7 +497,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     with device_guard(q):
         _mla_decode_kernel[f.grid](
             q, kv_cache, block_table, seq_lens, o, l,
-            H, cdiv(H, f.block_h), S, scale * LOG2E,
+            H, cdiv(H, f.block_h), S, scale * kv_scale * LOG2E, kv_scale,
             *q.stride(), *kv_cache.stride(), *block_table.stride(), *o_strides, *l_strides,
             PAGE_SIZE=page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),

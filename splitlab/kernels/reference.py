@@ -56,32 +56,34 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
 
 
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
-               *, head_dim_v: int = 512, sm_scale: float | None = None, return_lse: bool = False,
-               **knobs: object):
+               *, head_dim_v: int = 512, sm_scale: float | None = None, kv_scale: float | None = None,
+               return_lse: bool = False, **knobs: object):
     """Absorbed MLA decode over a latent cache [num_pages, page_size, Dqk]; K = all Dqk columns,
-    V = the first ``head_dim_v``. q [B, H, Dqk]; out [B, H, head_dim_v]."""
+    V = the first ``head_dim_v``. q [B, H, Dqk]; out [B, H, head_dim_v]. The cache's values times
+    ``kv_scale`` (an fp8 cache's dequantisation scale; 1 when None) are the keys."""
     B, H, Dqk = q.shape
     page_size = kv_cache.shape[1]
     scale = 1.0 / math.sqrt(Dqk) if sm_scale is None else sm_scale
     out = torch.empty(B, H, head_dim_v, dtype=torch.float64, device=q.device)
     lse = torch.empty(B, H, dtype=torch.float64, device=q.device)
     for b in range(B):
-        kv = _gather_pages(kv_cache, block_table[b], int(seq_lens[b]), page_size).double()
+        kv = _gather_pages(kv_cache, block_table[b], int(seq_lens[b]), page_size).double() * (kv_scale or 1.0)
         out[b], lse[b] = _attend(q[b].double(), kv, kv[:, :head_dim_v], scale)
     return _finish(out, lse, return_lse)
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *, head_dim_v: int = 512,
-                      sm_scale: float | None = None, return_lse: bool = False, **knobs: object):
-    """Sparse top-k MLA decode: q [T, H, Dqk] attends to ``kv_cache[indices[t]]`` ([num_slots, Dqk]);
-    ``-1`` marks an invalid slot (skipped). out [T, H, head_dim_v]."""
+                      sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False,
+                      **knobs: object):
+    """Sparse top-k MLA decode: q [T, H, Dqk] attends to ``kv_cache[indices[t]]`` ([num_slots, Dqk]) times
+    ``kv_scale`` (1 when None); ``-1`` marks an invalid slot (skipped). out [T, H, head_dim_v]."""
     T, H, Dqk = q.shape
     scale = 1.0 / math.sqrt(Dqk) if sm_scale is None else sm_scale
     out = torch.empty(T, H, head_dim_v, dtype=torch.float64, device=q.device)
     lse = torch.empty(T, H, dtype=torch.float64, device=q.device)
     for t in range(T):
         idx = indices[t][indices[t] >= 0].long()
-        kv = kv_cache[idx].double()
+        kv = kv_cache[idx].double() * (kv_scale or 1.0)
         out[t], lse[t] = _attend(q[t].double(), kv, kv[:, :head_dim_v], scale)
     return _finish(out, lse, return_lse)
 

@@ -28,12 +28,13 @@ import triton.language as tl
 from splitlab.errors import SplitlabError
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
+    FP8_KV_DTYPE,
     TORCH_DTYPE_NAMES,
     LaunchFacts,
     capturing,
     check_knob,
+    check_kv_dtype,
     check_pow2,
-    check_same_dtype,
     check_tensor,
     device_guard,
     dot_input_precision,
@@ -112,7 +113,7 @@ def sparse_mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dty
 @triton.jit
 def _sparse_mla_decode_kernel(
     q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr,
-    num_heads, num_head_tiles, num_splits, topk, split_size, qk_scale,
+    num_heads, num_head_tiles, num_splits, topk, split_size, qk_scale, v_scale,
     q_stride_t, q_stride_h, q_stride_d,
     kv_stride_n, kv_stride_d,
     idx_stride_t, idx_stride_k,
@@ -154,7 +155,7 @@ def _sparse_mla_decode_kernel(
         m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
                                        DOT_PRECISION, ISOLATE_QK)
 
-    store_head_tile(acc, m_i, l_i,
+    store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + t.to(tl.int64) * out_stride_t + split * out_stride_s,
                     lse_ptr + t.to(tl.int64) * lse_stride_t + split * lse_stride_s,
                     offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV)
@@ -193,7 +194,7 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
                       head_dim_v: int = 512, num_splits: int | None = None, block_k: int | None = None,
                       block_h: int | None = None, num_warps: int | None = None, sm_scale: float | None = None,
-                      return_lse: bool = False):
+                      kv_scale: float | None = None, return_lse: bool = False):
     """Sparse top-k MLA decode (see the module docstring).
 
     q [T, H, Dqk]; kv_cache [num_slots, Dqk] (K = all columns, V = the first ``head_dim_v``); indices
@@ -201,15 +202,16 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     ``(out, lse)`` with lse fp32 [T, H] (natural log; -inf and a zero row for a token with no valid index).
 
     Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200`` preset
-    when q is on the CPU), ``block_k`` (candidates per tile, power of two 16..256; default 64, or 32 when
-    the launch has more CTAs than the device has SMs), ``block_h`` (heads per program, power of two
-    16..64), ``num_warps``. ``sm_scale`` defaults to ``1/sqrt(Dqk)``. Always one host sync: the range
-    check of ``indices``.
+    when q is on the CPU), ``block_k`` (candidates per tile, power of two 16..256; default: the planner's
+    when it plans the splits, else ``sparse_block_k``), ``block_h`` (heads per program, power of two
+    16..64), ``num_warps``. ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 pool (``torch.float8_e4m3fn``,
+    beside a bf16/fp16 q) holds ``K / kv_scale`` and is dequantised in-kernel (``kv_scale`` default 1.0).
+    Always one host sync: the range check of ``indices``.
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
-    check_tensor("kv_cache", kv_cache, 2, dtypes=FLOAT_DTYPES, device=dev)
-    check_same_dtype(q, kv_cache=kv_cache)
+    check_tensor("kv_cache", kv_cache, 2, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
+    kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
     check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=dev)
     T, H, Dqk = q.shape
     num_slots, kv_dim = kv_cache.shape
@@ -235,8 +237,8 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
 
     w = DecodeWorkload(kind="sparse_mla", batch=T, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk,
                        head_dim_v=Dv, ctx_len=max(num_slots, 1), page_size=1, topk=topk,
-                       dtype=TORCH_DTYPE_NAMES[q.dtype])
-    device = resolve_device(like=q) if num_splits is None or block_k is None else None
+                       dtype=TORCH_DTYPE_NAMES[kv_cache.dtype])
+    device = resolve_device(like=q) if num_splits is None else None
     f = sparse_mla_launch_facts(w, num_splits=num_splits, block_k=block_k, block_h=block_h,
                                 num_warps=num_warps, device=device)
 
@@ -246,7 +248,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     with device_guard(q):
         _sparse_mla_decode_kernel[f.grid](
             q, kv_cache, indices, o, l,
-            H, cdiv(H, f.block_h), S, topk, split_len(topk, S, f.block_k), scale * LOG2E,
+            H, cdiv(H, f.block_h), S, topk, split_len(topk, S, f.block_k), scale * kv_scale * LOG2E, kv_scale,
             *q.stride(), *kv_cache.stride(), *indices.stride(), *o_strides, *l_strides,
             HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),

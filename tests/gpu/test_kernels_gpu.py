@@ -10,7 +10,16 @@ import pytest
 import torch
 
 from splitlab.kernels import reference
-from splitlab.kernels.testing import TOLERANCE, gqa_inputs, lse_err, mla_inputs, rel_err, sparse_mla_inputs
+from splitlab.kernels.testing import (
+    FP8_QUANT_TOLERANCE,
+    TOLERANCE,
+    gqa_inputs,
+    lse_err,
+    mla_inputs,
+    quantize_fp8,
+    rel_err,
+    sparse_mla_inputs,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
@@ -65,6 +74,30 @@ def test_sparse_mla_bf16(heads, dqk, topk, num_splits):
                           seed=heads + topk)
     out, lse = sparse_mla_decode(**x, num_splits=num_splits, return_lse=True)
     _check(out, lse, *reference.sparse_mla_decode(**x, return_lse=True))
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("num_splits", [None, 1, 7])
+def test_mla_fp8_cache(heads, num_splits):
+    from splitlab.kernels.mla import mla_decode
+
+    x = mla_inputs(4, heads, 576, [8191, 0, 333, 2048], page_size=64, device="cuda", seed=heads + 1)
+    x8 = dict(x, kv_cache=quantize_fp8(x["kv_cache"], 0.05))
+    out, lse = mla_decode(**x8, num_splits=num_splits, kv_scale=0.05, return_lse=True)
+    _check(out, lse, *reference.mla_decode(**x8, kv_scale=0.05, return_lse=True))
+    assert rel_err(out, reference.mla_decode(**x)) <= FP8_QUANT_TOLERANCE
+
+
+@pytest.mark.parametrize("heads,dqk", [(64, 512), (128, 576), (16, 512)])
+def test_sparse_mla_fp8_pool(heads, dqk):
+    from splitlab.kernels.sparse_mla import sparse_mla_decode
+
+    x = sparse_mla_inputs(9, heads, dqk, 2048, num_slots=50_000, invalid_frac=0.2, empty_rows=1, device="cuda",
+                          seed=heads + 2)
+    x8 = dict(x, kv_cache=quantize_fp8(x["kv_cache"], 3.0))
+    out, lse = sparse_mla_decode(**x8, num_splits=4, kv_scale=3.0, return_lse=True)
+    _check(out, lse, *reference.sparse_mla_decode(**x8, kv_scale=3.0, return_lse=True))
+    assert rel_err(out, reference.sparse_mla_decode(**x)) <= FP8_QUANT_TOLERANCE
 
 
 @pytest.mark.parametrize("knobs", [dict(block_n=32, num_warps=4, num_stages=2), dict(block_n=128, num_warps=8,
