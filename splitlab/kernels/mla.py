@@ -276,14 +276,17 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
 @triton.jit
 def store_head_tile(acc, m_i, l_i, v_scale, out_row_ptr, lse_row_ptr, offs_h, mask_h,
                     out_stride_h, out_stride_d, lse_stride_h,
-                    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """Normalise and store one head tile: ``out = acc * v_scale / l`` (``v_scale``: an fp8 cache's
-    dequantisation scale, else 1; cast to the output's dtype: the final output when unsplit, fp32 partials
+                    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, KV_FP8: tl.constexpr):
+    """Normalise and store one head tile: ``out = acc / l``, times ``v_scale`` for an fp8 cache (its
+    dequantisation scale; cast to the output's dtype: the final output when unsplit, fp32 partials
     otherwise) and ``lse = ln(sum exp)``; a tile that saw no key stores zeros and ``lse = -inf``. Bytes:
     BLOCK_H * (Dv * out elt + 4)."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
-    out = acc * (v_scale / l_safe)[:, None]
+    if KV_FP8:
+        out = acc * (v_scale / l_safe)[:, None]
+    else:
+        out = acc / l_safe[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * 0.6931471805599453)  # * ln(2)
     offs_dv = tl.arange(0, BLOCK_DV)
     ptrs = out_row_ptr + offs_h[:, None] * out_stride_h + offs_dv[None, :] * out_stride_d
@@ -311,7 +314,7 @@ def _mla_decode_kernel(
     lse_stride_b, lse_stride_h, lse_stride_s,
     PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (request, split) run side by side and share its
     # latent tiles through L2 (H=128, BLOCK_H=64: DRAM reads each row once, L2 serves the second tile).
@@ -356,7 +359,7 @@ def _mla_decode_kernel(
     store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + b.to(tl.int64) * out_stride_b + split * out_stride_s,
                     lse_ptr + b.to(tl.int64) * lse_stride_b + split * lse_stride_s,
-                    offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV)
+                    offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
 
 
 # =====================================================================================================
@@ -502,7 +505,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
             PAGE_SIZE=page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
-            ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype),
+            ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

@@ -121,7 +121,7 @@ def _sparse_mla_decode_kernel(
     lse_stride_t, lse_stride_h, lse_stride_s,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (token, split) gather the same rows back to back,
     # so the second tile's gathers hit L2.
@@ -158,7 +158,7 @@ def _sparse_mla_decode_kernel(
     store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + t.to(tl.int64) * out_stride_t + split * out_stride_s,
                     lse_ptr + t.to(tl.int64) * lse_stride_t + split * lse_stride_s,
-                    offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV)
+                    offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
 
 
 def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_k: int | None = None,
@@ -253,7 +253,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
-            ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype),
+            ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)
