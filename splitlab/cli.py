@@ -231,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=report.cli)
 
     b = sub.add_parser("bench", help="time splitlab's kernels against PyTorch's decode paths (GPU)")
-    b.add_argument("--suite", default="gqa,mqa,mla,sparse", help="comma-separated: gqa, mqa, mla, sparse")
+    b.add_argument("--suite", default="gqa,mqa,mla,sparse",
+                   help="comma-separated: gqa, mqa, mla, sparse, fp8 (the MLA kernels on an fp8 cache)")
     b.add_argument("--out", default="runs/bench", help="folder for points.csv, summary.csv, env.json")
     b.add_argument("--quick", action="store_true", help="a few shapes and a thinned knob sweep")
     b.add_argument("--no-flex", action="store_true", help="skip FlexAttention (it compiles per shape)")

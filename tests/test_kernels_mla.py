@@ -21,6 +21,7 @@ from splitlab.kernels.testing import (
     poison_,
     quantize_fp8,
     rel_err,
+    workload_inputs,
 )
 from splitlab.workloads import DecodeWorkload
 
@@ -82,6 +83,15 @@ def test_fp8_cache(dtype, H, Dqk, Dv, lens, page_size, S, block_h):
     inp8 = dict(inp, kv_cache=quantize_fp8(inp["kv_cache"], kv_scale))
     out, _ = _check(inp8, dtype, Dv, kv_scale=kv_scale, num_splits=S, block_h=block_h)
     assert rel_err(out, reference.mla_decode(**inp, head_dim_v=Dv)) <= FP8_QUANT_TOLERANCE
+
+
+def test_fp8_workload_inputs():
+    """What the sweep harness and the bench draw for an ``fp8_e4m3`` workload: a bf16 q, an fp8 cache."""
+    x = workload_inputs(DecodeWorkload("mla", 2, 5, 1, 48, 32, 40, page_size=16, dtype="fp8_e4m3"), seed=1)
+    assert x["q"].dtype == torch.bfloat16 and x["kv_cache"].dtype == torch.float8_e4m3fn
+    _check(x, torch.bfloat16, 32, num_splits=2)
+    with pytest.raises(SplitlabError, match="^dtype="):
+        workload_inputs(DecodeWorkload("gqa", 1, 4, 2, 16, 16, 10, dtype="fp8_e4m3"))
 
 
 @pytest.mark.parametrize("page_size", [1, 16, 64])

@@ -44,15 +44,18 @@ def _gqa(hq: int, hkv: int, batches, ctxs, suite: str) -> Iterator[Point]:
             yield Point(suite, DecodeWorkload("gqa", b, hq, hkv, 128, 128, n, page_size=16), f"{hq}/{hkv}/128")
 
 
-def _mla(h: int, batches, ctxs) -> Iterator[Point]:
+def _mla(h: int, batches, ctxs, dtype: str = "bf16", suite: str = "mla") -> Iterator[Point]:
+    tag = "" if dtype == "bf16" else f"-{dtype}"
     for b, n in itertools.product(batches, ctxs):
         if b * n <= 64 * 8192:
-            yield Point("mla", DecodeWorkload("mla", b, h, 1, 576, 512, n, page_size=64), f"mla{h}")
+            yield Point(suite, DecodeWorkload("mla", b, h, 1, 576, 512, n, page_size=64, dtype=dtype), f"mla{h}{tag}")
 
 
-def _sparse(heads, topks, tokens, dqk: int = 512) -> Iterator[Point]:
+def _sparse(heads, topks, tokens, dqk: int = 512, dtype: str = "bf16", suite: str = "sparse") -> Iterator[Point]:
+    tag = "" if dtype == "bf16" else f"-{dtype}"
     for h, k, t in itertools.product(heads, topks, tokens):
-        yield Point("sparse", DecodeWorkload("sparse_mla", t, h, 1, dqk, 512, 65536, topk=k), f"smla{h}/{dqk}")
+        yield Point(suite, DecodeWorkload("sparse_mla", t, h, 1, dqk, 512, 65536, topk=k, dtype=dtype),
+                    f"smla{h}/{dqk}{tag}")
 
 
 def suites(quick: bool) -> dict[str, list[Point]]:
@@ -67,6 +70,10 @@ def suites(quick: bool) -> dict[str, list[Point]]:
         "sparse": [*_sparse([64], [2048], [1, 8, 32, 128] if not quick else [1, 128]),
                    *([] if quick else _sparse([16, 128], [512, 2048], [1, 8, 32, 128])),
                    *([] if quick else _sparse([128], [2048], [1, 32, 128], dqk=576))],
+        # fp8 e4m3 caches beside a bf16 q (bytes halve; the bf16 rows of "mla"/"sparse" are the comparison)
+        "fp8": [*_mla(128, bs[1:], ns[1:], "fp8_e4m3", "fp8"), *_mla(16, bs[1:], ns[1:], "fp8_e4m3", "fp8"),
+                *_sparse([64], [2048], [32, 128], dtype="fp8_e4m3", suite="fp8"),
+                *_sparse([128], [2048], [32, 128], dqk=576, dtype="fp8_e4m3", suite="fp8")],
     }
 
 

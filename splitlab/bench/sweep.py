@@ -501,7 +501,7 @@ class Runner:
 
     def _measure(self, p: Point, skeleton: dict) -> tuple[dict, str | None]:
         """Check, then time, one point; (row, the sticky CUDA error if the context is gone)."""
-        from splitlab.kernels.testing import DTYPES, TOLERANCE, rel_err
+        from splitlab.kernels.testing import TOLERANCE, query_dtype, rel_err
 
         t0 = time.monotonic()
         row = dict(skeleton, timing=self.timer.name)
@@ -514,7 +514,7 @@ class Runner:
                 w = p.workload
                 shape = self._shape_for(w)
                 err = rel_err(self.card.impl.call(w, shape.inputs, p.knobs)(), shape.ref)
-                tol = TOLERANCE[DTYPES[w.dtype]]
+                tol = TOLERANCE[query_dtype(w.dtype)]
                 row["rel_err"] = err
                 if not err <= tol:
                     row.update(status="wrong", error=f"rel_err {err:.3g} > tolerance {tol:g} of {w.dtype}; not timed")

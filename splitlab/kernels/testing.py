@@ -10,10 +10,18 @@ import math
 
 import torch
 
-from splitlab.kernels._launch import TORCH_DTYPE_NAMES
+from splitlab.errors import SplitlabError
+from splitlab.kernels._launch import FP8_KV_DTYPE, TORCH_DTYPE_NAMES
 from splitlab.workloads import DecodeWorkload
 
 DTYPES = {name: dtype for dtype, name in TORCH_DTYPE_NAMES.items()}  # "bf16" -> torch.bfloat16, ...
+
+
+def query_dtype(name: str) -> torch.dtype:
+    """The dtype of q (and of the output, and so of the tolerance) for a workload's cache dtype ``name``:
+    itself, or bf16 beside an fp8 cache."""
+    dtype = DTYPES[name]
+    return torch.bfloat16 if dtype == FP8_KV_DTYPE else dtype
 
 # Relative norm error ||out - ref|| / ||ref|| allowed per input dtype (fp32 accumulate everywhere).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 1e-2}
@@ -159,14 +167,23 @@ def sparse_mla_inputs(num_tokens: int, num_heads: int, head_dim_qk: int, topk: i
 
 def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", seed: int = 0,
                     draw_on: str = "cpu") -> dict[str, torch.Tensor]:
-    """Kernel arguments for a ``DecodeWorkload`` (its dtype must be bf16, fp16 or fp32). ``draw_on="device"``
-    draws the random values on ``device`` (what the sweep harness does for GPU-sized caches)."""
-    dtype = DTYPES[w.dtype]
+    """Kernel arguments for a ``DecodeWorkload``. ``draw_on="device"`` draws the random values on ``device``
+    (what the sweep harness does for GPU-sized caches). An ``fp8_e4m3`` workload (MLA kernels only) gets a
+    bf16 q and the cache drawn in bf16, then stored as fp8 (values ~N(0, 1): ``kv_scale`` 1, the default)."""
+    dtype = query_dtype(w.dtype)
+    fp8 = DTYPES[w.dtype] == FP8_KV_DTYPE
     if w.kind == "gqa":
+        if fp8:
+            raise SplitlabError(f"dtype={w.dtype!r} is not allowed for kind='gqa'; an fp8 cache is for the MLA "
+                                "kernels")
         return gqa_inputs(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, list(w.lengths),
                           page_size=w.page_size, dtype=dtype, device=device, seed=seed, draw_on=draw_on)
     if w.kind == "mla":
-        return mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, list(w.lengths), page_size=w.page_size,
-                          dtype=dtype, device=device, seed=seed, draw_on=draw_on)
-    return sparse_mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, w.topk, num_slots=w.ctx_len,
-                             invalid_frac=0.0, dtype=dtype, device=device, seed=seed, draw_on=draw_on)
+        x = mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, list(w.lengths), page_size=w.page_size,
+                       dtype=dtype, device=device, seed=seed, draw_on=draw_on)
+    else:
+        x = sparse_mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, w.topk, num_slots=w.ctx_len,
+                              invalid_frac=0.0, dtype=dtype, device=device, seed=seed, draw_on=draw_on)
+    if fp8:
+        x["kv_cache"] = x["kv_cache"].to(FP8_KV_DTYPE)
+    return x
