@@ -107,7 +107,7 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on the
 # H200 sweeps under data/h200 (the quick, default and seed grids of the three kernels, 2026-11-29, with the
 # default grids' wave-filling splits added by a resumed session; sparse MLA re-swept on the second kernel
-# version, GQA's and MLA's on the first: GQA's kernel did not change, MLA's got 3-9% faster per tile). Held-out
+# version, GQA's and MLA's on the first: GQA's kernel did not change, MLA-128's got 4-9% faster). Held-out
 # shapes never entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set;
 # MLA's and sparse MLA's on the second kernel version) score it afterwards.
 
