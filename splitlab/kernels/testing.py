@@ -38,7 +38,7 @@ FP8_QUANT_TOLERANCE = 8e-2
 
 def quantize_fp8(kv: torch.Tensor, kv_scale: float) -> torch.Tensor:
     """``kv / kv_scale`` as an fp8 e4m3 cache (the kernels' ``kv_scale`` dequantises it)."""
-    return (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+    return (kv.float() / kv_scale).to(FP8_KV_DTYPE)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
