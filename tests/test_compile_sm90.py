@@ -42,7 +42,7 @@ import splitlab.kernels.combine as comb
 import splitlab.kernels.gqa as gqa
 import splitlab.kernels.mla as mla
 import splitlab.kernels.sparse_mla as smla
-from splitlab.kernels.testing import gqa_inputs, mla_inputs, sparse_mla_inputs
+from splitlab.kernels.testing import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
 
 compiled = []
 
@@ -65,7 +65,7 @@ def gqa_case(hq, hkv, d, ps, dt, s, knobs):
 
 
 def fp8(x):  # the latent cache as fp8 e4m3 (the kernels dequantise it by kv_scale)
-    return dict(x, kv_cache=x["kv_cache"].to(torch.float8_e4m3fn))
+    return dict(x, kv_cache=quantize_fp8(x["kv_cache"], 1.0))
 
 
 def mla_case(h, dqk, ps, dt, s, knobs, kv8=False):

@@ -64,6 +64,22 @@ def lse_err(lse: torch.Tensor, ref: torch.Tensor) -> float:
     return (lse[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
 
 
+def assert_matches_reference(out: torch.Tensor, lse: torch.Tensor, ref: torch.Tensor, ref_lse: torch.Tensor,
+                             dtype: torch.dtype, empty_rows: list[int]) -> None:
+    """The checks of a kernel's ``(out, lse)`` against the fp64 reference's: out in ``dtype`` with the
+    reference's shape, lse fp32, no NaN, relative error within ``TOLERANCE[dtype]``, lse within
+    ``LSE_TOLERANCE[dtype]``; each row in ``empty_rows`` (a request or token without keys) all zero with lse
+    -inf."""
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    err, lerr = rel_err(out, ref), lse_err(lse, ref_lse)
+    assert err <= TOLERANCE[dtype], f"rel_err {err:.3g} > {TOLERANCE[dtype]}"
+    assert lerr <= LSE_TOLERANCE[dtype], f"lse_err {lerr:.3g}"
+    for r in empty_rows:
+        assert torch.all(out[r] == 0) and torch.all(torch.isneginf(lse[r]))
+
+
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill ``t`` with NaN so that an element the kernel never writes fails the check."""
     return t.fill_(float("nan"))
@@ -185,5 +201,5 @@ def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", se
         x = sparse_mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, w.topk, num_slots=w.ctx_len,
                               invalid_frac=0.0, dtype=dtype, device=device, seed=seed, draw_on=draw_on)
     if fp8:
-        x["kv_cache"] = x["kv_cache"].to(FP8_KV_DTYPE)
+        x["kv_cache"] = quantize_fp8(x["kv_cache"], 1.0)
     return x
