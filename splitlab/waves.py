@@ -87,12 +87,14 @@ def wave_stats(w: DecodeWorkload, num_splits: int, sm_count: int, *, block_h: in
 WAVE_FILL_WAVES = 8  # wave-filling split counts for 1..8 CTA slots per SM-wave
 
 
-def wave_fill_splits(w: DecodeWorkload, sm_count: int, max_splits: int) -> tuple[int, ...]:
+def wave_fill_splits(w: DecodeWorkload, sm_count: int, max_splits: int, *,
+                     block_h: int | None = None) -> tuple[int, ...]:
     """Split counts (2..``max_splits``) whose launch fills whole waves: ``floor(m * sm_count / c0)`` for
     ``m = 1..WAVE_FILL_WAVES``, ``c0`` the CTAs of the unsplit launch (m counts SM slots: waves times CTAs per
     SM). They are rarely powers of two (3 requests of MLA-32, one 32-row head tile each, on 132 SMs: 44, 88,
     132, ...), and on the H200 they are often the fastest split: in the confirm sweeps (data/h200-confirm) the
-    best split is not a power of two on 52 of 60 MLA shapes, 25 of 45 GQA and 6 of 68 sparse MLA."""
-    c0 = ctas(w, 1)
+    best split is not a power of two on 52 of 60 MLA shapes, 25 of 45 GQA and 6 of 68 sparse MLA. ``block_h``:
+    the head tile of MLA / sparse MLA (default: the kernels' default tile), which sets ``c0``."""
+    c0 = ctas(w, 1, block_h=block_h)
     out = {m * sm_count // c0 for m in range(1, WAVE_FILL_WAVES + 1)}
     return tuple(sorted(x for x in out if 2 <= x <= max_splits))

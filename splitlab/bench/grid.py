@@ -92,15 +92,20 @@ def _split_ok(w: DecodeWorkload, s: int, min_keys: int) -> bool:
 
 
 def _block_candidates(block: Block, w: DecodeWorkload, dev: DeviceSpec) -> Iterable[dict[str, int]]:
-    axes = {k: v for k, v in block.knob_axes.items()}
-    if block.wave_splits:
-        axes["num_splits"] = tuple(sorted({*axes["num_splits"],
-                                           *wave_fill_splits(w, dev.sm_count, block.wave_splits)}))
-    if "num_splits" in axes:
-        axes["num_splits"] = tuple(s for s in axes["num_splits"] if _split_ok(w, s, block.min_keys_per_split))
-    names = list(axes)
-    for combo in itertools.product(*(axes[k] for k in names)):
-        yield dict(zip(names, combo, strict=True))
+    # The wave-filling split counts depend on the head tile (it sets the unsplit launch's CTAs), so they are
+    # worked out per BLOCK_H value of the block.
+    for block_h in block.knob_axes.get("block_h", (None,)):
+        axes = {k: v for k, v in block.knob_axes.items()}
+        if block_h is not None:
+            axes["block_h"] = (block_h,)
+        if block.wave_splits:
+            axes["num_splits"] = tuple(sorted({*axes["num_splits"], *wave_fill_splits(
+                w, dev.sm_count, block.wave_splits, block_h=None if w.kind == "gqa" else block_h)}))
+        if "num_splits" in axes:
+            axes["num_splits"] = tuple(s for s in axes["num_splits"] if _split_ok(w, s, block.min_keys_per_split))
+        names = list(axes)
+        for combo in itertools.product(*(axes[k] for k in names)):
+            yield dict(zip(names, combo, strict=True))
 
 
 def expand(card: Card, grid: str, device: DeviceSpec | str | None = None) -> Expansion:
