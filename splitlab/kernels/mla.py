@@ -246,7 +246,8 @@ def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
 
 @triton.jit
 def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
-                   HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr):
+                   HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
+                   KV_FP8: tl.constexpr):
     """Fold one key tile into the online softmax of a head tile (base 2: ``qk_scale = sm_scale *
     log2(e)``, ``m_i`` the running max of scaled scores, ``l_i`` the running sum, ``acc`` the unnormalised
     ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score -inf; a tile with no valid key
@@ -254,8 +255,16 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
 
     ``ISOLATE_QK`` (see ``isolate_qk``): the scores and the softmax are computed inside a branch that is
     always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice."""
-    kv_v = kv_v.to(q_v.dtype)  # an fp8 cache's tile, dequantised to q's dtype (a no-op otherwise;
-    kv_r = kv_r.to(q_r.dtype)  # the scale is folded into qk_scale and the epilogue's v_scale)
+    if KV_FP8:
+        # An fp8 cache's tile is dequantised to q's dtype on the loaded tile (through fp32; the cache's scale
+        # is folded into qk_scale and the epilogue's v_scale). The product with a runtime 1.0 keeps the cast
+        # there: without it Triton moves the cast after the shared-memory read of the dot operand, where fp8
+        # is read a byte at a time on mma v2 tiles, and the fp8 kernels ran up to 2x slower than the 16-bit
+        # ones (H200, 2026-11-29). (Widening to fp16 with q in fp16 is fewer instructions but keeps the fp16
+        # q tile in registers: 64-row tiles spill.)
+        one = qk_scale * 0.0 + 1.0
+        kv_v = (kv_v.to(tl.float32) * one).to(q_v.dtype)
+        kv_r = (kv_r.to(tl.float32) * one).to(q_r.dtype)
     if ISOLATE_QK:
         if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
             m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
@@ -353,7 +362,7 @@ def _mla_decode_kernel(
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
         m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
-                                       DOT_PRECISION, ISOLATE_QK)
+                                       DOT_PRECISION, ISOLATE_QK, KV_FP8)
 
     # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
     store_head_tile(acc, m_i, l_i, v_scale,
