@@ -25,6 +25,7 @@ the fit cannot gain by choosing points nobody timed).
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import math
 import sys
@@ -37,7 +38,7 @@ import pandas as pd
 
 from splitlab import analysis
 from splitlab.devices import DeviceSpec
-from splitlab.planners.native import CostConstants, fitted_block_k, fitted_cost, split_candidates
+from splitlab.planners.native import CostConstants, fitted_block_k, fitted_cost, head_tiles, split_candidates
 from splitlab.planners.registry import Plan
 
 KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
@@ -57,6 +58,8 @@ GRID = dict(
     partial=(0.0, 0.5, 1.0, 2.0),
     tail=(1.0, 0.5, 0.0),
 )
+#: sparse MLA: a 16-row head tile's cost per key tile in 32/64-row tiles (1.0, no discount, wins near-ties).
+NARROW_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
 #: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
 #: wins ties: no shape of the data may tell it from a threshold beyond its launches.
 BLOCK_K_GRID = (1e9, 0.5, 1.0, 2.0, 4.0)
@@ -101,18 +104,20 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
     w = idx.workload(shape)
     best, _ = idx.oracle(shape)
     worst = max(idx.times[shape].values())
-    cands = split_candidates(w, MAX_SPLITS[kind], dev.sm_count)
-    cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c), (n,)) for s in cands])
-    pick = np.argmin(cost, axis=0)  # first minimum: ties go to fewer splits, as in fitted_plan
+    cands = [(bh, s) for bh in head_tiles(w, c) for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh)]
+    cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c, bh), (n,)) for bh, s in cands])
+    pick = np.argmin(cost, axis=0)  # first minimum: ties go to the default tile, then fewer splits (fitted_plan)
     out = np.empty(n)
-    for i, s in enumerate(cands):
+    for i, (bh, s) in enumerate(cands):
         sel = pick == i
         if not sel.any():
             continue
         if kind == "sparse_mla":
-            thr = np.asarray(c.block_k_small_above)[sel]
-            probe = [(v, fitted_block_k(w, s, dev.sm_count, replace(c, block_k_small_above=v))) for v in set(thr)]
-            times = {v: idx.lookup(shape, Plan("fit", s, block_k=bk), dev)[1] for v, bk in probe}
+            thr = np.asarray(c.block_k_small_above)[sel] if np.ndim(c.block_k_small_above) else \
+                np.full(int(sel.sum()), c.block_k_small_above)
+            probe = [(v, fitted_block_k(w, s, dev.sm_count, replace(c, block_k_small_above=v), bh))
+                     for v in set(thr)]
+            times = {v: idx.lookup(shape, Plan("fit", s, block_k=bk, block_h=bh), dev)[1] for v, bk in probe}
             out[sel] = [math.log((times[v] or worst) / best) for v in thr]
         else:
             t = idx.lookup(shape, Plan("fit", s), dev)[1]
@@ -120,10 +125,49 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
     return out
 
 
+def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], dev: DeviceSpec,
+                 prefer: tuple[str, float]) -> tuple[dict, pd.DataFrame]:
+    """Score every setting (geomean and worst regret over ``idx``'s shapes) and pick: the lowest geomean; among
+    settings within 0.1% of it, those with ``prefer`` (field, value: the simpler model) if any, then the lowest
+    worst case (then the grid's order)."""
+    c = _arrays(settings, kind)
+    logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
+    score = pd.DataFrame(settings)
+    score["geomean"] = np.exp(logs.mean(axis=0))
+    score["worst"] = np.exp(logs.max(axis=0))
+    score["shapes"] = len(idx.shapes())
+    near = score[score["geomean"] <= score["geomean"].min() * 1.001]
+    field, value = prefer
+    near = near[near[field] == value] if (near[field] == value).any() else near
+    best = near.sort_values("worst", kind="stable").iloc[0]
+    return {k: best[k] for k in settings[0]}, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
+
+
+def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec) -> analysis.MeasuredIndex:
+    """``idx`` cut to the shapes on which every (head tile, split count) the rule can pick was measured (at
+    BLOCK_K 64): the head-tile pass is scored there only, since a shape swept at the default head tile alone
+    would score every narrow pick as its worst time and so fit the data's coverage, not the kernel."""
+    keep = {}
+    for shape, times in idx.times.items():
+        w = idx.workload(shape)
+        plans = [Plan("fit", s, block_k=None if w.head_dim_qk > 512 else 64, block_h=bh) for bh in (None, 16)
+                 for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh)]
+        if all(idx.lookup(shape, p, dev)[1] is not None for p in plans):
+            keep[shape] = times
+    sub = copy.copy(idx)
+    sub.times = keep
+    return sub
+
+
 def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | None = None
                ) -> tuple[CostConstants, pd.DataFrame]:
     """The constants minimising the geomean regret over the shapes of ``df_fit`` of ``kind`` (grid search),
-    and every setting's score (``geomean``, ``worst``), best first."""
+    and every setting's score (``geomean``, ``worst``), best first.
+
+    Sparse MLA's head-tile constant is fitted in a second pass, with the first pass's constants held (the
+    joint grid would be eight times larger): ``narrow_tile`` over ``NARROW_GRID`` and the narrow tiles' CTAs
+    per SM, no discount (1.0) preferred within 0.1%, on the shapes where every head tile and split
+    the rule can pick was measured (``_covered``)."""
     from splitlab.devices import get as get_device
 
     rows = df_fit[df_fit["kind"] == kind]
@@ -132,21 +176,15 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     dev = analysis._data_device(analysis.measured(rows)) if device is None else (
         device if isinstance(device, DeviceSpec) else get_device(device))
     idx = analysis.MeasuredIndex(rows)
-    settings = _settings(kind)
-    c = _arrays(settings, kind)
-    logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
-    score = pd.DataFrame(settings)
-    score["geomean"] = np.exp(logs.mean(axis=0))
-    score["worst"] = np.exp(logs.max(axis=0))
-    score["shapes"] = len(idx.shapes())
-    # Lowest geomean; among settings within 0.1% of it, the whole-wave model (tail 1) if one is there (a
-    # partial-wave discount must earn its place), then the lowest worst case (then the grid's order).
-    g = score["geomean"].min()
-    near = score[score["geomean"] <= g * 1.001]
-    near = near[near["tail"] == 1.0] if (near["tail"] == 1.0).any() else near
-    best = near.sort_values("worst", kind="stable").iloc[0]
-    fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(best[k]) for k in settings[0]}, kind)
-    return fitted, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
+    # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
+    values, score = _grid_search(idx, kind, _settings(kind), dev, prefer=("tail", 1.0))
+    if kind == "sparse_mla":
+        settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n)
+                    for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"]]
+        values, score = _grid_search(_covered(idx, kind, dev), kind, settings, dev,
+                                     prefer=("narrow_tile", 1.0))
+    fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(v) for k, v in values.items()}, kind)
+    return fitted, score
 
 
 def fit_all(df: pd.DataFrame) -> dict[str, CostConstants]:
@@ -218,6 +256,7 @@ def _fmt(c: CostConstants) -> str:
          f"combine={c.combine:g}, combine_per_split={c.combine_per_split:g}, partial={c.partial:g}, "
          f"max_splits={c.max_splits}")
     s += f", tail={c.tail:g}" if c.tail != 1.0 else ""
+    s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile != 1.0 else ""
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 

@@ -131,6 +131,9 @@ def test_wave_fill_splits_fill_whole_waves():
     mla16 = workloads.get("deepseek-v3-mla", batch=6).with_(num_q_heads=16)  # 6 x 1 head tile = 6 CTAs
     assert waves.wave_fill_splits(mla16, 132, 256) == (22, 44, 66, 88, 110, 132, 154, 176)
     assert waves.wave_fill_splits(mla16, 132, 64) == (22, 44)  # clipped to the split range
+    sparse = workloads.get("deepseek-v4-sparse-mla", batch=4)  # 64 heads: 4 CTAs at BLOCK_H 64, 16 at 16
+    assert waves.wave_fill_splits(sparse, 132, 64) == (33,)
+    assert waves.wave_fill_splits(sparse, 132, 64, block_h=16) == (8, 16, 24, 33, 41, 49, 57)
     big = workloads.get("llama-3-8b", batch=256)  # 2048 CTAs unsplit: more than 8 slots per SM already
     assert waves.wave_fill_splits(big, 132, 64) == ()
     for s in waves.wave_fill_splits(workloads.get("llama-3-8b", batch=3), 132, 64):  # 24 CTAs

@@ -93,7 +93,9 @@ def test_the_planner_returns_valid_plans(w, dev):
     sms = devices.get(dev).sm_count
     assert 1 <= p.num_splits <= FITTED[w.kind].max_splits
     # a power of two, or a split count that fills whole waves of the launch
-    assert p.num_splits & (p.num_splits - 1) == 0 or p.num_splits in waves.wave_fill_splits(w, sms, 1 << 20)
+    assert p.num_splits & (p.num_splits - 1) == 0 or p.num_splits in waves.wave_fill_splits(
+        w, sms, 1 << 20, block_h=p.block_h)
+    assert p.block_h in ((None, 16) if w.kind == "sparse_mla" and w.num_q_heads > 16 else (None,))
     assert p.num_splits <= max(1, math.ceil(w.keys_per_request / 64))
     assert p.block_k in ((None,) if w.kind != "sparse_mla" or w.head_dim_qk > 512 else (32, 64))
     assert p == fitted_plan(w, devices.get(dev))
@@ -104,3 +106,15 @@ def test_the_registered_splitlab_is_the_fitted_rule():
     assert planners.plan(w, "h200", "splitlab").num_splits == 64  # two waves of 4-CTA splits: 256 <= 264
     w = workloads.get("deepseek-v3-mla", batch=4, ctx_len=65536)
     assert planners.plan(w, "h200", "splitlab").num_splits == 16  # one wave: 8 CTAs x 16 = 128 <= 132
+
+
+def test_the_sparse_rule_picks_the_16_row_head_tile_where_the_wide_one_needs_many_splits():
+    h200 = devices.get("h200")
+    few = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=512).with_(num_q_heads=128)
+    p = fitted_plan(few, h200)  # 32 wide CTAs need 4 splits (and their partial rows); 128 narrow ones fill a wave
+    assert (p.block_h, p.num_splits) == (16, 1)
+    many = few.with_(batch=128, topk=2048)  # 256 wide CTAs: more than a wave without splitting
+    assert fitted_plan(many, h200).block_h is None
+    # 16 heads: the default tile is already 16 rows; dense kernels never set a head tile
+    assert fitted_plan(few.with_(num_q_heads=16), h200).block_h is None
+    assert fitted_plan(workloads.get("deepseek-v3-mla", batch=1), h200).block_h is None

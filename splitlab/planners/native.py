@@ -97,11 +97,14 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # start-up and epilogue, COMBINE the second launch, COMBINE_PER_SPLIT reading one split's partial rows per
 # SM: every constant is a time in tiles of one CTA, so the rule needs no device bandwidth.
 #
+# Sparse MLA also picks the head tile: its default (BLOCK_H 32/64) or 16, whichever has the lower T(s) over
+# its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``, fitted: < 1) and its
+# c0, P and wave width are those of 16 rows. (A shape of 16 heads has only the 16-row tile.)
 # Sparse MLA also picks BLOCK_K (Dqk <= 512 only; wider rows keep the kernel's default): 32 once the launch
 # has more than BLOCK_K_SMALL_ABOVE x the SMs in CTAs, else 64 (seed 003's rule has the threshold at 1 x SMs;
 # the fit on the second kernel version's data says never, as the kernel's BLOCK_K A/B did).
-# Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / BLOCK_H only on a few shapes,
-# where replay could not score a rule that picks them.
+# Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
+# shapes, where replay could not score a rule that picks them.
 #
 # The numbers below are the output of ``python -m splitlab.fit data/h200`` (a grid search minimising the
 # geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on the
@@ -127,6 +130,7 @@ class CostConstants:
     block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
     partial: float = 0.0  # a split's partial-row write, in units of P
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
+    narrow_tile: float = 1.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles
 
 
 FITTED: dict[str, CostConstants] = {
@@ -142,75 +146,96 @@ FITTED: dict[str, CostConstants] = {
                          max_splits=256, partial=2.0),
     # Sparse MLA: the same wave widths; a split costs its partial-row write, the merge launch about 4 tiles;
     # BLOCK_K 64 always (threshold 1e9: never 32; on the first kernel version the fit had 4 x the SMs).
+    # The head tile: a 16-row tile streams a key tile in 0.7 of a 32/64-row tile's time, so BLOCK_H 16 (4x
+    # the CTAs of 64, and a quarter of the partial rows per split) wins where the wide tile would need many
+    # splits to fill the SMs: few tokens, or top-k 512.
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0,
-                                combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=1.0),
+                                combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=1.0,
+                                narrow_tile=0.7),
 }
 
 
-def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants):
-    """``T(s)`` of the fitted rule for ``w``. ``num_splits`` may be an int or a numpy integer array, and the
-    constants numpy arrays (``splitlab.fit`` evaluates many settings at once); plain Python otherwise."""
-    c0 = waves.ctas(w, 1)
+def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, block_h: int | None = None):
+    """``T(s)`` of the fitted rule for ``w`` (at head tile ``block_h``; None: the kernel's default).
+    ``num_splits`` may be an int or a numpy integer array, and the constants numpy arrays (``splitlab.fit``
+    evaluates many settings at once); plain Python otherwise."""
+    c0 = waves.ctas(w, 1, block_h=block_h)
     keys = w.keys_per_request
-    per_sm = c.ctas_per_sm if tile_rows(w) >= 64 else c.ctas_per_sm_narrow
+    per_sm = c.ctas_per_sm if tile_rows(w, block_h) >= 64 else c.ctas_per_sm_narrow
     slots = sm_count * per_sm
     full, rem = (c0 * num_splits) // slots, (c0 * num_splits) % slots
     n_waves = full + (rem > 0) * (c.tail + (1 - c.tail) * rem / slots)  # tail 1: ceil(c0 * s / slots)
     n_waves = n_waves + (n_waves < 1) * (1 - n_waves)  # at least one wave (no np.maximum: plain stays plain)
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
-    p = partial_tiles(w)
+    if w.kind == "sparse_mla" and tile_rows(w, block_h) <= 16:
+        tiles = tiles * c.narrow_tile  # a 16-row tile (4 warps) streams a key tile faster than 32/64-row ones
+    p = partial_tiles(w, block_h)
     split = num_splits > 1
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
     return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
 
 
-def tile_rows(w: DecodeWorkload) -> int:
-    """Query-head rows of one program's tile: GQA's padded group, else the default BLOCK_H."""
+def tile_rows(w: DecodeWorkload, block_h: int | None = None) -> int:
+    """Query-head rows of one program's tile: GQA's padded group, else ``block_h`` (default: the kernel's)."""
     if w.kind == "gqa":
         return max(16, 1 << (w.group - 1).bit_length())
-    return waves.default_block_h(w.num_q_heads)
+    return waves.default_block_h(w.num_q_heads) if block_h is None else block_h
 
 
-def partial_tiles(w: DecodeWorkload) -> float:
+def partial_tiles(w: DecodeWorkload, block_h: int | None = None) -> float:
     """P: the bytes one split writes (the real query rows of its tile, Dv fp32 values and the lse each) over
     the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for MLA)."""
-    rows = w.group if w.kind == "gqa" else min(w.num_q_heads, waves.default_block_h(w.num_q_heads))
+    rows = w.group if w.kind == "gqa" else min(w.num_q_heads, tile_rows(w, block_h))
     return rows * (w.head_dim_v + 1) * 4 / (TILE_KEYS * w.key_bytes)
 
 
-def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None) -> list[int]:
-    """Powers of two, and with ``sm_count`` the wave-filling split counts (``waves.wave_fill_splits``), from 1
-    up to ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``, ascending."""
+def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
+    """The head tiles the rule weighs: the kernel's default (None) and, for sparse MLA with a default wider
+    than 16 rows whose 16-row tiles are cheaper (``narrow_tile < 1``), BLOCK_H 16."""
+    cheaper = getattr(c.narrow_tile, "min", lambda: c.narrow_tile)() < 1  # (splitlab.fit: an array)
+    if w.kind == "sparse_mla" and waves.default_block_h(w.num_q_heads) > 16 and cheaper:
+        return (None, 16)
+    return (None,)
+
+
+def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None,
+                     block_h: int | None = None) -> list[int]:
+    """Powers of two, and with ``sm_count`` the wave-filling split counts (``waves.wave_fill_splits``, at head
+    tile ``block_h``), from 1 up to ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``, ascending."""
     limit = max(1, min(max_splits, cdiv(w.keys_per_request, MIN_KEYS_PER_SPLIT[w.kind])))
     out, s = set(), 1
     while s <= limit:
         out.add(s)
         s *= 2
     if sm_count is not None:
-        out.update(waves.wave_fill_splits(w, sm_count, limit))
+        out.update(waves.wave_fill_splits(w, sm_count, limit, block_h=None if w.kind == "gqa" else block_h))
     return sorted(out)
 
 
-def fitted_block_k(w: DecodeWorkload, num_splits: int, sm_count: int, c: CostConstants) -> int | None:
+def fitted_block_k(w: DecodeWorkload, num_splits: int, sm_count: int, c: CostConstants,
+                   block_h: int | None = None) -> int | None:
     """BLOCK_K of the fitted sparse rule (None: the kernel's default, for rows wider than 512)."""
     if w.kind != "sparse_mla" or w.head_dim_qk > 512:
         return None
-    return 32 if waves.ctas(w, num_splits) > c.block_k_small_above * sm_count else 64
+    return 32 if waves.ctas(w, num_splits, block_h=block_h) > c.block_k_small_above * sm_count else 64
 
 
 def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | None = None,
                 name: str = "splitlab") -> Plan:
     """The fitted rule's plan for ``w`` on ``dev`` (``constants``: a family's ``CostConstants``, default
-    ``FITTED[w.kind]``)."""
+    ``FITTED[w.kind]``): the (head tile, split count) of least ``fitted_cost``; ties go to the default head
+    tile, then to fewer splits."""
     c = FITTED[w.kind] if constants is None else constants
-    best, best_cost = 1, None
-    for s in split_candidates(w, c.max_splits, dev.sm_count):
-        cost = fitted_cost(w, s, dev.sm_count, c)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
-    return Plan(name, best, block_k=fitted_block_k(w, best, dev.sm_count, c),
-                note="fitted wave-cost model")
+    best, best_cost = (None, 1), None
+    for bh in head_tiles(w, c):
+        for s in split_candidates(w, c.max_splits, dev.sm_count, bh):
+            cost = fitted_cost(w, s, dev.sm_count, c, bh)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = (bh, s), cost
+    bh, s = best
+    return Plan(name, s, block_k=fitted_block_k(w, s, dev.sm_count, c, bh), block_h=bh,
+                note="fitted wave-cost model" + (f", BLOCK_H {bh}" if bh is not None else ""))
 
 
 @register("splitlab", kinds=("gqa", "mla", "sparse_mla"), source="splitlab (this repository), fitted on H200 data")
