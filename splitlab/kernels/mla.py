@@ -256,15 +256,22 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
     ``ISOLATE_QK`` (see ``isolate_qk``): the scores and the softmax are computed inside a branch that is
     always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice."""
     if KV_FP8:
-        # An fp8 cache's tile is dequantised to q's dtype on the loaded tile (through fp32; the cache's scale
-        # is folded into qk_scale and the epilogue's v_scale). The product with a runtime 1.0 keeps the cast
-        # there: without it Triton moves the cast after the shared-memory read of the dot operand, where fp8
-        # is read a byte at a time on mma v2 tiles, and the fp8 kernels ran up to 2x slower than the 16-bit
-        # ones (H200, 2026-11-29). (Widening to fp16 with q in fp16 is fewer instructions but keeps the fp16
-        # q tile in registers: 64-row tiles spill.)
-        one = qk_scale * 0.0 + 1.0
-        kv_v = (kv_v.to(tl.float32) * one).to(q_v.dtype)
-        kv_r = (kv_r.to(tl.float32) * one).to(q_r.dtype)
+        # An fp8 cache's tile is widened in-kernel (the cache's scale is folded into qk_scale and the
+        # epilogue's v_scale). Measured on the H200 (2026-11-29, data/bench/h200-2026-11-29c/fp8_cast_ab.csv):
+        # 16-row tiles are fastest computing in fp16 (q too: one cvt.f16x2.e4m3x2 per two values, no fp32
+        # round trip; 1.23x over a cast to q's dtype at MLA-16 B=64 8K); 64-row tiles keep q's dtype (an fp16 q
+        # tile lives in registers and spills) and multiply by a runtime 1.0, which keeps Triton from moving
+        # the cast after the shared-memory read of the dot operand (fp8 read a byte at a time; 1.18x at
+        # MLA-128 B=64 8K). Either way the fp8 cache is slower than a bf16 one (BENCHMARKS.md).
+        if q_v.shape[0] <= 16:
+            kv_v = kv_v.to(tl.float16)
+            kv_r = kv_r.to(tl.float16)
+            q_v = q_v.to(tl.float16)
+            q_r = q_r.to(tl.float16)
+        else:
+            one = qk_scale * 0.0 + 1.0
+            kv_v = (kv_v.to(tl.float32) * one).to(q_v.dtype)
+            kv_r = (kv_r.to(tl.float32) * one).to(q_r.dtype)
     if ISOLATE_QK:
         if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
             m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
