@@ -118,3 +118,19 @@ def test_the_sparse_rule_picks_the_16_row_head_tile_where_the_wide_one_needs_man
     # 16 heads: the default tile is already 16 rows; dense kernels never set a head tile
     assert fitted_plan(few.with_(num_q_heads=16), h200).block_h is None
     assert fitted_plan(workloads.get("deepseek-v3-mla", batch=1), h200).block_h is None
+
+
+def test_goal_compares_a_partial_planner_head_to_head():
+    shapes = [dict(kernel="sparse_mla_decode", device="h200-sxm", kind="sparse_mla", batch=b, set="held-out")
+              for b in (1, 2, 3, 4)]
+    per_shape = pd.DataFrame(
+        [s | dict(planner="splitlab", regret=r) for s, r in zip(shapes, (1.0, 1.0, 1.0, 1.2), strict=True)]
+        + [s | dict(planner="flashmla", regret=r) for s, r in zip(shapes[2:], (1.05, 1.05), strict=True)])
+    table = pd.DataFrame([dict(kernel="sparse_mla_decode", set="held-out", planner=p, shapes=n, measured=n,
+                               geomean=analysis.geomean(per_shape.loc[per_shape["planner"] == p, "regret"]),
+                               worst=per_shape.loc[per_shape["planner"] == p, "regret"].max())
+                          for p, n in (("splitlab", 4), ("flashmla", 2))])
+    assert fit.goal(table).loc[0, "beats_ported"]  # 1.047 over all four shapes against 1.05
+    table.attrs["per_shape"] = per_shape
+    g = fit.goal(table).loc[0]
+    assert not g["beats_ported"] and "flashmla 1.050 vs 1.095 on 2" in g["h2h"]  # not on flashmla's two
