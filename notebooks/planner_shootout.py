@@ -27,7 +27,7 @@ allow_fake: bool = False  # accept modelled rows (the fake timer); every figure 
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
-confirm: list = ["data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3"]  # sweeps of unfitted shapes
+confirm: list = ["data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3", "data/h200-confirm4"]  # unfit
 
 # %%
 import warnings
@@ -158,9 +158,11 @@ else:
 # The `confirm` grids of the three splitlab cards (batches 3-192, contexts 8K/32K/96K, head counts and top-k the
 # fit never saw; every power-of-two and wave-filling split), swept after the fit; then `confirm2` (batches 5-80,
 # contexts 12K/48K, top-k 1536), swept after the rule was revised on what `confirm` showed; then `confirm3` (GQA
-# only: batches 7-96, contexts 6K/24K), swept after the GQA rule gained its partial-wave cost (`tail`). MLA and
-# sparse MLA's confirm sweeps were re-measured on the second kernel version (BENCHMARKS.md). Every rule is
-# scored as above; `splitlab` is the fitted rule, replayed.
+# only: batches 7-96, contexts 6K/24K), swept after the GQA rule gained its partial-wave cost (`tail`); then
+# `confirm4` (sparse MLA only: 32-128 heads at BLOCK_H 16/32/64, 7-160 tokens, top-k 768/2048), swept before
+# the sparse rule picked its head tile. MLA and sparse MLA's confirm sweeps were re-measured on the second kernel
+# version (BENCHMARKS.md). Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal
+# table compares it with a planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 
 # %%
 for path in confirm if len(fit_table) else []:

@@ -45,4 +45,4 @@ def test_readme_fit_command(capsys, monkeypatch):
     cmd = re.search(r"`python -m splitlab\.fit ([^`]*)`", README).group(1)
     assert fit.main(shlex.split(cmd)) == 0
     out = capsys.readouterr().out
-    assert "h200-confirm2" in out and "goal_met" in out
+    assert "h200-confirm2" in out and "h200-confirm4" in out and "goal_met" in out
