@@ -71,7 +71,8 @@ def test_default_grids_cover_the_issue_ranges():
     assert {p.workload.batch for p in mla} >= {1, 64} and {p.workload.ctx_len for p in mla} >= {1024, 131072}
     assert max(p.facts["num_splits"] for p in mla if p.in_grid) == 256
     sp = _default_ws("sparse_mla_decode")
-    assert {p.workload.num_q_heads for p in sp} == {16, 64, 128}
+    assert {p.workload.num_q_heads for p in sp} == {16, 32, 64, 96, 128}
+    assert {p.facts["block_h"] for p in sp if p.workload.num_q_heads == 96} == {16, 32, 64}  # every head tile
     assert {p.workload.batch for p in sp} >= {1, 256} and {p.workload.topk for p in sp} >= {512, 2048}
     assert {p.facts["block_k"] for p in sp if p.in_grid} >= {32, 64}
     assert max(p.facts["num_splits"] for p in sp if p.in_grid) >= 64
