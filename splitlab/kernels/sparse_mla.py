@@ -169,21 +169,23 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
     """The launch ``sparse_mla_decode`` makes for ``w`` (``batch`` = query tokens, ``topk`` candidates)
     with these knobs (no launch); ``num_splits=None`` asks the default planner on ``device`` (a
     ``DeviceSpec``, a preset name, or None for the GPU torch sees, else the ``h200`` preset) for the split
-    count and, unless ``block_k`` is given, for BLOCK_K (the kernel's default when the plan names none).
+    count and, unless ``block_k`` / ``block_h`` are given, for BLOCK_K and the head tile (the kernel's defaults
+    where the plan names none).
     ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
     check_kind(w, "sparse_mla")
-    bh = default_block_h(w.num_q_heads) if block_h is None else check_pow2("block_h", block_h, lo=16,
-                                                                           hi=MAX_BLOCK_H)
+    bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
     bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
     nw = None if num_warps is None else check_num_warps(num_warps)
-    if num_splits is None:  # the default planner's split count, and its BLOCK_K unless one is given
+    if num_splits is None:  # the default planner's split count, and its BLOCK_K / BLOCK_H unless given
         from splitlab.planners import default_plan  # lazy: the planner package imports every port
 
         plan = default_plan(w, resolve_device(device))
         s = plan.num_splits
         bk = plan.block_k if bk is None else bk
+        bh = plan.block_h if bh is None else bh
     else:
         s = plan_num_splits(w, num_splits, device)
+    bh = default_block_h(w.num_q_heads) if bh is None else bh
     n_ctas = ctas(w, s, block_h=bh)
     d = sparse_mla_defaults(w.num_q_heads, w.head_dim_qk, w.dtype, head_dim_v=w.head_dim_v, block_h=bh,
                             block_k=bk)
@@ -206,8 +208,9 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200`` preset
     when q is on the CPU), ``block_k`` (candidates per tile, power of two 16..256; default: the planner's
     when it plans the splits, else ``sparse_block_k``), ``block_h`` (heads per program, power of two
-    16..64), ``num_warps``. ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 pool (``torch.float8_e4m3fn``,
-    beside a bf16/fp16 q) holds ``K / kv_scale`` and is dequantised in-kernel (``kv_scale`` default 1.0).
+    16..64; default: the planner's when it plans the splits, else ``waves.default_block_h``), ``num_warps``.
+    ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 pool (``torch.float8_e4m3fn``, beside a bf16/fp16 q)
+    holds ``K / kv_scale`` and is dequantised in-kernel (``kv_scale`` default 1.0).
     Always one host sync: the range check of ``indices``.
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
