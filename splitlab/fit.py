@@ -113,8 +113,7 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
         if not sel.any():
             continue
         if kind == "sparse_mla":
-            thr = np.asarray(c.block_k_small_above)[sel] if np.ndim(c.block_k_small_above) else \
-                np.full(int(sel.sum()), c.block_k_small_above)
+            thr = np.broadcast_to(c.block_k_small_above, (n,))[sel]
             probe = [(v, fitted_block_k(w, s, dev.sm_count, replace(c, block_k_small_above=v), bh))
                      for v in set(thr)]
             times = {v: idx.lookup(shape, Plan("fit", s, block_k=bk, block_h=bh), dev)[1] for v, bk in probe}

@@ -469,7 +469,8 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     preset when q is on the CPU; one host sync over seq_lens), ``block_n`` (keys per tile, power of two
     16..256), ``block_h`` (query heads per program, power of two 16..64), ``num_warps``, ``num_stages``.
     ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 cache (``torch.float8_e4m3fn``, beside a bf16/fp16
-    q) holds ``K / kv_scale``: tiles are dequantised to q's dtype in-kernel (``kv_scale`` default 1.0).
+    q) holds ``K / kv_scale``: tiles are dequantised in-kernel (``kv_scale`` default 1.0), to q's dtype, or
+    with 16-row head tiles to fp16 with q (q's entries must then lie within fp16's +-65504).
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
