@@ -164,3 +164,12 @@ def test_unknown_grid_and_card_are_one_line_exit_2(tmp_path, capsys):
     assert main(["sweep", str(bad), "--grid", "quick", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "bad.toml: grids.quick[0].batch=0 is not allowed" in err and "Traceback" not in err
+
+
+def test_wave_filling_splits_follow_each_head_tile():
+    points = [p for p in grid.expand(cards.load("sparse_mla_decode"), "confirm4", "h200").points
+              if p.in_grid and p.workload.head_dim_qk == 576 and p.workload.batch == 4]
+    splits = {bh: {p.knobs["num_splits"] for p in points if p.knobs["block_h"] == bh} for bh in (16, 64)}
+    # 4 tokens x 128 heads: 32 CTAs at BLOCK_H 16 (floor(132 / 32) = 4, 8, 12, ...), 8 at 64 (16, 33, 49)
+    assert {12, 20, 28} <= splits[16] and not {12, 20, 28} & splits[64]
+    assert {33, 49} <= splits[64] and 49 not in splits[16]
