@@ -262,7 +262,7 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
         # round trip; 1.23x over a cast to q's dtype at MLA-16 B=64 8K); 64-row tiles keep q's dtype (an fp16 q
         # tile lives in registers and spills) and multiply by a runtime 1.0, which keeps Triton from moving
         # the cast after the shared-memory read of the dot operand (fp8 read a byte at a time; 1.18x at
-        # MLA-128 B=64 8K). Either way the fp8 cache is slower than a bf16 one (BENCHMARKS.md).
+        # MLA-128 B=64 8K). Either way the fp8 cache is no faster than a bf16 one (BENCHMARKS.md).
         if q_v.shape[0] <= 16:
             kv_v = kv_v.to(tl.float16)
             kv_r = kv_r.to(tl.float16)
