@@ -10,8 +10,9 @@ shape (1.0 is optimal). Only measured rows count: ``status == "ok"``; rows whose
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -188,8 +189,8 @@ def _launch_facts_fn(kernel: str):
 
 def resolve_knobs(kernel: str, w, plan, device) -> dict:
     """The knobs the sweep records for ``plan`` on ``kernel``: the plan's split count and the tiles it sets,
-    everything else resolved by the kernel's ``*_launch_facts`` exactly as the launcher does (defaults; for
-    sparse MLA, BLOCK_K by the CTA rule against ``device``'s SMs). A tile the kernel does not have (e.g.
+    everything else resolved by the kernel's ``*_launch_facts`` exactly as the launcher does (the kernel's
+    defaults). A tile the kernel does not have (e.g.
     ``block_k`` on a dense kernel) is ignored."""
     facts_fn = _launch_facts_fn(kernel)
     kw = dict(num_splits=plan.num_splits, device=device)
@@ -226,6 +227,12 @@ class MeasuredIndex:
 
     def shapes(self) -> list[tuple]:
         return list(self.times)
+
+    def only(self, shapes: Iterable[tuple]) -> MeasuredIndex:
+        """The same index cut to ``shapes`` (sharing its rows and its cache of resolved knobs)."""
+        sub = copy.copy(self)
+        sub.times = {sh: self.times[sh] for sh in shapes}
+        return sub
 
     def oracle(self, shape: tuple) -> tuple[float, tuple]:
         """(best p50, its knob tuple) of ``shape``."""

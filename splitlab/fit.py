@@ -25,7 +25,6 @@ the fit cannot gain by choosing points nobody timed).
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import math
 import sys
@@ -38,7 +37,14 @@ import pandas as pd
 
 from splitlab import analysis
 from splitlab.devices import DeviceSpec
-from splitlab.planners.native import CostConstants, fitted_block_k, fitted_cost, head_tiles, split_candidates
+from splitlab.planners.native import (
+    CostConstants,
+    fitted_block_k,
+    fitted_cost,
+    head_tiles,
+    narrow_head_tiles,
+    split_candidates,
+)
 from splitlab.planners.registry import Plan
 
 KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
@@ -146,16 +152,14 @@ def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec) -> analysi
     """``idx`` cut to the shapes on which every (head tile, split count) the rule can pick was measured (at
     BLOCK_K 64): the head-tile pass is scored there only, since a shape swept at the default head tile alone
     would score every narrow pick as its worst time and so fit the data's coverage, not the kernel."""
-    keep = {}
-    for shape, times in idx.times.items():
+    def covered(shape: tuple) -> bool:
         w = idx.workload(shape)
-        plans = [Plan("fit", s, block_k=None if w.head_dim_qk > 512 else 64, block_h=bh) for bh in (None, 16)
+        plans = [Plan("fit", s, block_k=None if w.head_dim_qk > 512 else 64, block_h=bh)
+                 for bh in (None, *narrow_head_tiles(w))
                  for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh)]
-        if all(idx.lookup(shape, p, dev)[1] is not None for p in plans):
-            keep[shape] = times
-    sub = copy.copy(idx)
-    sub.times = keep
-    return sub
+        return all(idx.lookup(shape, p, dev)[1] is not None for p in plans)
+
+    return idx.only(filter(covered, idx.shapes()))
 
 
 def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | None = None
@@ -247,12 +251,13 @@ def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Seq
         others = g[g["planner"] != new_name]
         ported = others[~others["planner"].isin(ported_exclude)]
         best_ported = ported.loc[ported["geomean"].idxmin()]
+        if per_shape is not None:  # shapes x planners
+            x = per_shape[(per_shape["kernel"] == kernel) & (per_shape["set"] == part)]
+            x = x.pivot_table(index=analysis._shape_cols(x), columns="planner", values="regret")
         wins, h2h = {}, []
         for name, gm in zip(others["planner"], others["geomean"], strict=True):
             mine = new["geomean"]
             if per_shape is not None:
-                x = per_shape[(per_shape["kernel"] == kernel) & (per_shape["set"] == part)]
-                x = x.pivot_table(index=analysis._shape_cols(x), columns="planner", values="regret")
                 both = x[[new_name, name]].dropna() if {new_name, name} <= set(x.columns) else x.iloc[:0]
                 if len(both) < len(x[name].dropna()) or len(both) < len(x[new_name].dropna()):
                     mine, gm = analysis.geomean(both[new_name]), analysis.geomean(both[name])

@@ -190,13 +190,17 @@ def partial_tiles(w: DecodeWorkload, block_h: int | None = None) -> float:
     return rows * (w.head_dim_v + 1) * 4 / (TILE_KEYS * w.key_bytes)
 
 
+def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
+    """The head tiles narrower than the kernel's default that the sparse rule can weigh: BLOCK_H 16 for
+    sparse MLA with a wider default, else none."""
+    return (16,) if w.kind == "sparse_mla" and waves.default_block_h(w.num_q_heads) > 16 else ()
+
+
 def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
-    """The head tiles the rule weighs: the kernel's default (None) and, for sparse MLA with a default wider
-    than 16 rows whose 16-row tiles are cheaper (``narrow_tile < 1``), BLOCK_H 16."""
+    """The head tiles the rule weighs: the kernel's default (None) and, where 16-row tiles are cheaper
+    (``narrow_tile < 1``), the ``narrow_head_tiles``."""
     cheaper = getattr(c.narrow_tile, "min", lambda: c.narrow_tile)() < 1  # (splitlab.fit: an array)
-    if w.kind == "sparse_mla" and waves.default_block_h(w.num_q_heads) > 16 and cheaper:
-        return (None, 16)
-    return (None,)
+    return (None, *narrow_head_tiles(w)) if cheaper else (None,)
 
 
 def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None,
