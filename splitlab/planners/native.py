@@ -109,10 +109,10 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # The numbers below are the output of ``python -m splitlab.fit data/h200`` (a grid search minimising the
 # geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on the
 # H200 sweeps under data/h200 (the quick, default and seed grids of the three kernels, 2026-11-29, with the
-# default grids' wave-filling splits added by a resumed session; sparse MLA re-swept on the second kernel
-# version, GQA's and MLA's on the first: GQA's kernel did not change, MLA-128's got 4-9% faster). Held-out
-# shapes never entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set;
-# MLA's and sparse MLA's on the second kernel version) score it afterwards.
+# default grids' wave-filling splits added by a resumed session; MLA and sparse MLA on the second kernel
+# version, which gives the MLA constants first fitted on the first; GQA's kernel did not change). Held-out
+# shapes never entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set)
+# score it afterwards.
 
 TILE_KEYS = 64
 
@@ -161,14 +161,15 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     evaluates many settings at once); plain Python otherwise."""
     c0 = waves.ctas(w, 1, block_h=block_h)
     keys = w.keys_per_request
-    per_sm = c.ctas_per_sm if tile_rows(w, block_h) >= 64 else c.ctas_per_sm_narrow
+    rows = tile_rows(w, block_h)
+    per_sm = c.ctas_per_sm if rows >= 64 else c.ctas_per_sm_narrow
     slots = sm_count * per_sm
     full, rem = (c0 * num_splits) // slots, (c0 * num_splits) % slots
     n_waves = full + (rem > 0) * (c.tail + (1 - c.tail) * rem / slots)  # tail 1: ceil(c0 * s / slots)
     n_waves = n_waves + (n_waves < 1) * (1 - n_waves)  # at least one wave (no np.maximum: plain stays plain)
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
-    if w.kind == "sparse_mla" and tile_rows(w, block_h) <= 16:
+    if w.kind == "sparse_mla" and rows <= 16:
         tiles = tiles * c.narrow_tile  # a 16-row tile (4 warps) streams a key tile faster than 32/64-row ones
     p = partial_tiles(w, block_h)
     split = num_splits > 1
