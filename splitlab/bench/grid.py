@@ -100,7 +100,7 @@ def _block_candidates(block: Block, w: DecodeWorkload, dev: DeviceSpec) -> Itera
             axes["block_h"] = (block_h,)
         if block.wave_splits:
             axes["num_splits"] = tuple(sorted({*axes["num_splits"], *wave_fill_splits(
-                w, dev.sm_count, block.wave_splits, block_h=None if w.kind == "gqa" else block_h)}))
+                w, dev.sm_count, block.wave_splits, block_h=block_h)}))
         if "num_splits" in axes:
             axes["num_splits"] = tuple(s for s in axes["num_splits"] if _split_ok(w, s, block.min_keys_per_split))
         names = list(axes)

@@ -214,7 +214,7 @@ def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = 
         out.add(s)
         s *= 2
     if sm_count is not None:
-        out.update(waves.wave_fill_splits(w, sm_count, limit, block_h=None if w.kind == "gqa" else block_h))
+        out.update(waves.wave_fill_splits(w, sm_count, limit, block_h=block_h))
     return sorted(out)
 
 
