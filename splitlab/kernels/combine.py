@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from splitlab.kernels._launch import check_tensor
+from splitlab.kernels._launch import check_tensor, launch_early
 
 
 @triton.jit
@@ -25,7 +25,7 @@ def _combine_kernel(
     pl_stride_r, pl_stride_h, pl_stride_s,
     out_stride_r, out_stride_h, out_stride_d,
     lse_stride_r, lse_stride_h,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WAIT_PRIOR: tl.constexpr,
 ):
     # One program per (row, head, slice of BLOCK_D output columns).
     # Bytes: reads num_splits * 4 (lse) + num_splits * BLOCK_D * 4 (partials); writes BLOCK_D * out elt.
@@ -36,35 +36,38 @@ def _combine_kernel(
     mask_d = offs_d < head_dim_v
     pl_base = plse_ptr + row.to(tl.int64) * pl_stride_r + head * pl_stride_h
     po_base = po_ptr + row.to(tl.int64) * po_stride_r + head * po_stride_h
+    if WAIT_PRIOR:
+        # Launched early (programmatic dependent launch, _launch.launch_early): wait here until the kernel
+        # that wrote the partials has finished and its writes are visible.
+        tl.extra.cuda.gdc_wait()
 
-    # Pass 1: the running max over splits (empty splits are -inf and do not move it).
-    m = tl.full([BLOCK_S], float("-inf"), tl.float32)
-    for s0 in range(0, num_splits, BLOCK_S):
-        offs_s = s0 + tl.arange(0, BLOCK_S)
-        lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=offs_s < num_splits, other=float("-inf"))
-        m = tl.maximum(m, lse_s)
-    m_all = tl.max(m, axis=0)
-    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-
-    # Pass 2: weights exp(lse_s - m); a -inf split has weight exactly 0 and its row is masked off.
+    # One pass, online over chunks of BLOCK_S splits (one chunk when S <= BLOCK_S). The lse and partial
+    # loads of a chunk are issued together (one memory latency, not two); a split whose lse is -inf gets
+    # weight 0 and its row, possibly uninitialised, is replaced by 0 before any arithmetic.
+    m = tl.full((), float("-inf"), tl.float32)  # running max of the lse seen so far
     acc = tl.zeros([BLOCK_D], tl.float32)
-    wsum = tl.zeros([BLOCK_S], tl.float32)
+    wsum = tl.zeros((), tl.float32)
     for s0 in range(0, num_splits, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
-        lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=offs_s < num_splits, other=float("-inf"))
-        live = lse_s > float("-inf")
-        w = tl.where(live, tl.exp(lse_s - m_safe), 0.0)
-        wsum += w
+        in_range = offs_s < num_splits
+        lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=in_range, other=float("-inf"))
         po = tl.load(po_base + offs_s[:, None] * po_stride_s + offs_d[None, :] * po_stride_d,
-                     mask=live[:, None] & mask_d[None, :], other=0.0)
-        acc += tl.sum(w[:, None] * po, axis=0)
-    total = tl.sum(wsum, axis=0)
-    empty = total == 0.0
-    out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, total))
+                     mask=in_range[:, None] & mask_d[None, :], other=0.0)
+        live = lse_s > float("-inf")
+        m_new = tl.maximum(m, tl.max(lse_s, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_safe)  # 0 while nothing live has been seen (m = -inf)
+        w = tl.where(live, tl.exp(lse_s - m_safe), 0.0)
+        acc = acc * alpha + tl.sum(w[:, None] * tl.where(live[:, None], po, 0.0), axis=0)
+        wsum = wsum * alpha + tl.sum(w, axis=0)
+        m = m_new
+    empty = wsum == 0.0
+    out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, wsum))
     tl.store(out_ptr + row.to(tl.int64) * out_stride_r + head * out_stride_h + offs_d * out_stride_d,
              out.to(out_ptr.dtype.element_ty), mask=mask_d)
     if tl.program_id(1) == 0:
-        lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, total)))
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
+        lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, wsum)))
         tl.store(lse_ptr + row.to(tl.int64) * lse_stride_r + head * lse_stride_h, lse)
 
 
@@ -81,6 +84,9 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
 
     ``out`` defaults to a new tensor of ``out_dtype`` (fp32 if not given); a row whose splits are all
     empty comes out all zero with ``lse = -inf``.
+
+    On sm_90+ GPUs the merge is launched early (``_launch.launch_early``): its programs start while the
+    kernel before it in the stream (the partial kernel) finishes, and wait for it in-kernel.
     """
     check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32,))
     check_tensor("partial_lse", partial_lse, 3, dtypes=(torch.float32,), device=partial_out.device)
@@ -93,11 +99,12 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
     if lse is None:
         lse = torch.empty(rows, heads, dtype=torch.float32, device=partial_out.device)
     block_d = min(128, triton.next_power_of_2(dv))
-    block_s = min(32, triton.next_power_of_2(splits))
+    block_s = min(64, triton.next_power_of_2(splits))  # 64 x 128 fp32 partials: 64 registers a thread
+    early = launch_early(partial_out)
     _combine_kernel[combine_grid(rows, heads, dv, block_d)](
         partial_out, partial_lse, out, lse,
         heads, splits, dv,
         *partial_out.stride(), *partial_lse.stride(), *out.stride(), *lse.stride(),
-        BLOCK_S=block_s, BLOCK_D=block_d,
+        BLOCK_S=block_s, BLOCK_D=block_d, WAIT_PRIOR=early, **({"launch_pdl": True} if early else {}),
     )
     return out, lse
