@@ -24,7 +24,7 @@ def _partials(rows, heads, splits, dv, *, seed=0, empty_frac=0.3):
     return po, pl
 
 
-@pytest.mark.parametrize("rows,heads,splits,dv", [(2, 3, 5, 40), (1, 2, 40, 192), (3, 1, 1, 16)])
+@pytest.mark.parametrize("rows,heads,splits,dv", [(2, 3, 5, 40), (1, 2, 40, 192), (3, 1, 1, 16), (1, 2, 150, 24)])
 def test_matches_reference(rows, heads, splits, dv):
     po, pl = _partials(rows, heads, splits, dv, seed=splits)
     out, lse = combine(po, pl)

@@ -57,9 +57,6 @@ mla._mla_decode_kernel = Warmup(mla._mla_decode_kernel)
 smla._sparse_mla_decode_kernel = Warmup(smla._sparse_mla_decode_kernel)
 comb._combine_kernel = Warmup(comb._combine_kernel)
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-EARLY = [False]  # launch the combine early (programmatic dependent launch), as on an sm_90 GPU
-for mod in (gqa, mla, smla, comb):
-    mod.launch_early = lambda t: EARLY[0]
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 def gqa_case(hq, hkv, d, ps, dt, s, knobs):
@@ -76,14 +73,6 @@ def mla_case(h, dqk, ps, dt, s, knobs, kv8=False):
     mla.mla_decode(**(fp8(x) if kv8 else x), num_splits=s, **knobs)
 
 
-def early(launch):
-    EARLY[0] = True
-    try:
-        launch()
-    finally:
-        EARLY[0] = False
-
-
 def sparse_case(h, dqk, dt, s, knobs, kv8=False):
     x = sparse_mla_inputs(2, h, dqk, 256, num_slots=300, invalid_frac=0.3, dtype=dt)
     smla.sparse_mla_decode(**(fp8(x) if kv8 else x), num_splits=s, **knobs)
@@ -91,8 +80,6 @@ def sparse_case(h, dqk, dt, s, knobs, kv8=False):
 
 CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
     ("gqa 32/8/128 page 16 S=4", lambda: gqa_case(32, 8, 128, 16, torch.bfloat16, 4, {}), torch.bfloat16, None),
-    ("gqa 32/8/128 S=4 launched early", lambda: early(lambda: gqa_case(32, 8, 128, 16, torch.bfloat16, 4, {})),
-     torch.bfloat16, None),
     ("gqa 32/8/128 page 64 S=1", lambda: gqa_case(32, 8, 128, 64, torch.bfloat16, 1, {}), torch.bfloat16, None),
     ("gqa MQA-128 page 1", lambda: gqa_case(128, 1, 128, 1, torch.bfloat16, 2, {}), torch.bfloat16, None),
     ("gqa 64/8 block_n 128", lambda: gqa_case(64, 8, 128, 16, torch.bfloat16, 2,
@@ -106,10 +93,6 @@ CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
     ("mla 16/576 default", lambda: mla_case(16, 576, 64, torch.bfloat16, 2, {}), torch.bfloat16, None),
     ("mla 16/576 page 1, 32 x 3 stages", lambda: mla_case(16, 576, 1, torch.bfloat16, 2,
                                                           dict(block_n=32, num_stages=3)), torch.bfloat16, None),
-    ("mla 128/576 launched early", lambda: early(lambda: mla_case(128, 576, 64, torch.bfloat16, 2, {})),
-     torch.bfloat16, 36),
-    ("sparse 64/512 launched early", lambda: early(lambda: sparse_case(64, 512, torch.bfloat16, 2, {})),
-     torch.bfloat16, 32),
     ("sparse 64/512 block_k 64", lambda: sparse_case(64, 512, torch.bfloat16, 2, dict(block_k=64)),
      torch.bfloat16, 32),
     ("sparse 128/576 block_k 64", lambda: sparse_case(128, 576, torch.bfloat16, 1, dict(block_k=64)),
@@ -158,11 +141,6 @@ for name, launch, dt, qk_wgmma in CASES:
         qk = sum(1 for n in shapes if int(n) < 256)  # PV is m64n256 (each warpgroup half of Dv = 512)
         if qk != qk_wgmma:
             print(f"QK {name}: {qk} QK wgmma per tile, expected {qk_wgmma} (shapes {sorted(set(shapes))})")
-            failed = True
-    if "early" in name:  # the partial kernel lets the combine launch; the combine waits for it
-        merge = compiled[n0 + 1].asm["ptx"]
-        if "griddepcontrol.launch_dependents" not in partial.asm["ptx"] or "griddepcontrol.wait" not in merge:
-            print(f"PDL {name}: no griddepcontrol in the partial kernel or the combine")
             failed = True
     print(f"ok {name}: shared {partial.metadata.shared} B; {usage}")
 sys.exit(1 if failed else 0)

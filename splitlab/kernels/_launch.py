@@ -3,7 +3,6 @@ sweep harness can read without launching anything."""
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
@@ -123,36 +122,6 @@ TORCH_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float3
 #: Triton picks the interpreter when ``@triton.jit`` runs, at the kernel modules' import (which imports this
 #: module first), so the flag is read once, then too.
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def _pdl_available() -> bool:
-    """Triton can launch with programmatic dependent launch (the ``launch_pdl`` option and
-    ``tl.extra.cuda.gdc_wait``, both in triton >= 3.4's NVIDIA backend)."""
-    try:
-        from triton.backends.nvidia.compiler import CUDAOptions
-        from triton.language.extra import cuda as tl_cuda
-    except ImportError:
-        return False
-    return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {}) and hasattr(tl_cuda, "gdc_wait")
-
-
-PDL_AVAILABLE = not INTERPRET and _pdl_available()
-
-
-@functools.lru_cache(maxsize=64)
-def _sm_major(index: int) -> int:
-    return torch.cuda.get_device_capability(index)[0]
-
-
-def launch_early(t: torch.Tensor) -> bool:
-    """Whether a kernel that consumes the previous kernel's output (the split-K combine) is launched with
-    programmatic dependent launch on ``t``'s GPU: sm_90+, not interpreting, triton supports it, and
-    ``SPLITLAB_PDL`` is not ``0`` (read at each call, for A/B runs). Such a kernel calls ``gdc_wait`` before
-    its first read, so it is correct after any kernel; after the partial kernels, which signal
-    ``gdc_launch_dependents`` as they start, its programs are resident before they finish, and the launch
-    gap between the two kernels is hidden."""
-    return (PDL_AVAILABLE and t.is_cuda and os.environ.get("SPLITLAB_PDL", "1") != "0"
-            and _sm_major(t.device.index if t.device.index is not None else torch.cuda.current_device()) >= 9)
 
 
 def interpret_upcast(dtype: torch.dtype) -> bool:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from splitlab.kernels._launch import check_tensor, launch_early
+from splitlab.kernels._launch import check_tensor
 
 
 @triton.jit
@@ -25,7 +25,7 @@ def _combine_kernel(
     pl_stride_r, pl_stride_h, pl_stride_s,
     out_stride_r, out_stride_h, out_stride_d,
     lse_stride_r, lse_stride_h,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WAIT_PRIOR: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     # One program per (row, head, slice of BLOCK_D output columns).
     # Bytes: reads num_splits * 4 (lse) + num_splits * BLOCK_D * 4 (partials); writes BLOCK_D * out elt.
@@ -36,10 +36,6 @@ def _combine_kernel(
     mask_d = offs_d < head_dim_v
     pl_base = plse_ptr + row.to(tl.int64) * pl_stride_r + head * pl_stride_h
     po_base = po_ptr + row.to(tl.int64) * po_stride_r + head * po_stride_h
-    if WAIT_PRIOR:
-        # Launched early (programmatic dependent launch, _launch.launch_early): wait here until the kernel
-        # that wrote the partials has finished and its writes are visible.
-        tl.extra.cuda.gdc_wait()
 
     # One pass, online over chunks of BLOCK_S splits (one chunk when S <= BLOCK_S). The lse and partial
     # loads of a chunk are issued together (one memory latency, not two); a split whose lse is -inf gets
@@ -84,9 +80,6 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
 
     ``out`` defaults to a new tensor of ``out_dtype`` (fp32 if not given); a row whose splits are all
     empty comes out all zero with ``lse = -inf``.
-
-    On sm_90+ GPUs the merge is launched early (``_launch.launch_early``): its programs start while the
-    kernel before it in the stream (the partial kernel) finishes, and wait for it in-kernel.
     """
     check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32,))
     check_tensor("partial_lse", partial_lse, 3, dtypes=(torch.float32,), device=partial_out.device)
@@ -100,11 +93,10 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
         lse = torch.empty(rows, heads, dtype=torch.float32, device=partial_out.device)
     block_d = min(128, triton.next_power_of_2(dv))
     block_s = min(64, triton.next_power_of_2(splits))  # 64 x 128 fp32 partials: 64 registers a thread
-    early = launch_early(partial_out)
     _combine_kernel[combine_grid(rows, heads, dv, block_d)](
         partial_out, partial_lse, out, lse,
         heads, splits, dv,
         *partial_out.stride(), *partial_lse.stride(), *out.stride(), *lse.stride(),
-        BLOCK_S=block_s, BLOCK_D=block_d, WAIT_PRIOR=early, **({"launch_pdl": True} if early else {}),
+        BLOCK_S=block_s, BLOCK_D=block_d,
     )
     return out, lse

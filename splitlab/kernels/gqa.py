@@ -37,7 +37,6 @@ from splitlab.kernels._launch import (
     check_same_dtype,
     check_tensor,
     interpret_upcast,
-    launch_early,
     no_sync_under_capture,
     resolve_device,
     resolve_sm_scale,
@@ -72,10 +71,7 @@ def _gqa_partial_kernel(
     BLOCK_D: tl.constexpr,  # HEAD_DIM padded to a power of two >= 16
     UPCAST: tl.constexpr,  # interpreter + bf16: compute in fp32 (the interpreter's bf16 math is broken)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 operands, None (the backend default) for 16-bit
-    LAUNCH_DEPENDENTS: tl.constexpr,  # let the combine launch now (it waits for this kernel in-kernel)
 ):
-    if LAUNCH_DEPENDENTS:
-        tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
     b = pid_bh // num_kv_heads
@@ -322,7 +318,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
         *dst_strides, *lse_strides,
         PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=facts.block_h, BLOCK_N=facts.block_n, BLOCK_D=block_d,
-        UPCAST=upcast, DOT_PRECISION="ieee" if fp32_dot else None, LAUNCH_DEPENDENTS=S > 1 and launch_early(q),
+        UPCAST=upcast, DOT_PRECISION="ieee" if fp32_dot else None,
         num_warps=facts.num_warps, num_stages=facts.num_stages,
     )
     if S > 1:

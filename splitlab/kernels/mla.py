@@ -49,7 +49,6 @@ from splitlab.kernels._launch import (
     device_guard,
     dot_input_precision,
     interpret_upcast,
-    launch_early,
     no_sync_under_capture,
     resolve_device,
     resolve_sm_scale,
@@ -332,12 +331,9 @@ def _mla_decode_kernel(
     PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
-    LAUNCH_DEPENDENTS: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (request, split) run side by side and share its
     # latent tiles through L2 (H=128, BLOCK_H=64: DRAM reads each row once, L2 serves the second tile).
-    if LAUNCH_DEPENDENTS:  # the combine may launch now; it waits for this kernel in-kernel
-        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     rest = pid // num_head_tiles
@@ -527,7 +523,6 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
             ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
-            LAUNCH_DEPENDENTS=S > 1 and launch_early(q),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

@@ -39,7 +39,6 @@ from splitlab.kernels._launch import (
     device_guard,
     dot_input_precision,
     interpret_upcast,
-    launch_early,
     resolve_device,
     resolve_sm_scale,
     split_len,
@@ -125,12 +124,9 @@ def _sparse_mla_decode_kernel(
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
-    LAUNCH_DEPENDENTS: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (token, split) gather the same rows back to back,
     # so the second tile's gathers hit L2.
-    if LAUNCH_DEPENDENTS:  # the combine may launch now; it waits for this kernel in-kernel
-        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     rest = pid // num_head_tiles
@@ -263,7 +259,6 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
             ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
-            LAUNCH_DEPENDENTS=S > 1 and launch_early(q),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)
