@@ -64,6 +64,12 @@ GRID = dict(
     partial=(0.0, 0.5, 1.0, 2.0),
     tail=(1.0, 0.5, 0.0),
 )
+#: GQA: the floor of a launch under one wave, in waves (``CostConstants.lone``; -1: off, the ceil / tail form). The
+#: fit shapes cannot tell floors near the knee apart (every fill above the floor costs the same work, so they tie
+#: wherever no fit shape has a fill between two of them); ties go to the largest floor (``_grid_search``): a floor
+#: below the kernel's real knee makes the rule take the fewest splits down to it, where the bandwidth is not yet
+#: saturated, while one above the knee only costs the fill between the two, which streams at full rate anyway.
+LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
 #: sparse MLA: a 16-row head tile's cost per key tile in 32/64-row tiles (1.0, no discount, wins near-ties).
 NARROW_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
 #: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
@@ -91,6 +97,8 @@ def _settings(kind: str) -> list[dict]:
     combos = [dict(zip(keys, v, strict=True)) for v in itertools.product(*GRID.values())]
     if kind == "sparse_mla":
         combos = [c | dict(block_k_small_above=t) for c in combos for t in BLOCK_K_GRID]
+    if kind == "gqa":
+        combos = [c | dict(lone=v) for c in combos for v in LONE_GRID]
     return combos
 
 
@@ -134,7 +142,7 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
                  prefer: tuple[str, float]) -> tuple[dict, pd.DataFrame]:
     """Score every setting (geomean and worst regret over ``idx``'s shapes) and pick: the lowest geomean; among
     settings within 0.1% of it, those with ``prefer`` (field, value: the simpler model) if any, then the lowest
-    worst case (then the grid's order)."""
+    worst case (then, for GQA, the largest ``lone`` floor; then the grid's order)."""
     c = _arrays(settings, kind)
     logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
     score = pd.DataFrame(settings)
@@ -144,7 +152,8 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     near = score[score["geomean"] <= score["geomean"].min() * 1.001]
     field, value = prefer
     near = near[near[field] == value] if (near[field] == value).any() else near
-    best = near.sort_values("worst", kind="stable").iloc[0]
+    order = ["worst", "lone"] if "lone" in near else ["worst"]  # then the largest floor (LONE_GRID)
+    best = near.sort_values(order, ascending=[True, False][:len(order)], kind="stable").iloc[0]
     return {k: best[k] for k in settings[0]}, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
 
@@ -280,6 +289,7 @@ def _fmt(c: CostConstants) -> str:
          f"max_splits={c.max_splits}")
     s += f", tail={c.tail:g}" if c.tail != 1.0 else ""
     s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile != 1.0 else ""
+    s += f", lone={c.lone:g}" if c.lone >= 0 else ""
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 

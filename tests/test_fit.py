@@ -134,3 +134,21 @@ def test_goal_compares_a_partial_planner_head_to_head():
     table.attrs["per_shape"] = per_shape
     g = fit.goal(table).loc[0]
     assert not g["beats_ported"] and "flashmla 1.050 vs 1.095 on 2" in g["h2h"]  # not on flashmla's two
+
+
+def test_the_lone_floor_prices_a_narrow_launch_under_one_wave():
+    """GQA 32/8 (16-row tiles, three CTAs per SM): a launch under one wave costs max(lone, fill) of a wave; lone
+    < 0 keeps the old form (at least one wave); the wide MQA-128 tile ignores lone."""
+    from dataclasses import replace
+
+    from splitlab.planners.native import fitted_cost
+
+    c = replace(FITTED["gqa"], fixed=0.0, partial=0.0, combine_per_split=0.0, lone=0.6)
+    w = workloads.get("llama-3-8b", batch=6, ctx_len=32768)  # c0 = 48 CTAs; a wave is 396
+    tiles = lambda s: math.ceil(math.ceil(32768 / s) / 64)  # noqa: E731
+    assert fitted_cost(w, 5, 132, c) == pytest.approx(240 / 396 * tiles(5))  # fill 0.61 > 0.6
+    assert fitted_cost(w, 4, 132, c) == pytest.approx(0.6 * tiles(4))  # fill 0.48: the floor
+    assert fitted_cost(w, 4, 132, replace(c, lone=-1.0)) == pytest.approx(tiles(4))  # off: one whole wave
+    mqa = workloads.get("mqa-128", batch=6, ctx_len=32768)
+    assert fitted_cost(mqa, 4, 132, c) == fitted_cost(mqa, 4, 132, replace(c, lone=-1.0))
+    assert fitted_plan(w, devices.get("h200-sxm")).num_splits in (5, 8)  # one wave, not 11 (1.33 real waves)

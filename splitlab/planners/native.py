@@ -79,7 +79,8 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # Rule, per family, in "key tiles streamed by one CTA" (a tile = TILE_KEYS keys):
 #
 #     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch; with
-#                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave)
+#                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave);
+#                  with LONE >= 0 a narrow-tile launch under one wave costs max(LONE, its filled fraction)
 #     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) + FIXED    # each wave streams its split's tiles
 #                              + (s > 1) * PARTIAL * P)                # and writes its fp32 partial rows
 #                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
@@ -131,15 +132,20 @@ class CostConstants:
     partial: float = 0.0  # a split's partial-row write, in units of P
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
     narrow_tile: float = 1.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles
+    lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
 
 
 FITTED: dict[str, CostConstants] = {
-    # GQA/MQA (memory-bound): one CTA per SM sets the wave width, and a partly filled last wave costs half a
-    # wave plus its filled part (tail 0.5: the tail's CTAs stream faster with the bandwidth to themselves);
-    # a split costs half its partial-row write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows) and the merge
-    # one P per split and SM. (Before ``tail`` joined the grid: two CTAs per SM, whole waves, partial 2.)
-    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=1, fixed=0.0, combine=0.0, combine_per_split=1.0,
-                         max_splits=128, partial=0.5, tail=0.5),
+    # GQA/MQA (memory-bound): the wave width is what the kernel's resources allow: one MQA-128 CTA per SM (8
+    # warps, a 128 x 128 fp32 accumulator), three 16-row CTAs (72 KiB of shared memory each at 3 stages). A launch
+    # under one wave of 16-row CTAs costs its fill, but at least 0.6 of a wave (``lone``: the bandwidth is not
+    # saturated below about two CTAs per SM); a partly filled last wave after full ones costs half a wave plus
+    # its filled part (tail 0.5). A CTA costs half a key tile of fixed start-up, a split half its partial-row
+    # write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows), the merge 0.3 P per split and SM. (Before
+    # ``lone`` joined the grid: one CTA per SM for both tiles, no fixed cost, merge 1 P; before ``tail``: two
+    # CTAs per SM, whole waves, partial 2.)
+    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=3, fixed=0.5, combine=0.0, combine_per_split=0.3,
+                         max_splits=128, partial=0.5, tail=0.5, lone=0.6),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
@@ -167,6 +173,13 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     full, rem = (c0 * num_splits) // slots, (c0 * num_splits) % slots
     n_waves = full + (rem > 0) * (c.tail + (1 - c.tail) * rem / slots)  # tail 1: ceil(c0 * s / slots)
     n_waves = n_waves + (n_waves < 1) * (1 - n_waves)  # at least one wave (no np.maximum: plain stays plain)
+    # Narrow tiles, LONE >= 0: an SM holds several narrow CTAs (GQA's 16-row tile: 3, by its 72 KiB of shared
+    # memory), so a launch of less than one wave spreads its CTAs over all SMs and they share the bandwidth: it
+    # costs its filled fraction of a wave, but no less than LONE (below it too few CTAs per SM are resident to keep
+    # HBM busy, so each streams at its latency-bound rate). A wide tile (one CTA per SM) keeps the ceil / tail form.
+    fill = rem / slots
+    lone = (c.lone > fill) * c.lone + (c.lone <= fill) * fill  # max(LONE, fill) (plain stays plain)
+    n_waves = n_waves + (rows < 64) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
     if w.kind == "sparse_mla" and rows <= 16:
