@@ -16,6 +16,7 @@ from splitlab.kernels.testing import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
     assert_matches_reference,
+    fp8_query,
     lse_err,
     mla_inputs,
     poison_,
@@ -26,11 +27,11 @@ from splitlab.kernels.testing import (
 from splitlab.workloads import DecodeWorkload
 
 
-def _check(inp, dtype, head_dim_v, sm_scale=None, kv_scale=None, **knobs):
+def _check(inp, dtype, head_dim_v, sm_scale=None, kv_scale=None, ref_q=None, **knobs):
     out, lse = mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale, return_lse=True,
                           **knobs)
-    ref, ref_lse = reference.mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale,
-                                        return_lse=True)
+    ref, ref_lse = reference.mla_decode(**dict(inp, q=inp["q"] if ref_q is None else ref_q), head_dim_v=head_dim_v,
+                                        sm_scale=sm_scale, kv_scale=kv_scale, return_lse=True)
     empty = [b for b, n in enumerate(inp["seq_lens"].tolist()) if n == 0]
     assert_matches_reference(out, lse, ref, ref_lse, dtype, empty)
     return out, lse
@@ -67,12 +68,14 @@ def test_matches_reference(allocs, dtype, H, Dqk, Dv, lens, page_size, S, block_
     (torch.bfloat16, 3, 576, 512, [40, 70], 1, 1, None),  # DeepSeek's 576/512, page size 1, unsplit
 ])
 def test_fp8_cache(dtype, H, Dqk, Dv, lens, page_size, S, block_h):
-    """An e4m3 cache holding K / kv_scale: q's dtype's tolerance against the reference on the same cache,
-    FP8_QUANT_TOLERANCE against the reference on the cache before quantisation."""
+    """An e4m3 cache holding K / kv_scale: q's dtype's tolerance against the reference on the same cache (and,
+    on the fp8 x fp8 QK path of 64-row tiles, the same fp8-rounded q), FP8_QUANT_TOLERANCE against the
+    reference on the cache and q before quantisation."""
     inp = mla_inputs(len(lens), H, Dqk, lens, page_size=page_size, dtype=dtype, seed=H + Dqk)
     kv_scale = 0.37
     inp8 = dict(inp, kv_cache=quantize_fp8(inp["kv_cache"], kv_scale))
-    out, _ = _check(inp8, dtype, Dv, kv_scale=kv_scale, num_splits=S, block_h=block_h)
+    bh = mla_defaults(H, Dqk, "fp8_e4m3", block_h=block_h).block_h
+    out, _ = _check(inp8, dtype, Dv, kv_scale=kv_scale, ref_q=fp8_query(inp["q"], bh), num_splits=S, block_h=block_h)
     assert rel_err(out, reference.mla_decode(**inp, head_dim_v=Dv)) <= FP8_QUANT_TOLERANCE
 
 
@@ -207,8 +210,12 @@ def test_defaults_table():
     d = mla_defaults(128, 576)
     assert (d.block_h, d.block_n, d.num_warps, d.num_stages) == (64, 64, 8, 2)  # fastest on the H200, run 2
     assert smem_bytes(64, 32, 576, 512, 2, 2) == 144 * 1024  # Q 72 KB + 2 x 36 KB
-    assert smem_bytes(64, 64, 576, 512, 1, 2) == 216 * 1024  # fp8: Q 72 KB + 2 x 36 KB + the dequantised 72 KB
+    # fp8, 16-row tile: a 16-bit Q 18 KB + 2 x 18 KB + the dequantised 36 KB; 64 rows (fp8 x fp8 QK): an fp8 Q
+    # 36 KB + 3 x 36 KB + the dequantised V part 64 KB
+    assert smem_bytes(16, 32, 576, 512, 1, 2) == 90 * 1024
+    assert smem_bytes(64, 64, 576, 512, 1, 3) == 208 * 1024
     assert mla_defaults(16, 576, "fp8_e4m3").block_n == 32 and mla_defaults(128, 576, "fp8_e4m3").block_n == 64
+    assert mla_defaults(128, 576, "fp8_e4m3").num_stages == 3
     assert mla_defaults(16, 576).block_h == 16 and mla_defaults(5, 48).block_h == 16
     assert mla_defaults(128, 576, "fp32").block_n == 16
     for h in (1, 16, 20, 32, 64, 128):

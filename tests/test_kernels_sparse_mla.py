@@ -20,6 +20,7 @@ from splitlab.kernels.testing import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
     assert_matches_reference,
+    fp8_query,
     lse_err,
     poison_,
     quantize_fp8,
@@ -29,11 +30,12 @@ from splitlab.kernels.testing import (
 from splitlab.workloads import DecodeWorkload
 
 
-def _check(inp, dtype, head_dim_v, sm_scale=None, kv_scale=None, **knobs):
+def _check(inp, dtype, head_dim_v, sm_scale=None, kv_scale=None, ref_q=None, **knobs):
     out, lse = sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale,
                                  return_lse=True, **knobs)
-    ref, ref_lse = reference.sparse_mla_decode(**inp, head_dim_v=head_dim_v, sm_scale=sm_scale,
-                                               kv_scale=kv_scale, return_lse=True)
+    ref, ref_lse = reference.sparse_mla_decode(**dict(inp, q=inp["q"] if ref_q is None else ref_q),
+                                               head_dim_v=head_dim_v, sm_scale=sm_scale, kv_scale=kv_scale,
+                                               return_lse=True)
     empty = [t for t in range(inp["indices"].shape[0]) if (inp["indices"][t] < 0).all()]
     assert_matches_reference(out, lse, ref, ref_lse, dtype, empty)
     return out, lse
@@ -73,7 +75,9 @@ def test_fp8_cache(dtype, H, Dqk, Dv, S, block_h):
     x = sparse_mla_inputs(3, H, Dqk, 100, num_slots=300, invalid_frac=0.3, empty_rows=1, dtype=dtype, seed=H)
     kv_scale = 2.5
     x8 = dict(x, kv_cache=quantize_fp8(x["kv_cache"], kv_scale))
-    out, _ = _check(x8, dtype, Dv, kv_scale=kv_scale, num_splits=S, block_h=block_h, block_k=32)
+    bh = sparse_mla_defaults(H, Dqk, "fp8_e4m3", block_h=block_h).block_h
+    out, _ = _check(x8, dtype, Dv, kv_scale=kv_scale, ref_q=fp8_query(x["q"], bh), num_splits=S, block_h=block_h,
+                    block_k=32)
     assert rel_err(out, reference.sparse_mla_decode(**x, head_dim_v=Dv)) <= FP8_QUANT_TOLERANCE
 
 

@@ -107,12 +107,16 @@ def padded_dims(head_dim_qk: int, head_dim_v: int) -> tuple[int, int]:
 def smem_bytes(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, elt_bytes: int,
                num_stages: int) -> int:
     """Modelled shared memory of one CTA: the Q tile ``[block_h, Dqk]`` (a wgmma A operand, loaded once)
-    plus ``num_stages`` latent tiles ``[block_n, Dqk]`` of ``elt_bytes`` (the cache's) in flight; an fp8
-    cache (1 byte) adds its dequantised 16-bit tile, and Q is 16-bit. E.g. H=128, bf16, 576/512,
-    block_h 64, block_n 32, 2 stages: 72 KB + 2 x 36 KB = 144 KB."""
+    plus ``num_stages`` latent tiles ``[block_n, Dqk]`` of ``elt_bytes`` (the cache's) in flight. An fp8
+    cache (1 byte) adds its dequantised 16-bit tile: the whole row beside a 16-bit Q, the V part only on the
+    fp8 x fp8 QK path (``fp8_qk``), where Q is fp8 too. E.g. H=128, bf16, 576/512, block_h 64, block_n 32,
+    2 stages: 72 KB + 2 x 36 KB = 144 KB; fp8, block_n 64, 3 stages: 36 KB + 3 x 36 KB + 64 KB = 208 KB."""
     dv, dr = padded_dims(head_dim_qk, head_dim_v)
-    q_bytes, dequant = (2, 2 * block_n) if elt_bytes == 1 else (elt_bytes, 0)
-    return (block_h * q_bytes + num_stages * block_n * elt_bytes + dequant) * (dv + dr)
+    if elt_bytes != 1:
+        return (block_h + num_stages * block_n) * elt_bytes * (dv + dr)
+    if fp8_qk(block_h):
+        return (block_h + num_stages * block_n) * (dv + dr) + 2 * block_n * dv
+    return (2 * block_h + num_stages * block_n + 2 * block_n) * (dv + dr)
 
 
 def fit_stages(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, elt_bytes: int,
@@ -122,6 +126,15 @@ def fit_stages(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, el
     while s > 1 and smem_bytes(block_h, block_n, head_dim_qk, head_dim_v, elt_bytes, s) > SMEM_BUDGET:
         s -= 1
     return s
+
+
+def fp8_qk(block_h: int) -> bool:
+    """Whether an fp8 cache's head tile computes QK as an fp8 x fp8 wgmma (q quantised in-kernel to e4m3 with
+    one scale per head row, ``quantize_q_rows``): the 64-row (wgmma) tiles. Half the shared-memory traffic of
+    the 16-bit QK (Q and K read as bytes), half of Q's shared memory (which lets a third latent tile in
+    flight), the fp8 tensor-core rate; PV stays 16-bit on the dequantised V part. The 16-row (mma.sync)
+    tiles keep the 16-bit dot on a dequantised tile."""
+    return block_h >= 64
 
 
 def isolate_qk(block_h: int, num_warps: int, dtype: torch.dtype) -> bool:
@@ -153,7 +166,8 @@ def mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "b
     block_h = ``waves.default_block_h(H)`` (16..64) unless given; (block_n, num_warps, num_stages) from
     ``MLA_TILES`` for that head tile (block_n kept when given); fp32 inputs use block_n 16, an fp8 cache
     with fewer than 64 head rows block_n 32 (dequantising a 64-row tile of 576 in 4 warps spills 432 B,
-    sm_90, triton 3.6); num_stages is clamped so that ``smem_bytes`` fits ``SMEM_BUDGET``.
+    sm_90, triton 3.6), with 64 rows (``fp8_qk``) 3 stages where they fit; num_stages is clamped so that
+    ``smem_bytes`` fits ``SMEM_BUDGET``.
     """
     name = kernel_dtype_name(dtype)
     dv = min(head_dim_qk, 512) if head_dim_v is None else head_dim_v  # the launchers' default Dv
@@ -161,6 +175,8 @@ def mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "b
     table_n, num_warps, num_stages = MLA_TILES["wide" if head_dim_qk > 256 else "narrow"][bh]
     if name == "fp8_e4m3" and bh < 64:
         table_n = min(table_n, 32)
+    if name == "fp8_e4m3" and fp8_qk(bh):
+        num_stages = max(num_stages, 3)  # Q in fp8 leaves room for a third latent tile in flight
     bn = block_n if block_n is not None else (16 if name == "fp32" else table_n)
     return TileConfig(bh, bn, num_warps, fit_stages(bh, bn, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
 
@@ -225,37 +241,66 @@ def load_latent_rows(row_ptrs, row_mask, kv_stride_d,
     return kv_v, kv_r
 
 
+E4M3_MAX = tl.constexpr(448.0)
+
+
 @triton.jit
-def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
-                     HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def quantize_q_rows(q_v, q_r, HEAD_DIM_R: tl.constexpr):
+    """q's head rows as fp8 e4m3 for the fp8 x fp8 QK dot (``fp8_qk``): one scale per row, its largest
+    magnitude over both parts / 448 (1 for an all-zero row). Returns (q_v8, q_r8, row_scale [BLOCK_H]);
+    the scores are ``dot(q8, k8) * row_scale``. Once per program."""
+    amax = tl.max(tl.abs(q_v.to(tl.float32)), axis=1)
+    if HEAD_DIM_R > 0:
+        amax = tl.maximum(amax, tl.max(tl.abs(q_r.to(tl.float32)), axis=1))
+    row_scale = tl.where(amax > 0.0, amax / E4M3_MAX, 1.0)
+    q_v8 = (q_v.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
+    q_r8 = (q_r.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
+    return q_v8, q_r8, row_scale
+
+
+@triton.jit
+def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale, p_dtype_like,
+                     HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8_QK: tl.constexpr):
     """The QK half of ``softmax_update``: scaled scores, the new running max and sum, the rescale factor
-    of the old state, and the probabilities in the V tile's dtype (the PV dot's operand)."""
-    s = tl.dot(q_v, tl.trans(kv_v), input_precision=DOT_PRECISION) * qk_scale
+    of the old state, and the probabilities in the PV dot's dtype (``p_dtype_like``'s)."""
+    if FP8_QK:
+        scale = (qk_scale * q_row_scale)[:, None]
+    else:
+        scale = qk_scale
+    s = tl.dot(q_v, tl.trans(kv_v), input_precision=DOT_PRECISION) * scale
     if HEAD_DIM_R > 0:
         # A separate dot plus an add (not the first dot as the second's accumulator) keeps the rope
         # dot out of the first one's forward slice, so ISOLATE_QK can work.
-        s += tl.dot(q_r, tl.trans(kv_r), input_precision=DOT_PRECISION) * qk_scale
+        s += tl.dot(q_r, tl.trans(kv_r), input_precision=DOT_PRECISION) * scale
     s = tl.where(valid[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s - m_safe[:, None])
     l_new = l_i * alpha + tl.sum(p, axis=1)
-    return m_new, l_new, alpha, p.to(kv_v.dtype)
+    return m_new, l_new, alpha, p.to(p_dtype_like.dtype)
 
 
 @triton.jit
-def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
+def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
                    HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
-                   KV_FP8: tl.constexpr):
+                   KV_FP8: tl.constexpr, FP8_QK: tl.constexpr, PV_DTYPE: tl.constexpr):
     """Fold one key tile into the online softmax of a head tile (base 2: ``qk_scale = sm_scale *
     log2(e)``, ``m_i`` the running max of scaled scores, ``l_i`` the running sum, ``acc`` the unnormalised
     ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score -inf; a tile with no valid key
     leaves the state unchanged (``m_safe`` keeps -inf - -inf out). FLOPs: 2*BLOCK_H*BLOCK_N*(Dqk + Dv).
 
     ``ISOLATE_QK`` (see ``isolate_qk``): the scores and the softmax are computed inside a branch that is
-    always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice."""
-    if KV_FP8:
+    always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice.
+
+    ``FP8_QK`` (``fp8_qk``; q_v / q_r are then fp8 from ``quantize_q_rows`` and ``q_row_scale`` their row
+    scales): QK is an fp8 x fp8 dot on the fp8 tile itself, and only the V part is widened to ``PV_DTYPE`` for
+    the PV dot."""
+    kv_pv = kv_v
+    if FP8_QK:
+        # The runtime 1.0 keeps the cast on the loaded tile (see below).
+        kv_pv = (kv_v.to(tl.float32) * (qk_scale * 0.0 + 1.0)).to(PV_DTYPE)
+    elif KV_FP8:
         # An fp8 cache's tile is widened in-kernel (the cache's scale is folded into qk_scale and the
         # epilogue's v_scale). Measured on the H200 (2026-11-29, data/bench/h200-2026-11-29c/fp8_cast_ab.csv):
         # 16-row tiles are fastest computing in fp16 (q too: one cvt.f16x2.e4m3x2 per two values, no fp32
@@ -272,20 +317,21 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale,
             one = qk_scale * 0.0 + 1.0
             kv_v = (kv_v.to(tl.float32) * one).to(q_v.dtype)
             kv_r = (kv_r.to(tl.float32) * one).to(q_r.dtype)
+        kv_pv = kv_v
     if ISOLATE_QK:
         if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
-            m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale,
-                                                      HEAD_DIM_R, DOT_PRECISION)
+            m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale,
+                                                      kv_pv, HEAD_DIM_R, DOT_PRECISION, FP8_QK)
         else:
             m_new, l_new = m_i, l_i
             alpha = tl.full(m_i.shape, 1.0, tl.float32)
             # Not a constant: a constant in the PV operand's layout would take its own shared memory.
-            p = (tl.zeros([q_v.shape[0], kv_v.shape[0]], tl.float32) * qk_scale).to(kv_v.dtype)
+            p = (tl.zeros([q_v.shape[0], kv_v.shape[0]], tl.float32) * qk_scale).to(kv_pv.dtype)
     else:
-        m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, HEAD_DIM_R,
-                                                  DOT_PRECISION)
+        m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale,
+                                                  kv_pv, HEAD_DIM_R, DOT_PRECISION, FP8_QK)
     acc = acc * alpha[:, None]
-    acc = tl.dot(p, kv_v, acc, input_precision=DOT_PRECISION)
+    acc = tl.dot(p, kv_pv, acc, input_precision=DOT_PRECISION)
     return m_new, l_new, acc
 
 
@@ -331,6 +377,7 @@ def _mla_decode_kernel(
     PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
+    FP8_QK: tl.constexpr, PV_DTYPE: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (request, split) run side by side and share its
     # latent tiles through L2 (H=128, BLOCK_H=64: DRAM reads each row once, L2 serves the second tile).
@@ -350,6 +397,9 @@ def _mla_decode_kernel(
     mask_h = offs_h < num_heads
     q_v, q_r = load_q_tile(q_ptr + b.to(tl.int64) * q_stride_b, offs_h, mask_h, q_stride_h, q_stride_d,
                            HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST)
+    q_row_scale = tl.full([BLOCK_H], 1.0, tl.float32)
+    if FP8_QK:
+        q_v, q_r, q_row_scale = quantize_q_rows(q_v, q_r, HEAD_DIM_R)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -368,8 +418,8 @@ def _mla_decode_kernel(
         rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
-        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
-                                       DOT_PRECISION, ISOLATE_QK, KV_FP8)
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
+                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK, PV_DTYPE)
 
     # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
     store_head_tile(acc, m_i, l_i, v_scale,
@@ -381,6 +431,20 @@ def _mla_decode_kernel(
 # =====================================================================================================
 # Launch facts and launcher
 # =====================================================================================================
+
+
+def fp8_qk_on(kv_dtype: torch.dtype, block_h: int) -> bool:
+    """Whether a launch takes the fp8 x fp8 QK path: an fp8 cache, a ``fp8_qk`` head tile, on a GPU. Not under
+    Triton's interpreter, whose fp32 -> e4m3 cast rounds wrongly (triton 3.6: 17 -> 18, 31 -> 16, 127 -> 64;
+    the GPU's cvt.rn.satfinite is right), so there the fp8 cache's tile is widened for a 16-bit QK as before,
+    and the fp8 x fp8 path is tested on the GPU (tests/gpu) and compiled for sm_90 in CI."""
+    return kv_dtype == FP8_KV_DTYPE and fp8_qk(block_h) and not _launch.INTERPRET
+
+
+def fp8_qk_args(kv_dtype: torch.dtype, block_h: int, q_dtype: torch.dtype) -> dict:
+    """The kernels' ``FP8_QK`` / ``PV_DTYPE`` arguments (``fp8_qk_on``; PV in q's 16-bit dtype)."""
+    pv = tl.float16 if q_dtype == torch.float16 else tl.bfloat16
+    return dict(FP8_QK=fp8_qk_on(kv_dtype, block_h), PV_DTYPE=pv)
 
 
 def check_num_warps(num_warps: object) -> int:
@@ -523,6 +587,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
             ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
+            **fp8_qk_args(kv_cache.dtype, f.block_h, q.dtype),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

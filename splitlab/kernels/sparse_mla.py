@@ -54,12 +54,14 @@ from splitlab.kernels.mla import (
     empty_result,
     finish_outputs,
     fit_stages,
+    fp8_qk_args,
     isolate_qk,
     kernel_dtype_name,
     load_latent_rows,
     load_q_tile,
     padded_dims,
     plan_num_splits,
+    quantize_q_rows,
     softmax_update,
     store_head_tile,
 )
@@ -124,6 +126,7 @@ def _sparse_mla_decode_kernel(
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
+    FP8_QK: tl.constexpr, PV_DTYPE: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (token, split) gather the same rows back to back,
     # so the second tile's gathers hit L2.
@@ -140,6 +143,9 @@ def _sparse_mla_decode_kernel(
     mask_h = offs_h < num_heads
     q_v, q_r = load_q_tile(q_ptr + t.to(tl.int64) * q_stride_t, offs_h, mask_h, q_stride_h, q_stride_d,
                            HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST)
+    q_row_scale = tl.full([BLOCK_H], 1.0, tl.float32)
+    if FP8_QK:
+        q_v, q_r, q_row_scale = quantize_q_rows(q_v, q_r, HEAD_DIM_R)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -154,8 +160,8 @@ def _sparse_mla_decode_kernel(
         rows = kv_ptr + idx.to(tl.int64) * kv_stride_n
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
-        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, HEAD_DIM_R,
-                                       DOT_PRECISION, ISOLATE_QK, KV_FP8)
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
+                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK, PV_DTYPE)
 
     store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + t.to(tl.int64) * out_stride_t + split * out_stride_s,
@@ -259,6 +265,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
             ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
+            **fp8_qk_args(kv_cache.dtype, f.block_h, q.dtype),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

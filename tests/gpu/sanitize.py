@@ -14,6 +14,8 @@ for s in (1, 3):
     mla_decode(**mla_inputs(2, 128, 576, [300, 0], page_size=64, device="cuda"), num_splits=s)  # ISOLATE_QK
     x = mla_inputs(2, 16, 576, [300, 0], page_size=16, device="cuda")
     mla_decode(**dict(x, kv_cache=quantize_fp8(x["kv_cache"], 0.5)), kv_scale=0.5, num_splits=s)  # fp8 cache
+    x = mla_inputs(2, 128, 576, [300, 0], page_size=64, device="cuda")  # fp8 x fp8 QK (64-row tiles)
+    mla_decode(**dict(x, kv_cache=quantize_fp8(x["kv_cache"], 0.5)), kv_scale=0.5, num_splits=s)
     sparse_mla_decode(**sparse_mla_inputs(3, 64, 512, 256, num_slots=1000, invalid_frac=0.3, empty_rows=1,
                                           device="cuda"), num_splits=s)
 torch.cuda.synchronize()

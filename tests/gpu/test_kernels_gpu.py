@@ -13,6 +13,7 @@ from splitlab.kernels import reference
 from splitlab.kernels.testing import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
+    fp8_query,
     gqa_inputs,
     lse_err,
     mla_inputs,
@@ -20,6 +21,7 @@ from splitlab.kernels.testing import (
     rel_err,
     sparse_mla_inputs,
 )
+from splitlab.waves import default_block_h
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
@@ -84,7 +86,8 @@ def test_mla_fp8_cache(heads, num_splits):
     x = mla_inputs(4, heads, 576, [8191, 0, 333, 2048], page_size=64, device="cuda", seed=heads + 1)
     x8 = dict(x, kv_cache=quantize_fp8(x["kv_cache"], 0.05))
     out, lse = mla_decode(**x8, num_splits=num_splits, kv_scale=0.05, return_lse=True)
-    _check(out, lse, *reference.mla_decode(**x8, kv_scale=0.05, return_lse=True))
+    q = fp8_query(x["q"], default_block_h(heads))  # the fp8-rounded q of the fp8 x fp8 QK tiles
+    _check(out, lse, *reference.mla_decode(**dict(x8, q=q), kv_scale=0.05, return_lse=True))
     assert rel_err(out, reference.mla_decode(**x)) <= FP8_QUANT_TOLERANCE
 
 
@@ -96,7 +99,8 @@ def test_sparse_mla_fp8_pool(heads, dqk):
                           seed=heads + 2)
     x8 = dict(x, kv_cache=quantize_fp8(x["kv_cache"], 3.0))
     out, lse = sparse_mla_decode(**x8, num_splits=4, kv_scale=3.0, return_lse=True)
-    _check(out, lse, *reference.sparse_mla_decode(**x8, kv_scale=3.0, return_lse=True))
+    q = fp8_query(x["q"], default_block_h(heads))
+    _check(out, lse, *reference.sparse_mla_decode(**dict(x8, q=q), kv_scale=3.0, return_lse=True))
     assert rel_err(out, reference.sparse_mla_decode(**x)) <= FP8_QUANT_TOLERANCE
 
 
