@@ -54,6 +54,7 @@ from splitlab.kernels.mla import (
     empty_result,
     finish_outputs,
     fit_stages,
+    fp8_qk,
     fp8_qk_args,
     isolate_qk,
     kernel_dtype_name,
@@ -110,6 +111,10 @@ def sparse_mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dty
     num_warps, num_stages = SPARSE_MLA_TILES[bh]
     if name == "fp8_e4m3" and bh == 16:
         num_warps = 8  # the fp8 tile's cast to 16 bits spills at 4 warps (255 registers + 16 B, sm_90)
+    if name == "fp8_e4m3" and fp8_qk(bh):
+        # Q in fp8 leaves room for a third tile in flight: 0.96-0.99x the time of 2 stages on the H200
+        # (data/bench/h200-2026-11-29d/sparse_fp8_stages_ab.csv), though it spills 8-24 B (sm_90, triton 3.6).
+        num_stages = max(num_stages, 3)
     bk = sparse_block_k(head_dim_qk, name) if block_k is None else block_k
     return TileConfig(bh, bk, num_warps, fit_stages(bh, bk, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
 
