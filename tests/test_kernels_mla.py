@@ -21,6 +21,7 @@ from splitlab.kernels.testing import (
     mla_inputs,
     poison_,
     quantize_fp8,
+    reference_inputs,
     rel_err,
     workload_inputs,
 )
@@ -77,6 +78,28 @@ def test_fp8_cache(dtype, H, Dqk, Dv, lens, page_size, S, block_h):
     bh = mla_defaults(H, Dqk, "fp8_e4m3", block_h=block_h).block_h
     out, _ = _check(inp8, dtype, Dv, kv_scale=kv_scale, ref_q=fp8_query(inp["q"], bh), num_splits=S, block_h=block_h)
     assert rel_err(out, reference.mla_decode(**inp, head_dim_v=Dv)) <= FP8_QUANT_TOLERANCE
+
+
+def test_fp8_query_rounds_each_head_row_like_the_kernel(monkeypatch):
+    """``fp8_query`` (what the reference sees beside an fp8 cache on the fp8 x fp8 QK tiles; off under the
+    interpreter, so forced on here): each (row, head) scaled by its largest magnitude / 448 and rounded to e4m3;
+    other tiles and bf16 workloads keep q."""
+    monkeypatch.setattr(mla, "fp8_qk_on", lambda kv_dtype, block_h: block_h >= 64)
+    q = torch.randn(3, 5, 40, dtype=torch.bfloat16) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 2.0])[None, :, None]
+    q8 = fp8_query(q, 64)
+    scale = q.float().abs().amax(-1, keepdim=True).clamp_min(1e-30) / 448
+    on_grid = q8 / scale
+    # e4m3 values times the row's scale (up to the fp32 rounding of the product and this quotient)
+    assert torch.allclose(on_grid.to(torch.float8_e4m3fn).float(), on_grid, rtol=1e-6, atol=0)
+    assert torch.all(q8[:, 3] == 0)
+    assert torch.allclose(on_grid.abs().amax(-1)[:, [0, 1, 2, 4]], torch.tensor(448.0), rtol=1e-6)
+    assert rel_err(q8, q) <= 2 ** -4
+    assert fp8_query(q, 16) is q
+    w = DecodeWorkload("mla", 3, 5, 1, 40, 32, 64, page_size=16)
+    x = dict(q=q)
+    assert reference_inputs(w, x, 64) is x  # a bf16 cache: q as it is
+    assert reference_inputs(w.with_(dtype="fp8_e4m3"), x, 64)["q"] is not q
+    assert reference_inputs(w.with_(dtype="fp8_e4m3"), x, 16) is x
 
 
 def test_fp8_workload_inputs():

@@ -54,6 +54,15 @@ def fp8_query(q: torch.Tensor, block_h: int) -> torch.Tensor:
     return (q.float() / scale).to(FP8_KV_DTYPE).float() * scale
 
 
+def reference_inputs(w: DecodeWorkload, inputs: dict, block_h: int | None) -> dict:
+    """What the fp64 reference takes to check a launch of ``w``'s kernel on ``inputs`` with head tile
+    ``block_h`` (the launch facts'): ``inputs``, with q as ``fp8_query`` rounds it for an fp8 cache."""
+    if DTYPES.get(w.dtype) != FP8_KV_DTYPE or block_h is None:
+        return inputs
+    q = fp8_query(inputs["q"], block_h)
+    return inputs if q is inputs["q"] else dict(inputs, q=q)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """``||out - ref|| / ||ref||`` in float64; ``inf`` if ``out`` holds a NaN or inf, or where ``ref`` is
     zero and ``out`` is not."""
