@@ -118,6 +118,8 @@ def test_the_sparse_rule_picks_the_16_row_head_tile_where_the_wide_one_needs_man
     # 16 heads: the default tile is already 16 rows; dense kernels never set a head tile
     assert fitted_plan(few.with_(num_q_heads=16), h200).block_h is None
     assert fitted_plan(workloads.get("deepseek-v3-mla", batch=1), h200).block_h is None
+    # an fp8 pool keeps the default tile (its 64-row tile computes QK in fp8; the fit's data are bf16)
+    assert fitted_plan(few.with_(dtype="fp8_e4m3"), h200).block_h is None
 
 
 def test_goal_compares_a_partial_planner_head_to_head():
