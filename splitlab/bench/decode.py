@@ -26,7 +26,7 @@ from splitlab.bench import peers
 from splitlab.bench.timing import Timing, rotations, time_events, time_graph
 from splitlab.devices import DeviceSpec, detect
 from splitlab.kernels import reference
-from splitlab.kernels.testing import TOLERANCE, reference_inputs, rel_err, workload_inputs
+from splitlab.kernels.testing import TOLERANCE, references, rel_err, workload_inputs
 from splitlab.workloads import DecodeWorkload
 
 
@@ -138,19 +138,12 @@ def bench_point(p: Point, dev: DeviceSpec, *, with_flex: bool, full_tiles: bool)
     sets = [first] + [workload_inputs(w, device="cuda", seed=2 + i)
                       for i in range(rotations(_nbytes(first.values()), l2) - 1)]
     extra = {"head_dim_v": w.head_dim_v} if w.kind != "gqa" else {}
-    ref = ref_fn(**first, **extra)
     tol = TOLERANCE[torch.bfloat16]
 
-    refs = {None: ref}
+    ref_for = references(w, first, lambda x: ref_fn(**x, **extra))  # per head tile: an fp8 cache's q rounding
 
     def reference_for(knobs: dict) -> torch.Tensor:
-        """The reference for this launch: an fp8 cache's 64-row tiles compute with an fp8-rounded q."""
-        bh = facts_fn(w, **knobs).block_h if w.kind != "gqa" else None
-        inputs = reference_inputs(w, first, bh)
-        key = None if inputs is first else bh
-        if key not in refs:
-            refs[key] = ref_fn(**inputs, **extra)
-        return refs[key]
+        return ref_for(facts_fn(w, **knobs).block_h if w.kind != "gqa" else None)
 
     def try_config(impl: str, knobs: dict) -> dict | None:
         try:

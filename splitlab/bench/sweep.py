@@ -208,30 +208,21 @@ def _cuda_broken() -> str | None:
 
 
 class _Shape:
-    """Inputs (and their rotated copies) and the reference output of one shape, built once."""
+    """Inputs (and their rotated copies) and the reference output of one shape, built once (the reference on
+    first use)."""
 
     def __init__(self, card: Card, w: DecodeWorkload, device: str, seed: int) -> None:
         import torch
 
-        self.card, self.w = card, w
+        from splitlab.kernels.testing import references
+
         self.inputs = card.impl.inputs(w, device=device, seed=seed)
-        self.ref = card.impl.reference(w, self.inputs)
-        self._refs: dict[int, object] = {}
+        #: The reference output for a launch with head tile ``block_h`` (an fp8 cache's 64-row tiles compute
+        #: with an fp8-rounded q: ``testing.reference_inputs``).
+        self.ref_for = references(w, self.inputs, lambda x: card.impl.reference(w, x))
         self.set_bytes = sum(t.numel() * t.element_size() for t in self.inputs.values()
                              if isinstance(t, torch.Tensor))
         self.sets = [self.inputs]
-
-    def ref_for(self, block_h: int | None) -> object:
-        """The reference output for a launch with head tile ``block_h``: ``ref``, or for an fp8 cache on the
-        fp8 x fp8 QK tiles the reference on the kernel's fp8-rounded q (``testing.reference_inputs``)."""
-        from splitlab.kernels.testing import reference_inputs
-
-        inputs = reference_inputs(self.w, self.inputs, block_h)
-        if inputs is self.inputs:
-            return self.ref
-        if block_h not in self._refs:
-            self._refs[block_h] = self.card.impl.reference(self.w, inputs)
-        return self._refs[block_h]
 
     def input_sets(self, n: int) -> list[dict]:
         """``n`` input sets: the first and ``n - 1`` copies at other addresses (same values)."""

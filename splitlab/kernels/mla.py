@@ -130,10 +130,11 @@ def fit_stages(block_h: int, block_n: int, head_dim_qk: int, head_dim_v: int, el
 
 def fp8_qk(block_h: int) -> bool:
     """Whether an fp8 cache's head tile computes QK as an fp8 x fp8 wgmma (q quantised in-kernel to e4m3 with
-    one scale per head row, ``quantize_q_rows``): the 64-row (wgmma) tiles. Half the shared-memory traffic of
-    the 16-bit QK (Q and K read as bytes), half of Q's shared memory (which lets a third latent tile in
-    flight), the fp8 tensor-core rate; PV stays 16-bit on the dequantised V part. The 16-row (mma.sync)
-    tiles keep the 16-bit dot on a dequantised tile."""
+    one scale per head row, ``quantize_q_rows``): the 64-row (wgmma) tiles. On sm_90a (triton 3.6) the fp8 Q
+    becomes the wgmma's register operand, K is read from shared memory as bytes, and with Q out of shared
+    memory a third latent tile fits in flight; PV stays a 16-bit dot on the widened V part (an fp8 PV needs the
+    tile in a second, K-major layout: measured 3-5x slower). The 16-row tiles (mma.sync, which Triton runs in
+    16 bits for fp8 operands) keep the 16-bit dots on a widened tile."""
     return block_h >= 64
 
 
@@ -176,7 +177,7 @@ def mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "b
     if name == "fp8_e4m3" and bh < 64:
         table_n = min(table_n, 32)
     if name == "fp8_e4m3" and fp8_qk(bh):
-        num_stages = max(num_stages, 3)  # Q in fp8 leaves room for a third latent tile in flight
+        num_stages = max(num_stages, 3)  # Q out of shared memory leaves room for a third latent tile in flight
     bn = block_n if block_n is not None else (16 if name == "fp32" else table_n)
     return TileConfig(bh, bn, num_warps, fit_stages(bh, bn, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
 
@@ -186,12 +187,31 @@ def mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dtype = "b
 # =====================================================================================================
 
 
+E4M3_MAX = tl.constexpr(448.0)
+
+
+@triton.jit
+def quantize_q_rows(q_v, q_r, HEAD_DIM_R: tl.constexpr):
+    """q's head rows as fp8 e4m3 for the fp8 x fp8 QK dot (``fp8_qk``): one scale per row, its largest
+    magnitude over both parts / 448 (1 for an all-zero row). Returns (q_v8, q_r8, row_scale [BLOCK_H]);
+    the scores are ``dot(q8, k8) * row_scale``. Once per program."""
+    amax = tl.max(tl.abs(q_v.to(tl.float32)), axis=1)
+    if HEAD_DIM_R > 0:
+        amax = tl.maximum(amax, tl.max(tl.abs(q_r.to(tl.float32)), axis=1))
+    row_scale = tl.where(amax > 0.0, amax / E4M3_MAX, 1.0)
+    q_v8 = (q_v.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
+    q_r8 = (q_r.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
+    return q_v8, q_r8, row_scale
+
+
 @triton.jit
 def load_q_tile(q_row_ptr, offs_h, mask_h, q_stride_h, q_stride_d,
                 HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
-                BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr, UPCAST: tl.constexpr):
-    """The query tile of one program: (q_v [BLOCK_H, BLOCK_DV], q_r [BLOCK_H, BLOCK_DR]); q_r is q_v
-    (unused) when there are no rope columns. Bytes: BLOCK_H * Dqk * elt, once per program."""
+                BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr, UPCAST: tl.constexpr, FP8_QK: tl.constexpr):
+    """The query tile of one program: (q_v [BLOCK_H, BLOCK_DV], q_r [BLOCK_H, BLOCK_DR], row_scale [BLOCK_H]);
+    q_r is q_v (unused) when there are no rope columns. With ``FP8_QK`` both parts are quantised to e4m3
+    (``quantize_q_rows``) and row_scale is their scale per head row, else 1. Bytes: BLOCK_H * Dqk * elt, once
+    per program."""
     offs_dv = tl.arange(0, BLOCK_DV)
     ptrs = q_row_ptr + offs_h[:, None] * q_stride_h + offs_dv[None, :] * q_stride_d
     if HEAD_DIM_V == BLOCK_DV:
@@ -210,7 +230,10 @@ def load_q_tile(q_row_ptr, offs_h, mask_h, q_stride_h, q_stride_d,
             q_r = tl.load(ptrs, mask=mask_h[:, None] & (offs_dr < HEAD_DIM_R)[None, :], other=0.0)
         if UPCAST:
             q_r = q_r.to(tl.float32)
-    return q_v, q_r
+    row_scale = tl.full([q_v.shape[0]], 1.0, tl.float32)
+    if FP8_QK:
+        q_v, q_r, row_scale = quantize_q_rows(q_v, q_r, HEAD_DIM_R)
+    return q_v, q_r, row_scale
 
 
 @triton.jit
@@ -239,23 +262,6 @@ def load_latent_rows(row_ptrs, row_mask, kv_stride_d,
         if UPCAST:
             kv_r = kv_r.to(tl.float32)
     return kv_v, kv_r
-
-
-E4M3_MAX = tl.constexpr(448.0)
-
-
-@triton.jit
-def quantize_q_rows(q_v, q_r, HEAD_DIM_R: tl.constexpr):
-    """q's head rows as fp8 e4m3 for the fp8 x fp8 QK dot (``fp8_qk``): one scale per row, its largest
-    magnitude over both parts / 448 (1 for an all-zero row). Returns (q_v8, q_r8, row_scale [BLOCK_H]);
-    the scores are ``dot(q8, k8) * row_scale``. Once per program."""
-    amax = tl.max(tl.abs(q_v.to(tl.float32)), axis=1)
-    if HEAD_DIM_R > 0:
-        amax = tl.maximum(amax, tl.max(tl.abs(q_r.to(tl.float32)), axis=1))
-    row_scale = tl.where(amax > 0.0, amax / E4M3_MAX, 1.0)
-    q_v8 = (q_v.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
-    q_r8 = (q_r.to(tl.float32) / row_scale[:, None]).to(tl.float8e4nv)
-    return q_v8, q_r8, row_scale
 
 
 @triton.jit
@@ -301,13 +307,13 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_s
         # The runtime 1.0 keeps the cast on the loaded tile (see below).
         kv_pv = (kv_v.to(tl.float32) * (qk_scale * 0.0 + 1.0)).to(PV_DTYPE)
     elif KV_FP8:
-        # An fp8 cache's tile is widened in-kernel (the cache's scale is folded into qk_scale and the
-        # epilogue's v_scale). Measured on the H200 (2026-11-29, data/bench/h200-2026-11-29c/fp8_cast_ab.csv):
-        # 16-row tiles are fastest computing in fp16 (q too: one cvt.f16x2.e4m3x2 per two values, no fp32
-        # round trip; 1.23x over a cast to q's dtype at MLA-16 B=64 8K); 64-row tiles keep q's dtype (an fp16 q
-        # tile lives in registers and spills) and multiply by a runtime 1.0, which keeps Triton from moving
-        # the cast after the shared-memory read of the dot operand (fp8 read a byte at a time; 1.18x at
-        # MLA-128 B=64 8K). Either way the fp8 cache is no faster than a bf16 one (BENCHMARKS.md).
+        # An fp8 cache's tile is widened in-kernel for 16-bit dots (the cache's scale is folded into qk_scale
+        # and the epilogue's v_scale): the 16-row tiles, and the 64-row ones under the interpreter. Measured on
+        # the H200 (2026-11-29, data/bench/h200-2026-11-29c/fp8_cast_ab.csv): 16-row tiles are fastest computing
+        # in fp16 (q too: one cvt.f16x2.e4m3x2 per two values, no fp32 round trip; 1.23x over a cast to q's
+        # dtype at MLA-16 B=64 8K); 64-row tiles keep q's dtype (an fp16 q tile lives in registers and spills)
+        # and multiply by a runtime 1.0, which keeps Triton from moving the cast after the shared-memory read of
+        # the dot operand (fp8 read a byte at a time; 1.18x at MLA-128 B=64 8K).
         if q_v.shape[0] <= 16:
             kv_v = kv_v.to(tl.float16)
             kv_r = kv_r.to(tl.float16)
@@ -395,11 +401,8 @@ def _mla_decode_kernel(
 
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
-    q_v, q_r = load_q_tile(q_ptr + b.to(tl.int64) * q_stride_b, offs_h, mask_h, q_stride_h, q_stride_d,
-                           HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST)
-    q_row_scale = tl.full([BLOCK_H], 1.0, tl.float32)
-    if FP8_QK:
-        q_v, q_r, q_row_scale = quantize_q_rows(q_v, q_r, HEAD_DIM_R)
+    q_v, q_r, q_row_scale = load_q_tile(q_ptr + b.to(tl.int64) * q_stride_b, offs_h, mask_h, q_stride_h,
+                                        q_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST, FP8_QK)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -533,8 +536,10 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     preset when q is on the CPU; one host sync over seq_lens), ``block_n`` (keys per tile, power of two
     16..256), ``block_h`` (query heads per program, power of two 16..64), ``num_warps``, ``num_stages``.
     ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 cache (``torch.float8_e4m3fn``, beside a bf16/fp16
-    q) holds ``K / kv_scale``: tiles are dequantised in-kernel (``kv_scale`` default 1.0), to q's dtype, or
-    with 16-row head tiles to fp16 with q (q's entries must then lie within fp16's +-65504).
+    q) holds ``K / kv_scale`` (``kv_scale`` default 1.0): 64-row head tiles compute QK as an fp8 x fp8 dot
+    with q quantised in-kernel to e4m3 (one scale per head row, ``fp8_qk``) and PV on the V part widened to
+    q's dtype; 16-row tiles widen the tile to fp16 and compute with q in fp16 (q's entries must then lie
+    within fp16's +-65504).
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device

@@ -62,7 +62,6 @@ from splitlab.kernels.mla import (
     load_q_tile,
     padded_dims,
     plan_num_splits,
-    quantize_q_rows,
     softmax_update,
     store_head_tile,
 )
@@ -146,11 +145,8 @@ def _sparse_mla_decode_kernel(
 
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
-    q_v, q_r = load_q_tile(q_ptr + t.to(tl.int64) * q_stride_t, offs_h, mask_h, q_stride_h, q_stride_d,
-                           HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST)
-    q_row_scale = tl.full([BLOCK_H], 1.0, tl.float32)
-    if FP8_QK:
-        q_v, q_r, q_row_scale = quantize_q_rows(q_v, q_r, HEAD_DIM_R)
+    q_v, q_r, q_row_scale = load_q_tile(q_ptr + t.to(tl.int64) * q_stride_t, offs_h, mask_h, q_stride_h,
+                                        q_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST, FP8_QK)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
