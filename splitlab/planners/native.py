@@ -93,8 +93,9 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # and ``num_splits = argmin T(s)`` over the powers of two and the wave-filling split counts (``floor(m * SMs /
 # c0)``, m = 1..8: ``waves.wave_fill_splits``) s <= min(MAX_SPLITS, ceil(L / MIN_KEYS_PER_SPLIT)), ties to
 # fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
-# *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128)
-# and one for a *narrow* tile (16/32 rows: MLA-16/32, GQA 32/8 and 64/8), FIXED a CTA's
+# *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128;
+# and sparse MLA's 32-row tile, 8 warps like its 64-row one: ``wide_tile``) and one for a *narrow* tile (16/32
+# rows: MLA-16/32, sparse BLOCK_H 16, GQA 32/8 and 64/8), FIXED a CTA's
 # start-up and epilogue, COMBINE the second launch, COMBINE_PER_SPLIT reading one split's partial rows per
 # SM: every constant is a time in tiles of one CTA, so the rule needs no device bandwidth.
 #
@@ -150,7 +151,9 @@ FITTED: dict[str, CostConstants] = {
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
                          max_splits=256, partial=2.0),
-    # Sparse MLA: the same wave widths; a split costs its partial-row write, the merge launch about 4 tiles;
+    # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``; no fit
+    # shape has that tile, so these constants did not move); a split costs its partial-row write, the merge
+    # launch about 4 tiles;
     # BLOCK_K 64 always (threshold 1e9: never 32; on the first kernel version the fit had 4 x the SMs).
     # The head tile: a 16-row tile streams a key tile in 0.7 of a 32/64-row tile's time, so BLOCK_H 16 (4x
     # the CTAs of 64, and a quarter of the partial rows per split) wins where the wide tile would need many
@@ -168,7 +171,8 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     c0 = waves.ctas(w, 1, block_h=block_h)
     keys = w.keys_per_request
     rows = tile_rows(w, block_h)
-    per_sm = c.ctas_per_sm if rows >= 64 else c.ctas_per_sm_narrow
+    wide = wide_tile(w, rows)
+    per_sm = c.ctas_per_sm if wide else c.ctas_per_sm_narrow
     slots = sm_count * per_sm
     full, rem = (c0 * num_splits) // slots, (c0 * num_splits) % slots
     n_waves = full + (rem > 0) * (c.tail + (1 - c.tail) * rem / slots)  # tail 1: ceil(c0 * s / slots)
@@ -179,7 +183,7 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     # HBM busy, so each streams at its latency-bound rate). A wide tile (one CTA per SM) keeps the ceil / tail form.
     fill = rem / slots
     lone = (c.lone > fill) * c.lone + (c.lone <= fill) * fill  # max(LONE, fill) (plain stays plain)
-    n_waves = n_waves + (rows < 64) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
+    n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
     if w.kind == "sparse_mla" and rows <= 16:
@@ -188,6 +192,23 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     split = num_splits > 1
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
     return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
+
+
+def wide_tile(w: DecodeWorkload, rows: int) -> bool:
+    """Whether a tile of ``rows`` query-head rows takes the wide tile's wave width (``ctas_per_sm``), else the
+    narrow one's (``ctas_per_sm_narrow``): 64 rows or more, and sparse MLA's 32-row tile.
+
+    Sparse MLA's 32-row tile is the 64-row tile's program with half the rows: the same 8 warps
+    (``kernels.sparse_mla.SPARSE_MLA_TILES``) and nearly its shared memory (180 KB against 216 KB at BLOCK_K 64,
+    2 stages, 576/512: both one CTA per SM), whose footprint is the gathered latent tiles, not the rows; it is
+    the 16-row tile (4 warps) that the fit found to run two to an SM. Counted as narrow before, 32 heads'
+    default tile was modelled with twice the slots it has, so the rule split it to fill a wave that was already
+    full and kept it against the 16-row tile, which is faster at equal splits on 217 of the 221 (32-head shape,
+    split) pairs swept at both (median 0.92x the 32-row time, down to 0.67x; the 4 others within 6%, at 16-64
+    splits of 2-8 tokens); held-out B=128 top-k 2048: 32 rows at 2 splits, 1.32x the best, now 16 rows at 1. No fit
+    shape has a 32-row default tile (16/64/128 heads), so the fitted constants are unchanged by it; MLA keeps
+    its 32-row tile narrow (2 CTAs per SM fitted on MLA-32)."""
+    return rows >= 64 or (w.kind == "sparse_mla" and rows >= 32)
 
 
 def tile_rows(w: DecodeWorkload, block_h: int | None = None) -> int:
