@@ -27,7 +27,7 @@ allow_fake: bool = False  # accept modelled rows (the fake timer); every figure 
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
-confirm: list = [f"data/h200-confirm{n}" for n in ("", 2, 3, 4, 5, 6)]  # sweeps of shapes in no fit
+confirm: list = [f"data/h200-confirm{n}" for n in ("", 2, 3, 4, 5, 6, 7)]  # sweeps of shapes in no fit
 
 # %%
 import warnings
@@ -163,7 +163,9 @@ else:
 # the sparse rule picked its head tile; then `confirm5` (sparse MLA: 32-128 heads, 10/36/120 tokens, top-k
 # 1280), swept after it; then `confirm6` (GQA: batches 9-72, contexts 2.5K/20K/56K), swept after the GQA rule
 # gained its sub-wave floor (`lone`; on the third kernel version, whose combine is 0.985x the second's time on
-# average). MLA and sparse MLA's confirm sweeps were re-measured on the second kernel version (BENCHMARKS.md).
+# average); then `confirm7` (sparse MLA: 24/32/96/128 heads, top-k 640/1792/2048), swept after the 32-row head
+# tile took the wide tile's wave width. MLA and sparse MLA's confirm sweeps were re-measured on the second kernel
+# version (BENCHMARKS.md).
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
 # planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 
