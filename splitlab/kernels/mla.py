@@ -265,6 +265,14 @@ def load_latent_rows(row_ptrs, row_mask, kv_stride_d,
 
 
 @triton.jit
+def _widen(x, dtype, qk_scale):
+    """An fp8 tile as ``dtype``, through fp32 times a runtime 1.0 (``qk_scale * 0 + 1``): without it Triton
+    moves the cast after the shared-memory read of the dot operand, where fp8 is read a byte at a time (1.18x
+    at MLA-128 B=64 8K on the H200, data/bench/h200-2026-11-29c/fp8_cast_ab.csv)."""
+    return (x.to(tl.float32) * (qk_scale * 0.0 + 1.0)).to(dtype)
+
+
+@triton.jit
 def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale, p_dtype_like,
                      HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8_QK: tl.constexpr):
     """The QK half of ``softmax_update``: scaled scores, the new running max and sum, the rescale factor
@@ -300,29 +308,26 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_s
     always taken (``qk_scale > 0``), which hides the PV dot from the QK dots' layout choice.
 
     ``FP8_QK`` (``fp8_qk``; q_v / q_r are then fp8 from ``quantize_q_rows`` and ``q_row_scale`` their row
-    scales): QK is an fp8 x fp8 dot on the fp8 tile itself, and only the V part is widened to ``PV_DTYPE`` for
-    the PV dot."""
+    scales): QK is an fp8 x fp8 dot on the fp8 tile itself, and only the V part is widened to ``PV_DTYPE`` (q's
+    16-bit dtype) for the PV dot."""
     kv_pv = kv_v
     if FP8_QK:
-        # The runtime 1.0 keeps the cast on the loaded tile (see below).
-        kv_pv = (kv_v.to(tl.float32) * (qk_scale * 0.0 + 1.0)).to(PV_DTYPE)
+        kv_pv = _widen(kv_v, PV_DTYPE, qk_scale)
     elif KV_FP8:
         # An fp8 cache's tile is widened in-kernel for 16-bit dots (the cache's scale is folded into qk_scale
         # and the epilogue's v_scale): the 16-row tiles, and the 64-row ones under the interpreter. Measured on
         # the H200 (2026-11-29, data/bench/h200-2026-11-29c/fp8_cast_ab.csv): 16-row tiles are fastest computing
         # in fp16 (q too: one cvt.f16x2.e4m3x2 per two values, no fp32 round trip; 1.23x over a cast to q's
         # dtype at MLA-16 B=64 8K); 64-row tiles keep q's dtype (an fp16 q tile lives in registers and spills)
-        # and multiply by a runtime 1.0, which keeps Triton from moving the cast after the shared-memory read of
-        # the dot operand (fp8 read a byte at a time; 1.18x at MLA-128 B=64 8K).
+        # and are widened through ``_widen``.
         if q_v.shape[0] <= 16:
             kv_v = kv_v.to(tl.float16)
             kv_r = kv_r.to(tl.float16)
             q_v = q_v.to(tl.float16)
             q_r = q_r.to(tl.float16)
         else:
-            one = qk_scale * 0.0 + 1.0
-            kv_v = (kv_v.to(tl.float32) * one).to(q_v.dtype)
-            kv_r = (kv_r.to(tl.float32) * one).to(q_r.dtype)
+            kv_v = _widen(kv_v, q_v.dtype, qk_scale)
+            kv_r = _widen(kv_r, q_r.dtype, qk_scale)
         kv_pv = kv_v
     if ISOLATE_QK:
         if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
@@ -383,7 +388,7 @@ def _mla_decode_kernel(
     PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
-    FP8_QK: tl.constexpr, PV_DTYPE: tl.constexpr,
+    FP8_QK: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (request, split) run side by side and share its
     # latent tiles through L2 (H=128, BLOCK_H=64: DRAM reads each row once, L2 serves the second tile).
@@ -422,7 +427,8 @@ def _mla_decode_kernel(
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
         m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
-                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK, PV_DTYPE)
+                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
+                                       q_ptr.dtype.element_ty)
 
     # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
     store_head_tile(acc, m_i, l_i, v_scale,
@@ -442,12 +448,6 @@ def fp8_qk_on(kv_dtype: torch.dtype, block_h: int) -> bool:
     the GPU's cvt.rn.satfinite is right), so there the fp8 cache's tile is widened for a 16-bit QK as before,
     and the fp8 x fp8 path is tested on the GPU (tests/gpu) and compiled for sm_90 in CI."""
     return kv_dtype == FP8_KV_DTYPE and fp8_qk(block_h) and not _launch.INTERPRET
-
-
-def fp8_qk_args(kv_dtype: torch.dtype, block_h: int, q_dtype: torch.dtype) -> dict:
-    """The kernels' ``FP8_QK`` / ``PV_DTYPE`` arguments (``fp8_qk_on``; PV in q's 16-bit dtype)."""
-    pv = tl.float16 if q_dtype == torch.float16 else tl.bfloat16
-    return dict(FP8_QK=fp8_qk_on(kv_dtype, block_h), PV_DTYPE=pv)
 
 
 def check_num_warps(num_warps: object) -> int:
@@ -592,7 +592,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
             ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
-            **fp8_qk_args(kv_cache.dtype, f.block_h, q.dtype),
+            FP8_QK=fp8_qk_on(kv_cache.dtype, f.block_h),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

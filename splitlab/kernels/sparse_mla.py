@@ -55,7 +55,7 @@ from splitlab.kernels.mla import (
     finish_outputs,
     fit_stages,
     fp8_qk,
-    fp8_qk_args,
+    fp8_qk_on,
     isolate_qk,
     kernel_dtype_name,
     load_latent_rows,
@@ -130,7 +130,7 @@ def _sparse_mla_decode_kernel(
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
-    FP8_QK: tl.constexpr, PV_DTYPE: tl.constexpr,
+    FP8_QK: tl.constexpr,
 ):
     # 1-D grid, head tile fastest: the head tiles of one (token, split) gather the same rows back to back,
     # so the second tile's gathers hit L2.
@@ -162,7 +162,8 @@ def _sparse_mla_decode_kernel(
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
         m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
-                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK, PV_DTYPE)
+                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
+                                       q_ptr.dtype.element_ty)
 
     store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + t.to(tl.int64) * out_stride_t + split * out_stride_s,
@@ -266,7 +267,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
             UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
             ISOLATE_QK=isolate_qk(f.block_h, f.num_warps, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
-            **fp8_qk_args(kv_cache.dtype, f.block_h, q.dtype),
+            FP8_QK=fp8_qk_on(kv_cache.dtype, f.block_h),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
         return finish_outputs(o, l, S, q.dtype, return_lse)

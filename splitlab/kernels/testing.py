@@ -48,12 +48,12 @@ def fp8_query(q: torch.Tensor, block_h: int) -> torch.Tensor:
     """The query the MLA kernels compute with beside an fp8 cache, for the reference on the same inputs: on the
     fp8 x fp8 QK path (``mla.fp8_qk_on``) each (row, head) of q rounded to e4m3 with the kernels' scale, its
     largest magnitude / 448 (``mla.quantize_q_rows``), as fp32; q itself otherwise."""
-    from splitlab.kernels.mla import fp8_qk_on
+    from splitlab.kernels.mla import E4M3_MAX, fp8_qk_on
 
     if not fp8_qk_on(FP8_KV_DTYPE, block_h):
         return q
     amax = q.float().abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    scale = torch.where(amax > 0, amax / E4M3_MAX.value, torch.ones_like(amax))
     return (q.float() / scale).to(FP8_KV_DTYPE).float() * scale
 
 
