@@ -5,7 +5,7 @@ shapes, ...), so a child process without ``TRITON_INTERPRET`` gives Triton a sta
 names the target, and ``JITFunction.warmup`` runs the whole pipeline through ptxas (bundled with the
 triton wheel). The 16-bit configurations must not spill registers, and their shared memory must fit
 sm_90's 227 KB. The MLA tiles of two warpgroups must not compute the scores twice (``mla.isolate_qk``):
-the PTX holds one ``wgmma`` per 16 columns of the latent row for QK, not two.
+the PTX holds one ``wgmma`` per 16 columns of the latent row for QK (per 32 on the fp8 x fp8 tiles), not two.
 """
 
 from __future__ import annotations
