@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError, bad, check_int
-from splitlab.kernels import _launch
+from splitlab.kernels import _launch, mla_sm90
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     FP8_KV_DTYPE,
@@ -584,6 +584,10 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     block_dv, block_dr = padded_dims(Dqk, Dv)
     o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev)
     with device_guard(q):
+        if mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps, f.num_stages):
+            mla_sm90.launch(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
+                            l_strides, Dv)
+            return finish_outputs(o, l, S, q.dtype, return_lse)
         _mla_decode_kernel[f.grid](
             q, kv_cache, block_table, seq_lens, o, l,
             H, cdiv(H, f.block_h), S, scale * kv_scale * LOG2E, kv_scale,
