@@ -6,6 +6,7 @@ names the target, and ``JITFunction.warmup`` runs the whole pipeline through ptx
 triton wheel). The 16-bit configurations must not spill registers, and their shared memory must fit
 sm_90's 227 KB. The MLA tiles of two warpgroups must not compute the scores twice (``mla.isolate_qk``):
 the PTX holds one ``wgmma`` per 16 columns of the latent row for QK (per 32 on the fp8 x fp8 tiles), not two.
+The Gluon 64-row tile (``mla_sm90``), which the launchers take on an sm_90 GPU, is compiled the same way.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import re
 import splitlab.kernels.combine as comb
 import splitlab.kernels.gqa as gqa
 import splitlab.kernels.mla as mla
+import splitlab.kernels.mla_sm90 as sm90
 import splitlab.kernels.sparse_mla as smla
 from splitlab.kernels.testing import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
 
@@ -56,6 +58,20 @@ gqa._gqa_partial_kernel = Warmup(gqa._gqa_partial_kernel)
 mla._mla_decode_kernel = Warmup(mla._mla_decode_kernel)
 smla._sparse_mla_decode_kernel = Warmup(smla._sparse_mla_decode_kernel)
 comb._combine_kernel = Warmup(comb._combine_kernel)
+if sm90.HAVE_GLUON:
+    sm90._mla_sm90_kernel = Warmup(sm90._mla_sm90_kernel)
+
+
+def gluon(launch):  # the launch, with the launchers taking the Gluon kernel where in scope (CPU tensors here)
+    def run():
+        old, sm90.use_sm90 = sm90.use_sm90, lambda q, *a: sm90.HAVE_GLUON and sm90.in_scope(q.dtype, *a)
+        try:
+            launch()
+        finally:
+            sm90.use_sm90 = old
+    return run
+
+
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
@@ -99,6 +115,14 @@ CASES = [  # name, launch, dtype, QK wgmma per tile expected (None: not checked)
      torch.bfloat16, 36),
     ("sparse 128/576 block_k 32", lambda: sparse_case(128, 576, torch.bfloat16, 3, dict(block_k=32)),
      torch.bfloat16, 36),
+    # The Gluon 64-row tile (mla_sm90) where the launchers take it: QK m64n32 per warpgroup, 576 / 16 = 36
+    ("gluon mla 128/576", gluon(lambda: mla_case(128, 576, 64, torch.bfloat16, 2, {})), torch.bfloat16, 36),
+    ("gluon mla 128/576 fp16 page 1 unsplit", gluon(lambda: mla_case(128, 576, 1, torch.float16, 1, {})),
+     torch.float16, 36),
+    ("gluon sparse 128/576", gluon(lambda: sparse_case(128, 576, torch.bfloat16, 1, dict(block_k=64))),
+     torch.bfloat16, 36),
+    ("gluon sparse 64/512", gluon(lambda: sparse_case(64, 512, torch.bfloat16, 2, dict(block_k=64))),
+     torch.bfloat16, 32),
     # fp8 e4m3 caches beside a bf16 q, at the default tiles; 64-row tiles: QK as fp8 wgmma k32 (576 / 32 = 18)
     ("mla 128/576 fp8 cache", lambda: mla_case(128, 576, 64, torch.bfloat16, 2, {}, kv8=True), torch.bfloat16, 18),
     ("mla 16/576 fp8 cache", lambda: mla_case(16, 576, 64, torch.bfloat16, 2, {}, kv8=True), torch.bfloat16, None),
@@ -124,6 +148,9 @@ for name, launch, dt, qk_wgmma in CASES:
         failed = True
         continue
     partial = compiled[n0]
+    if name.startswith("gluon") and sm90.HAVE_GLUON and partial.metadata.name != "_mla_sm90_kernel":
+        print(f"PATH {name}: compiled {partial.metadata.name}, not the Gluon kernel")
+        failed = True
     usage = "?"
     if dt != torch.float32 and os.path.exists(cuobjdump):
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:

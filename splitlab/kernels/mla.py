@@ -585,7 +585,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev)
     with device_guard(q):
         if mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps, f.num_stages):
-            mla_sm90.launch(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
+            mla_sm90.launch_paged(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
                             l_strides, Dv)
             return finish_outputs(o, l, S, q.dtype, return_lse)
         _mla_decode_kernel[f.grid](

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError
+from splitlab.kernels import mla_sm90
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     FP8_KV_DTYPE,
@@ -259,6 +260,9 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     block_dv, block_dr = padded_dims(Dqk, Dv)
     o, l, o_strides, l_strides = alloc_outputs(T, H, Dv, S, q.dtype, dev)
     with device_guard(q):
+        if mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_k, f.num_warps, f.num_stages):
+            mla_sm90.launch_sparse(f.grid, q, kv_cache, indices, o, l, S, scale * LOG2E, o_strides, l_strides, Dv)
+            return finish_outputs(o, l, S, q.dtype, return_lse)
         _sparse_mla_decode_kernel[f.grid](
             q, kv_cache, indices, o, l,
             H, cdiv(H, f.block_h), S, topk, split_len(topk, S, f.block_k), scale * kv_scale * LOG2E, kv_scale,

@@ -133,3 +133,66 @@ def test_sparse_tiles_bf16(knobs):
     x = sparse_mla_inputs(4, 64, 512, 2048, num_slots=10_000, invalid_frac=0.3, device="cuda", seed=7)
     out, lse = sparse_mla_decode(**x, num_splits=4, return_lse=True, **knobs)
     _check(out, lse, *reference.sparse_mla_decode(**x, return_lse=True))
+
+
+@pytest.fixture
+def sm90_launches(monkeypatch):
+    """Counts the launches of the Gluon 64-row tile (``mla_sm90``)."""
+    from splitlab.kernels import mla_sm90
+
+    count = [0]
+    real = mla_sm90._launch
+
+    def counted(*a, **k):
+        count[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(mla_sm90, "_launch", counted)
+    return count
+
+
+@pytest.mark.parametrize("gluon", [True, False])
+@pytest.mark.parametrize("heads,page_size,lens", [(128, 64, [8191, 0, 333, 2048]), (96, 16, [5000, 17, 64]),
+                                                  (128, 1, [700, 1, 129])])
+@pytest.mark.parametrize("num_splits", [None, 1, 7])
+def test_mla_64_row_tile_both_paths(gluon, heads, page_size, lens, num_splits, monkeypatch, sm90_launches):
+    """The 64-row tile on both kernels: the Gluon one (the default on sm_90) and the tl one (``ENABLED`` off),
+    with the rows past each request's end and the unused pages of the cache poisoned with NaN."""
+    from splitlab.kernels import mla_sm90
+    from splitlab.kernels.mla import mla_decode
+
+    monkeypatch.setattr(mla_sm90, "ENABLED", gluon)
+    x = mla_inputs(len(lens), heads, 576, lens, page_size=page_size, device="cuda", seed=heads + page_size)
+    ref = reference.mla_decode(**x, return_lse=True)
+    used = {int(p) for b, n in enumerate(lens) for p in x["block_table"][b, :-(-n // page_size)]}
+    for p in set(range(x["kv_cache"].shape[0])) - used:
+        x["kv_cache"][p] = float("nan")
+    for b, n in enumerate(lens):
+        if n % page_size:
+            x["kv_cache"][int(x["block_table"][b, (n - 1) // page_size]), n % page_size:] = float("nan")
+    out, lse = mla_decode(**x, num_splits=num_splits, return_lse=True)
+    _check(out, lse, *ref)
+    sm90 = torch.cuda.get_device_capability()[0] == 9 and mla_sm90.HAVE_GLUON
+    assert sm90_launches[0] == int(gluon and sm90)
+
+
+@pytest.mark.parametrize("gluon", [True, False])
+@pytest.mark.parametrize("heads,dqk", [(128, 576), (64, 512)])
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+def test_sparse_64_row_tile_both_paths(gluon, heads, dqk, num_splits, monkeypatch, sm90_launches):
+    """Sparse MLA's 64-row tile on both kernels, with -1 indices, a token without any, and the pool's unread
+    rows poisoned with NaN."""
+    from splitlab.kernels import mla_sm90
+    from splitlab.kernels.sparse_mla import sparse_mla_decode
+
+    monkeypatch.setattr(mla_sm90, "ENABLED", gluon)
+    x = sparse_mla_inputs(7, heads, dqk, 2048, num_slots=20_000, invalid_frac=0.3, empty_rows=1, device="cuda",
+                          seed=heads + dqk)
+    ref = reference.sparse_mla_decode(**x, return_lse=True)
+    unread = torch.ones(x["kv_cache"].shape[0], dtype=torch.bool, device="cuda")
+    unread[x["indices"][x["indices"] >= 0].long()] = False
+    x["kv_cache"][unread] = float("nan")
+    out, lse = sparse_mla_decode(**x, num_splits=num_splits, return_lse=True)
+    _check(out, lse, *ref)
+    sm90 = torch.cuda.get_device_capability()[0] == 9 and mla_sm90.HAVE_GLUON
+    assert sm90_launches[0] == int(gluon and sm90)
