@@ -539,7 +539,8 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     q) holds ``K / kv_scale`` (``kv_scale`` default 1.0): 64-row head tiles compute QK as an fp8 x fp8 dot
     with q quantised in-kernel to e4m3 (one scale per head row, ``fp8_qk``) and PV on the V part widened to
     q's dtype; 16-row tiles widen the tile to fp16 and compute with q in fp16 (q's entries must then lie
-    within fp16's +-65504).
+    within fp16's +-65504). On an sm_90 GPU the default 64-row tile of a 16-bit cache (BLOCK_H 64, BLOCK_N 64, 8
+    warps, 2 stages) runs on the warp-specialized Gluon kernel ``mla_sm90`` (same arguments, same results).
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device

@@ -1,26 +1,32 @@
-"""The MLA-128 head tile on Hopper, written in Gluon (Triton's explicit-layout dialect) to pipeline its loads.
+"""The 64-row MLA head tile on Hopper, warp-specialized in Gluon (Triton's explicit-layout dialect).
 
-Why a second kernel. ``mla._mla_decode_kernel`` at its fastest MLA-128 tile (BLOCK_H 64, BLOCK_N 64, 8 warps)
+Why a second kernel. ``mla._mla_decode_kernel`` at its fastest 64-row tile (BLOCK_H 64, BLOCK_N 64, 8 warps)
 fits only two latent tiles beside the 72 KB Q tile in shared memory, and with two Triton's software pipeliner
 issues tile i + 1's copy after tile i's PV wgmma has been waited: the load never overlaps the compute
-(BENCHMARKS.md, "Kernel versions", third version, item 5). Here the schedule is written out:
+(BENCHMARKS.md, "Kernel versions", third version, item 5). Its two warpgroups also split every dot: the QK
+wgmma runs as m64n32 per warpgroup, each re-reading the whole Q tile from shared memory, and the row maxima and
+sums cross warpgroups through shared memory on every tile. Here each warpgroup has one job (three partitions,
+``gl.warp_specialize``), and they hand tiles to each other through mbarriers:
 
-    prologue: copy Q (group 0), copy tile 0 into buffer 0 (group 1)
-    tile i:   barrier (both warpgroups are done with tile i - 1's buffer)
-              copy tile i + 1 into buffer (i + 1) % 2, commit        <- in flight during tile i's math
-              wait until tile i's group has landed (one group may stay outstanding)
-              S = Q . K_i^T (two wgmma: the V columns and the rope columns), online softmax
-              acc = acc * alpha + P @ V_i (one wgmma, P from registers)
+    load (4 warps, 96 registers)   Q once; then tile i into buffer i % 2 (cp.async gathers, 16 bytes a copy,
+                                   rows past the split's end or with index -1 zero-filled), once both
+                                   warpgroups below have released that buffer (tile i - 2)
+    softmax (4 warps, 248 regs.)   S = Q . K_i^T as one m64n64 wgmma chain (Q read once a tile), the online
+                                   softmax (row reductions inside each warp), P and alpha to shared memory for
+                                   the PV warpgroup, then acc[:, :Dv/2] = acc * alpha + P @ V_i[:, :Dv/2]
+    pv (4 warps, 160 registers)    acc[:, Dv/2:] = acc * alpha + P @ V_i[:, Dv/2:]
 
-so one latent tile (72 KB) is always in flight while the tensor cores work on the other. The math is
-``mla.softmax_update``'s (base-2 online softmax, ``m_safe`` keeps an empty tile's -inf - -inf out), the split
-and epilogue ``mla._mla_decode_kernel``'s, the addressing the same paged gather (one block-table entry per key,
-read a tile ahead), issued as ``cp.async`` copies of 16 bytes with masked rows zero-filled.
+so tile i + 1 loads while tile i computes, and the softmax warpgroup's QK of tile i + 1 runs on the tensor cores
+beside the PV warpgroup's half of tile i. Shared memory (576/512, bf16): Q 72 KB, two latent tiles 144 KB, P 8 KB,
+alpha and the final row sums 0.5 KB, 7 mbarriers: 230 KB of sm_90's 227 KB opt-in (232448 bytes). The math is
+``mla.softmax_update``'s (base-2 online softmax; ``m_safe`` keeps an empty tile's -inf - -inf out), the split and
+the epilogue ``mla._mla_decode_kernel``'s (an empty split stores zeros and lse -inf).
 
-Scope: 16-bit q and cache, BLOCK_H 64 and BLOCK_N 64 with 8 warps (two warpgroups: the QK wgmma splits the
-keys between them, the PV wgmma the V columns), Dv 256 or 512 and Dqk - Dv in {0, 64}; on an sm_90 GPU with
-Triton's Gluon Hopper API (triton 3.6). ``mla.mla_decode`` takes this path where ``use_sm90`` says so and
-the ``tl`` kernel everywhere else (other tiles, fp8 caches, the interpreter, other GPUs or Triton versions).
+Scope (``in_scope``): 16-bit q and cache, the tl kernels' default 64-row tile (BLOCK_H 64, BLOCK_N 64, 8 warps,
+2 stages) in either launcher (paged MLA; sparse MLA, whose pool rows are pages of one row and whose index -1
+masks a key), Dv 256 or 512, Dqk - Dv in {0, 64}; on an sm_90 GPU with Triton's Gluon Hopper API (triton 3.6).
+Elsewhere (other tiles, fp8 caches, the interpreter, other GPUs or Triton versions) the tl kernels run, and
+``ENABLED = False`` makes them run here too (A/B runs, tests/gpu).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ try:  # Gluon's Hopper API as of triton 3.6; absent or different elsewhere (then
     from triton.experimental.gluon.language.nvidia.hopper import (
         async_copy,
         fence_async_shared,
+        mbarrier,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -43,10 +50,16 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 
 BLOCK_H = 64
 BLOCK_N = 64
-NUM_WARPS = 8
+NUM_WARPS = 8  # the tl tile's warps, which this kernel stands in for; it runs 3 partitions of 4 warps (12)
 HEAD_DIMS_V = (256, 512)
 HEAD_DIMS_R = (0, 64)
-
+PARTITION_WARPS = 4  # each of the 3 partitions (the default one runs the launch's num_warps)
+if HAVE_GLUON:
+    # Registers a thread: 168 at launch (12 warps x 168 = 64512 of the SM's 65536), then reallocated per partition
+    # (setmaxnreg): the loader 96, PV 160 (its 64 x 256 fp32 half of acc is 128), softmax the rest, 248.
+    MAXNREG = 168
+    PV_REGS = gl.constexpr(160)
+    LOADER_REGS = gl.constexpr(96)
 
 if HAVE_GLUON:
 
@@ -92,6 +105,161 @@ if HAVE_GLUON:
             _copy_rows(r_smem, kv_ptr, off_r, ok_r, HEAD_DIM_V, kv_stride_d, HEAD_DIM_R, CP_R)
 
     @gluon.jit
+    def _part_softmax(bufs, bars, n_tiles, start, end, qk_scale, map_row, map_stride_k, out_row, lse_row, head_tile,
+                      num_heads, out_stride_h, out_stride_d, lse_stride_h,
+                      SPARSE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM_V: gl.constexpr,
+                      HEAD_DIM_R: gl.constexpr):
+        """The default partition (4 warps): QK, the online softmax, P for the PV partition, the left half of PV,
+        the row sums and lse, and the left half of the output."""
+        q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem = bufs
+        q_ready, kv_ready, kv_free, p_ready, p_free, epi = bars
+        dtype: gl.constexpr = q_v_smem.dtype
+        HALF: gl.constexpr = HEAD_DIM_V // 2
+        QK_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+        PV_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HALF, 16])
+        P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=PV_L, k_width=2)
+        KEYS: gl.constexpr = gl.SliceLayout(0, QK_L)
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROWS)
+        l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROWS)
+        acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=PV_L)
+        s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=QK_L)
+        mbarrier.wait(q_ready, 0)
+        for i in range(n_tiles):
+            buf = i % 2
+            n0 = start + i * BLOCK_N
+            mbarrier.wait(kv_ready.index(buf), (i // 2) & 1)
+            # S = Q . K^T: m64n64 wgmma over the V and the rope columns (2 x BLOCK_H x BLOCK_N x Dqk FLOPs).
+            kv_v = kv_v_smem.index(buf)
+            s = warpgroup_mma(q_v_smem, kv_v.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            if HEAD_DIM_R > 0:
+                s = warpgroup_mma(q_r_smem, kv_r_smem.index(buf).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+            if SPARSE:  # an index of -1 scores -inf (its row was zero-filled, never read)
+                _, key_ok = _tile_rows(map_row, map_stride_k, 0, 0, n0, end, True, 1, BLOCK_N, KEYS)
+            else:
+                key_ok = n0 + gl.arange(0, BLOCK_N, layout=KEYS) < end
+            s = gl.where(key_ok[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            p_f32 = gl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + gl.sum(p_f32, axis=1)
+            m_i = m_new
+            p = p_f32.to(dtype)
+            # P (BLOCK_H x BLOCK_N x 2 bytes) and alpha to the PV partition, once it is done with tile i - 1's.
+            mbarrier.wait(p_free, (i & 1) ^ 1)
+            p_smem.store(p)
+            alpha_smem.store(alpha)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(p_ready)
+            # acc = acc * alpha + P @ V[:, :Dv/2] (P from registers; BLOCK_H x BLOCK_N x Dv FLOPs), then the
+            # buffer is released (the PV partition releases it too: kv_free counts 2).
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV_L))[:, None]
+            acc = warpgroup_mma(gl.convert_layout(p, P_L), kv_v.slice(0, HALF, dim=1), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            gl.thread_barrier()
+            mbarrier.arrive(kv_free.index(buf))
+        # The row sums for the PV partition's epilogue; this half of the output and the lse (mla.store_head_tile:
+        # an empty split stores zeros and -inf). Bytes: BLOCK_H x (Dv / 2 x out elt + 4).
+        l_smem.store(l_i)
+        gl.thread_barrier()
+        mbarrier.arrive(epi)
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, PV_L))
+        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, PV_L))
+        empty = l_o == 0.0
+        l_safe = gl.where(empty, 1.0, l_o)
+        lse = gl.where(empty, float("-inf"), (m_o + gl.log2(l_safe)) * 0.6931471805599453)
+        _store_half(acc, l_safe, out_row, head_tile, num_heads, out_stride_h, out_stride_d, 0, BLOCK_H, PV_L)
+        offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, PV_L))
+        gl.store(lse_row + offs_h * lse_stride_h, lse, mask=offs_h < num_heads)
+
+    @gluon.jit
+    def _store_half(acc, l_safe, out_row, head_tile, num_heads, out_stride_h, out_stride_d, col0,
+                    BLOCK_H: gl.constexpr, layout: gl.constexpr):
+        """``acc / l`` into the output columns ``col0 + [0, acc.shape[1])`` of the tile's head rows."""
+        offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+        offs_d = col0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
+        gl.store(out_row + offs_h[:, None] * out_stride_h + offs_d[None, :] * out_stride_d,
+                 (acc / l_safe[:, None]).to(out_row.dtype.element_ty), mask=(offs_h < num_heads)[:, None])
+
+    # The two worker partitions share one signature (Gluon's rule): the tile's geometry and addresses as scalars.
+
+    @gluon.jit
+    def _part_pv(bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k, kv_ptr,
+                 kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h, out_stride_d,
+                 SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+                 HEAD_DIM_V: gl.constexpr, HEAD_DIM_R: gl.constexpr):
+        """A worker partition (4 warps): the right half of PV, from the softmax partition's P, and of the output."""
+        q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem = bufs
+        q_ready, kv_ready, kv_free, p_ready, p_free, epi = bars
+        HALF: gl.constexpr = HEAD_DIM_V // 2
+        PV_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HALF, 16])
+        acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=PV_L)
+        for i in range(n_tiles):
+            buf = i % 2
+            mbarrier.wait(p_ready, i & 1)  # (P of tile i implies tile i's buffer landed)
+            alpha = alpha_smem.load(gl.SliceLayout(1, PV_L))
+            # acc = acc * alpha + P @ V[:, Dv/2:] (P from shared memory; BLOCK_H x BLOCK_N x Dv FLOPs)
+            acc = acc * alpha[:, None]
+            acc = warpgroup_mma(p_smem, kv_v_smem.index(buf).slice(HALF, HALF, dim=1), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            gl.thread_barrier()
+            mbarrier.arrive(p_free)
+            mbarrier.arrive(kv_free.index(buf))
+        mbarrier.wait(epi, 0)
+        l_o = l_smem.load(gl.SliceLayout(1, PV_L))
+        _store_half(acc, gl.where(l_o == 0.0, 1.0, l_o), out_row, head_tile, num_heads, out_stride_h, out_stride_d,
+                    HALF, BLOCK_H, PV_L)
+
+    @gluon.jit
+    def _part_load(bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k, kv_ptr,
+                   kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h, out_stride_d,
+                   SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+                   HEAD_DIM_V: gl.constexpr, HEAD_DIM_R: gl.constexpr):
+        """A worker partition (4 warps): Q, then every latent tile into the buffer its predecessor but one left.
+        Bytes: BLOCK_H x Dqk x 2 once, BLOCK_N x Dqk x 2 a tile (plus 4 of map per key)."""
+        q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem = bufs
+        q_ready, kv_ready, kv_free, p_ready, p_free, epi = bars
+        # 8 elements (16 bytes) a thread; a warp covers a row of 256 (V part) or 4 rows of 64 (rope part).
+        CP_V: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+        CP_R: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        ROWS_V: gl.constexpr = gl.SliceLayout(1, CP_V)
+        ROWS_R: gl.constexpr = gl.SliceLayout(1, CP_R)
+        # Q: rows past num_heads read as 0 and are never stored.
+        h_v = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_V)
+        h_r = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_R)
+        _copy_tile(q_v_smem, q_r_smem, q_base, h_v.to(gl.int64) * q_stride_h, h_v < num_heads,
+                   h_r.to(gl.int64) * q_stride_h, h_r < num_heads, q_stride_d, HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
+        _landed(q_ready)
+        off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start, end, SPARSE,
+                                                 PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
+        for i in range(n_tiles):
+            buf = i % 2
+            mbarrier.wait(kv_free.index(buf), ((i // 2) & 1) ^ 1)  # (a fresh barrier passes parity 1)
+            _copy_tile(kv_v_smem.index(buf), kv_r_smem.index(buf), kv_ptr, off_v, ok_v, off_r, ok_r, kv_stride_d,
+                       HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
+            # The next tile's map entries, read while this tile's copies fly.
+            off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s,
+                                                     start + (i + 1) * BLOCK_N, end, SPARSE, PAGE_SIZE, BLOCK_N,
+                                                     ROWS_V, ROWS_R)
+            _landed(kv_ready.index(buf))
+
+    @gluon.jit
+    def _landed(bar):
+        """The loader's copies so far have landed: visible to the wgmma (async proxy) of the partition that waits
+        on ``bar``, which this arrives on once every loader thread is past its own copies."""
+        async_copy.commit_group()
+        async_copy.wait_group(0)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bar)
+
+    @gluon.jit
     def _mla_sm90_kernel(
         q_ptr, kv_ptr, map_ptr, seq_lens_ptr, out_ptr, lse_ptr,
         num_heads, num_head_tiles, num_splits, num_keys, qk_scale,
@@ -103,24 +271,12 @@ if HAVE_GLUON:
         SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, HEAD_DIM_V: gl.constexpr, HEAD_DIM_R: gl.constexpr,
         BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, num_warps: gl.constexpr,
     ):
+        # One program per (request or token b, split, head tile), head tile fastest (as mla._mla_decode_kernel:
+        # the head tiles of one split run side by side and share its latent tiles through L2).
         dtype: gl.constexpr = q_ptr.dtype.element_ty
-        # Register layouts. QK: [BLOCK_H, BLOCK_N] scores, warpgroup w computes keys [w * BLOCK_N / 2, ...);
-        # PV: [BLOCK_H, Dv] accumulator, warpgroup w owns columns [w * Dv / 2, ...) (128 fp32 a thread at 512).
-        QK_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, BLOCK_N // 2, 16])
-        PV_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, HEAD_DIM_V // 2, 16])
-        P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=PV_L, k_width=2)
-        # Copy layouts: 8 elements (16 bytes) a thread; a warp covers a row of 256 (V part) or 4 rows of 64.
-        CP_V: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
-        CP_R: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
         SM_L: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        VEC_L: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
         RD: gl.constexpr = HEAD_DIM_R if HEAD_DIM_R > 0 else 16  # (an unused rope buffer when Dqk == Dv)
-        ROWS_V: gl.constexpr = gl.SliceLayout(1, CP_V)
-        ROWS_R: gl.constexpr = gl.SliceLayout(1, CP_R)
-        KEYS: gl.constexpr = gl.SliceLayout(0, QK_L)
-
-        # One program per (request or token b, split, head tile), head tile fastest (as mla._mla_decode_kernel).
         pid = gl.program_id(0)
         head_tile = pid % num_head_tiles
         rest = pid // num_head_tiles
@@ -135,94 +291,46 @@ if HAVE_GLUON:
         end = gl.minimum(start + split_size, seq_len)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
 
-        # Shared memory: Q (BLOCK_H x Dqk x 2 B: 72 KB at 64 x 576) and two latent tiles (72 KB each).
         q_v_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, HEAD_DIM_V], SM_L)
         q_r_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, RD], SM_L)
         kv_v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM_V], SM_L)
         kv_r_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, RD], SM_L)
+        p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SM_L)
+        alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], VEC_L)
+        l_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], VEC_L)
+        # Barriers: Q and each buffer landed (loader -> softmax), each buffer free (softmax and PV -> loader), P
+        # ready and consumed (softmax <-> PV), the final row sums ready (softmax -> PV).
+        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        epi = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_ready, count=1)
+        for j in gl.static_range(2):
+            mbarrier.init(kv_ready.index(j), count=1)
+            mbarrier.init(kv_free.index(j), count=2)
+        mbarrier.init(p_ready, count=1)
+        mbarrier.init(p_free, count=1)
+        mbarrier.init(epi, count=1)
 
-        # Q: BLOCK_H rows x Dqk (copy group 0). Rows past num_heads read as 0 and are never stored.
         q_base = q_ptr + b.to(gl.int64) * q_stride_b
-        h_v = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_V)
-        _copy_rows(q_v_smem, q_base, h_v.to(gl.int64) * q_stride_h, h_v < num_heads, 0, q_stride_d, HEAD_DIM_V, CP_V)
-        if HEAD_DIM_R > 0:
-            h_r = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_R)
-            _copy_rows(q_r_smem, q_base, h_r.to(gl.int64) * q_stride_h, h_r < num_heads, HEAD_DIM_V, q_stride_d,
-                       HEAD_DIM_R, CP_R)
-        async_copy.commit_group()
-
-        # Tile 0 into buffer 0 (group 1). The next tile's map entries are always read a tile ahead.
         map_row = map_ptr + b.to(gl.int64) * map_stride_b
-        off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start, end, SPARSE,
-                                                 PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
-        _copy_tile(kv_v_smem.index(0), kv_r_smem.index(0), kv_ptr, off_v, ok_v, off_r, ok_r, kv_stride_d, HEAD_DIM_V,
-                   HEAD_DIM_R, CP_V, CP_R)
-        async_copy.commit_group()
-        off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start + BLOCK_N, end,
-                                                 SPARSE, PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
-
-        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, QK_L))
-        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, QK_L))
-        acc = gl.zeros([BLOCK_H, HEAD_DIM_V], gl.float32, layout=PV_L)
-        s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=QK_L)
-
-        for i in range(n_tiles):
-            n0 = start + i * BLOCK_N
-            buf = i % 2
-            # Both warpgroups are past tile i - 1's PV wgmma: its buffer may take tile i + 1 (BLOCK_N x Dqk x 2 B
-            # of cp.async, in flight during tile i's math; zero-filled past the split's end).
-            gl.thread_barrier()
-            _copy_tile(kv_v_smem.index(1 - buf), kv_r_smem.index(1 - buf), kv_ptr, off_v, ok_v, off_r, ok_r,
-                       kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
-            async_copy.commit_group()
-            off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, n0 + 2 * BLOCK_N,
-                                                     end, SPARSE, PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
-            # Tile i (and Q) landed: every copy group but the one just committed; then visible to the wgmma.
-            async_copy.wait_group(1)
-            fence_async_shared()
-            gl.thread_barrier()
-
-            # S = Q . K^T over the V and the rope columns (FLOPs 2 x BLOCK_H x BLOCK_N x Dqk), then the online
-            # softmax in base 2 (mla.softmax_update).
-            kv_v = kv_v_smem.index(buf)
-            s = warpgroup_mma(q_v_smem, kv_v.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            if HEAD_DIM_R > 0:
-                s = warpgroup_mma(q_r_smem, kv_r_smem.index(buf).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma_wait(0, deps=[s])
-            if SPARSE:  # an index of -1 scores -inf (its row was zero-filled, never read)
-                _, key_ok = _tile_rows(map_row, map_stride_k, kv_stride_p, kv_stride_s, n0, end, True, 1, BLOCK_N,
-                                       KEYS)
-            else:
-                key_ok = n0 + gl.arange(0, BLOCK_N, layout=KEYS) < end
-            s = gl.where(key_ok[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_safe)
-            p = gl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
-            # acc = acc * alpha + P @ V (FLOPs 2 x BLOCK_H x BLOCK_N x Dv; P from registers, V from the tile).
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV_L))[:, None]
-            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), P_L), kv_v, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-        async_copy.wait_group(0)
-
-        # Epilogue (mla.store_head_tile): out = acc / l, lse = ln(sum exp); an empty split stores 0 and -inf.
-        # Bytes: BLOCK_H x (Dv x out elt + 4).
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, PV_L))
-        m_o = gl.convert_layout(m_i, gl.SliceLayout(1, PV_L))
-        empty = l_o == 0.0
-        l_safe = gl.where(empty, 1.0, l_o)
-        out = acc / l_safe[:, None]
-        lse = gl.where(empty, float("-inf"), (m_o + gl.log2(l_safe)) * 0.6931471805599453)
-        offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, PV_L))
-        offs_d = gl.arange(0, HEAD_DIM_V, layout=gl.SliceLayout(0, PV_L))
-        mask_h = offs_h < num_heads
         out_row = out_ptr + b.to(gl.int64) * out_stride_b + split * out_stride_s
-        gl.store(out_row + offs_h[:, None] * out_stride_h + offs_d[None, :] * out_stride_d,
-                 out.to(out_ptr.dtype.element_ty), mask=mask_h[:, None])
         lse_row = lse_ptr + b.to(gl.int64) * lse_stride_b + split * lse_stride_s
-        gl.store(lse_row + offs_h * lse_stride_h, lse, mask=mask_h)
+        bufs = (q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem)
+        bars = (q_ready, kv_ready, kv_free, p_ready, p_free, epi)
+        gl.warp_specialize([
+            (_part_softmax, (bufs, bars, n_tiles, start, end, qk_scale, map_row, map_stride_k, out_row, lse_row,
+                             head_tile, num_heads, out_stride_h, out_stride_d, lse_stride_h, SPARSE, BLOCK_H, BLOCK_N,
+                             HEAD_DIM_V, HEAD_DIM_R)),
+            (_part_pv, (bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k,
+                        kv_ptr, kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h,
+                        out_stride_d, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
+            (_part_load, (bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k,
+                          kv_ptr, kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h,
+                          out_stride_d, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
+        ], [4, 4], [PV_REGS, LOADER_REGS])  # PARTITION_WARPS each
 
 
 #: Off: ``mla_decode`` always launches the tl kernel (for A/B runs; tests/gpu compares the two paths).
@@ -275,5 +383,5 @@ def _launch(grid, q, kv_cache, kv_strides, key_map, seq_lens, num_keys, out, lse
         H, -(-H // BLOCK_H), num_splits, num_keys, qk_scale,
         *q.stride(), *kv_strides, *key_map.stride(), *out_strides, *lse_strides,
         SPARSE=sparse, PAGE_SIZE=page_size, HEAD_DIM_V=head_dim_v, HEAD_DIM_R=q.shape[2] - head_dim_v,
-        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, num_warps=NUM_WARPS,
+        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, num_warps=PARTITION_WARPS, maxnreg=MAXNREG,
     )
