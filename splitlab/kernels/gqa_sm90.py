@@ -154,18 +154,26 @@ if HAVE_GLUON:
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(q_ready)
+        # The block-table entries are read three tiles ahead and carried (a dependent load in front of each tile's
+        # copies would put one memory latency on every tile).
+        pg0 = _tile_pages(bt_row, bt_stride_p, start, end, PAGE_SIZE, BLOCK_N, ROWS)
+        pg1 = _tile_pages(bt_row, bt_stride_p, start + BLOCK_N, end, PAGE_SIZE, BLOCK_N, ROWS)
+        pg2 = _tile_pages(bt_row, bt_stride_p, start + 2 * BLOCK_N, end, PAGE_SIZE, BLOCK_N, ROWS)
         for i in range(n_tiles + LAG):
             if i < n_tiles:
                 buf = i % NUM_BUF
                 mbarrier.wait(kv_free.index(buf), ((i // NUM_BUF) & 1) ^ 1)  # (a fresh barrier passes parity 1)
                 pos = start + i * BLOCK_N + gl.arange(0, BLOCK_N, layout=ROWS)
                 ok = pos < end
-                page = gl.load(bt_row + (pos // PAGE_SIZE) * bt_stride_p, mask=ok, other=0).to(gl.int64)
+                page = pg0.to(gl.int64)
                 slot = (pos % PAGE_SIZE).to(gl.int64)
                 _copy_rows(k_smem.index(buf), k_head, page * k_stride_p + slot * k_stride_s, ok, 0, k_stride_d,
                            HEAD_DIM, CP)
                 _copy_rows(v_smem.index(buf), v_head, page * v_stride_p + slot * v_stride_s, ok, 0, v_stride_d,
                            HEAD_DIM, CP)
+            pg0 = pg1
+            pg1 = pg2
+            pg2 = _tile_pages(bt_row, bt_stride_p, start + (i + 3) * BLOCK_N, end, PAGE_SIZE, BLOCK_N, ROWS)
             async_copy.commit_group()  # (empty past the last tile: keeps one group per iteration)
             j = i - LAG
             if j >= 0:  # tile j's group has landed once at most LAG newer ones are in flight
@@ -173,6 +181,13 @@ if HAVE_GLUON:
                 fence_async_shared()
                 gl.thread_barrier()
                 mbarrier.arrive(kv_ready.index(j % NUM_BUF))
+
+    @gluon.jit
+    def _tile_pages(bt_row, bt_stride_p, n0, end, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+                    layout: gl.constexpr):
+        """The page of each key ``n0 + [0, BLOCK_N)`` (int32, in ``layout``; 0 past ``end``)."""
+        pos = n0 + gl.arange(0, BLOCK_N, layout=layout)
+        return gl.load(bt_row + (pos // PAGE_SIZE) * bt_stride_p, mask=pos < end, other=0)
 
     @gluon.jit
     def _mqa_sm90_kernel(
