@@ -27,7 +27,7 @@ import triton.language as tl
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError, bad
-from splitlab.kernels import _launch, gqa_sm90
+from splitlab.kernels import _launch
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     TORCH_DTYPE_NAMES,
@@ -263,9 +263,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     ``num_splits=None`` asks ``splitlab.planners.default_plan`` on the GPU q lives on (the H200 preset when
     interpreting on the CPU); it reads ``seq_lens`` min and max in one host sync (and refuses lengths outside
     ``[0, max_pages * page_size]``): pass ``num_splits`` under CUDA graphs. With an explicit ``num_splits``
-    nothing syncs, so ``seq_lens`` and the block table are trusted, as with every paged kernel. On an sm_90 GPU
-    a group of 65-128 query heads (MQA-128) at the default tile runs on the warp-specialized Gluon kernel
-    ``gqa_sm90`` (same arguments, same results).
+    nothing syncs, so ``seq_lens`` and the block table are trusted, as with every paged kernel.
     """
     _check_inputs(q, k_cache, v_cache, block_table, seq_lens)
     B, Hq, D = q.shape
@@ -313,20 +311,16 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
 
     upcast = interpret_upcast(q.dtype)
     fp32_dot = upcast or q.dtype == torch.float32
-    if gqa_sm90.use_sm90(q, group, facts.block_n, facts.num_warps, facts.num_stages):
-        gqa_sm90.launch(facts.grid, q, k_cache, v_cache, block_table, seq_lens, dst, dst_lse, scale * LOG2E, group,
-                        S, dst_strides, lse_strides)
-    else:
-        _gqa_partial_kernel[facts.grid](
-            q, k_cache, v_cache, block_table, seq_lens, dst, dst_lse,
-            scale * LOG2E,
-            Hkv, group, S,
-            *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
-            *dst_strides, *lse_strides,
-            PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=facts.block_h, BLOCK_N=facts.block_n, BLOCK_D=block_d,
-            UPCAST=upcast, DOT_PRECISION="ieee" if fp32_dot else None,
-            num_warps=facts.num_warps, num_stages=facts.num_stages,
-        )
+    _gqa_partial_kernel[facts.grid](
+        q, k_cache, v_cache, block_table, seq_lens, dst, dst_lse,
+        scale * LOG2E,
+        Hkv, group, S,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
+        *dst_strides, *lse_strides,
+        PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=facts.block_h, BLOCK_N=facts.block_n, BLOCK_D=block_d,
+        UPCAST=upcast, DOT_PRECISION="ieee" if fp32_dot else None,
+        num_warps=facts.num_warps, num_stages=facts.num_stages,
+    )
     if S > 1:
         out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
         combine(dst, dst_lse, out=out, lse=lse)
