@@ -20,6 +20,12 @@ three families. A plan whose knobs were not measured scores the shape's *worst* 
 the fit cannot gain by choosing points nobody timed).
 
     python -m splitlab.fit data/h200          # the fitted constants and the fit / held-out table
+
+**Kernel versions.** The fit data are of the second and third kernel versions. The fourth moved the 64-row head
+tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), which changes what sparse MLA's
+16-row tile is worth beside it; that pass (``narrow_tile``) is refitted on a BLOCK_H sweep of the fourth version
+(``--head-tiles data/h200-kernel-v4-tiles``, split by ``held_out`` like the rest), and the rule is scored on
+re-sweeps of the confirm grids' 64/128-head shapes (``data/h200-kernel-v4``) and a fresh one (``h200-confirm8``).
 """
 
 from __future__ import annotations
@@ -171,15 +177,16 @@ def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec) -> analysi
     return idx.only(filter(covered, idx.shapes()))
 
 
-def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | None = None
-               ) -> tuple[CostConstants, pd.DataFrame]:
+def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | None = None,
+               head_tile_rows: pd.DataFrame | None = None) -> tuple[CostConstants, pd.DataFrame]:
     """The constants minimising the geomean regret over the shapes of ``df_fit`` of ``kind`` (grid search),
     and every setting's score (``geomean``, ``worst``), best first.
 
     Sparse MLA's head-tile constant is fitted in a second pass, with the first pass's constants held (the
     joint grid would be eight times larger): ``narrow_tile`` over ``NARROW_GRID`` and the narrow tiles' CTAs
     per SM, no discount (1.0) preferred within 0.1%, on the shapes where every head tile and split
-    the rule can pick was measured (``_covered``)."""
+    the rule can pick was measured (``_covered``): those of ``head_tile_rows`` when given (fit rows of a later
+    kernel version's head-tile sweep, ``main``'s ``--head-tiles``), else of ``df_fit``."""
     from splitlab.devices import get as get_device
 
     rows = df_fit[df_fit["kind"] == kind]
@@ -193,18 +200,22 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     if kind == "sparse_mla":
         settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n)
                     for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"]]
+        if head_tile_rows is not None:
+            ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
+            idx = analysis.MeasuredIndex(ht)
         values, score = _grid_search(_covered(idx, kind, dev), kind, settings, dev,
                                      prefer=("narrow_tile", 1.0))
     fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(v) for k, v in values.items()}, kind)
     return fitted, score
 
 
-def fit_all(df: pd.DataFrame) -> dict[str, CostConstants]:
+def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None) -> dict[str, CostConstants]:
     """``fit_family`` for every family in ``df``'s fit rows (``split(df)[0]``; held-out rows are dropped
-    here, before anything reads them)."""
+    here, before anything reads them), sparse MLA's head-tile pass on ``head_tiles``' fit rows when given."""
     fit_rows, _ = split(df)
+    ht = None if head_tiles is None else split(head_tiles)[0]
     kinds = [KINDS[k] for k in sorted(set(fit_rows["kernel"].astype(str)) & set(KINDS))]
-    return {kind: fit_family(fit_rows, kind)[0] for kind in kinds}
+    return {kind: fit_family(fit_rows, kind, head_tile_rows=ht)[0] for kind in kinds}
 
 
 def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None, *,
@@ -299,11 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--confirm", metavar="DIR", action="append", default=[],
                    help="also score the fitted rule on a later sweep of shapes in no fit and no held-out set (e.g. "
                    "data/h200-confirm, the cards' confirm grids); repeatable")
+    p.add_argument("--head-tiles", metavar="DIR",
+                   help="fit sparse MLA's head-tile pass on this sweep's fit shapes (BLOCK_H 16 against the default "
+                   "at every split the rule weighs, on a later kernel version: data/h200-kernel-v4-tiles)")
     a = p.parse_args(argv)
     from splitlab import report, results
 
     df = report.one_per_point(results.load(a.data))
-    fitted = fit_all(df)
+    fitted = fit_all(df, head_tiles=None if a.head_tiles is None else report.one_per_point(results.load(a.head_tiles)))
     for kind, c in fitted.items():
         print(f"{kind}: CostConstants({_fmt(c)})")
     table = shootout(df, fitted)

@@ -108,13 +108,14 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
 # shapes, where replay could not score a rule that picks them.
 #
-# The numbers below are the output of ``python -m splitlab.fit data/h200`` (a grid search minimising the
-# geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on the
-# H200 sweeps under data/h200 (the quick, default and seed grids of the three kernels, 2026-11-29, with the
-# default grids' wave-filling splits added by a resumed session; MLA and sparse MLA on the second kernel
-# version, which gives the MLA constants first fitted on the first; GQA's kernel did not change). Held-out
-# shapes never entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set)
-# score it afterwards.
+# The numbers below are the output of ``python -m splitlab.fit data/h200 --head-tiles data/h200-kernel-v4-tiles``
+# (a grid search minimising the geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of
+# ``splitlab.fit.held_out``), on the H200 sweeps under data/h200 (the quick, default and seed grids of the three
+# kernels, 2026-11-29, with the default grids' wave-filling splits added by a resumed session; MLA and sparse MLA
+# on the second kernel version, which gives the MLA constants first fitted on the first; GQA's kernel did not
+# change), sparse MLA's head-tile pass on a BLOCK_H sweep of the fourth kernel version. Held-out shapes never
+# entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set; data/h200-kernel-v4,
+# the confirm grids' 64/128-head shapes on the fourth version) score it afterwards.
 
 TILE_KEYS = 64
 
@@ -155,12 +156,14 @@ FITTED: dict[str, CostConstants] = {
     # shape has that tile, so these constants did not move); a split costs its partial-row write, the merge
     # launch about 4 tiles;
     # BLOCK_K 64 always (threshold 1e9: never 32; on the first kernel version the fit had 4 x the SMs).
-    # The head tile: a 16-row tile streams a key tile in 0.7 of a 32/64-row tile's time, so BLOCK_H 16 (4x
+    # The head tile: a 16-row tile streams a key tile in 0.9 of the default tile's time, so BLOCK_H 16 (4x
     # the CTAs of 64, and a quarter of the partial rows per split) wins where the wide tile would need many
-    # splits to fill the SMs: few tokens, or top-k 512.
+    # splits to fill the SMs: few tokens, or top-k 512. (0.7 against the third kernel version's 64-row tile;
+    # the fourth runs that tile 0.51-0.94x faster on the H200, kernels.mla_sm90, and the pass was refitted on a
+    # BLOCK_H sweep of it: ``--head-tiles data/h200-kernel-v4-tiles``.)
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0,
                                 combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=1.0,
-                                narrow_tile=0.7),
+                                narrow_tile=0.9),
 }
 
 
