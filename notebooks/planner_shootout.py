@@ -165,7 +165,9 @@ else:
 # gained its sub-wave floor (`lone`; on the third kernel version, whose combine is 0.985x the second's time on
 # average); then `confirm7` (sparse MLA: 24/32/96/128 heads, top-k 640/1792/2048), swept after the 32-row head
 # tile took the wide tile's wave width. MLA and sparse MLA's confirm sweeps were re-measured on the second kernel
-# version (BENCHMARKS.md).
+# version (BENCHMARKS.md). The fourth kernel version (the 64-row MLA tile in Gluon, faster on the H200) has
+# `h200-kernel-v4` (the confirm grids' 64/128-head shapes, re-swept on it) and `confirm8` (sparse MLA: 64/128
+# heads, 2-40 tokens, top-k 1024, both head tiles), swept before the 16-row tile's worth was refitted on it.
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
 # planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 
