@@ -17,14 +17,15 @@ sums cross warpgroups through shared memory on every tile. Here each warpgroup h
     pv (4 warps, 160 registers)    acc[:, Dv/2:] = acc * alpha + P @ V_i[:, Dv/2:]
 
 so tile i + 1 loads while tile i computes, and the softmax warpgroup's QK of tile i + 1 runs on the tensor cores
-beside the PV warpgroup's half of tile i. Shared memory (576/512, bf16): Q 72 KB, two latent tiles 144 KB, P 8 KB,
-alpha and the final row sums 0.5 KB, 7 mbarriers: 230 KB of sm_90's 227 KB opt-in (232448 bytes). The math is
+beside the PV warpgroup's half of tile i. Shared memory (576/512, bf16): Q 72 KiB, two latent tiles 144 KiB, P
+8 KiB, alpha and the final row sums 0.5 KiB, 7 mbarriers: 230256 of sm_90's 232448 opt-in bytes. The math is
 ``mla.softmax_update``'s (base-2 online softmax; ``m_safe`` keeps an empty tile's -inf - -inf out), the split and
 the epilogue ``mla._mla_decode_kernel``'s (an empty split stores zeros and lse -inf).
 
 Scope (``in_scope``): 16-bit q and cache, the tl kernels' default 64-row tile (BLOCK_H 64, BLOCK_N 64, 8 warps,
 2 stages) in either launcher (paged MLA; sparse MLA, whose pool rows are pages of one row and whose index -1
-masks a key), Dv 256 or 512, Dqk - Dv in {0, 64}; on an sm_90 GPU with Triton's Gluon Hopper API (triton 3.6).
+masks a key), Dv 256 or 512, Dqk - Dv in {0, 64}; on an sm_90 GPU with Triton 3.6's Gluon Hopper API (the
+experimental dialect's API changes between releases, so other Triton versions take the tl kernels).
 Elsewhere (other tiles, fp8 caches, the interpreter, other GPUs or Triton versions) the tl kernels run, and
 ``ENABLED = False`` makes them run here too (A/B runs, tests/gpu).
 """
@@ -32,8 +33,11 @@ Elsewhere (other tiles, fp8 caches, the interpreter, other GPUs or Triton versio
 from __future__ import annotations
 
 import torch
+import triton
 
 try:  # Gluon's Hopper API as of triton 3.6; absent or different elsewhere (then the tl kernel runs)
+    if not triton.__version__.startswith("3.6."):
+        raise ImportError(f"Gluon kernels are written for triton 3.6, not {triton.__version__}")
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
