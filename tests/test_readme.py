@@ -46,3 +46,8 @@ def test_readme_fit_command(capsys, monkeypatch):
     assert fit.main(shlex.split(cmd)) == 0
     out = capsys.readouterr().out
     assert "h200-confirm2" in out and "h200-confirm4" in out and "goal_met" in out
+    # The registered rule's constants are what this command fits (planners.native.FITTED says so).
+    from splitlab.planners.native import FITTED
+
+    for kind, c in FITTED.items():
+        assert f"{kind}: CostConstants({fit._fmt(c)})" in out, kind
