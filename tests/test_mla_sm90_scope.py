@@ -1,0 +1,45 @@
+"""Which launches the Gluon 64-row tile (``kernels.mla_sm90``) takes: its scope, and never on the CPU.
+
+The kernel itself is compiled for sm_90a in ``test_compile_sm90.py`` and run on the H200 in ``tests/gpu``."""
+
+import pytest
+import torch
+
+from splitlab.kernels import mla_sm90
+from splitlab.kernels.mla import mla_defaults
+from splitlab.kernels.sparse_mla import sparse_mla_defaults
+
+BF16, FP16, FP32, FP8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
+
+
+def _scope(dtype, kv_dtype, dqk, dv, tile):
+    return mla_sm90.in_scope(dtype, kv_dtype, dqk, dv, tile.block_h, tile.block_n, tile.num_warps, tile.num_stages)
+
+
+@pytest.mark.parametrize("heads", [64, 96, 128, 192])
+def test_default_64_row_tiles_are_in_scope(heads):
+    assert _scope(BF16, BF16, 576, 512, mla_defaults(heads, 576, "bf16"))
+    assert _scope(FP16, FP16, 576, 512, mla_defaults(heads, 576, "fp16"))
+    assert _scope(BF16, BF16, 512, 512, sparse_mla_defaults(heads, 512, "bf16"))  # seed 003's sparse shape
+    assert _scope(BF16, BF16, 576, 512, sparse_mla_defaults(heads, 576, "bf16"))  # DeepSeek-V3.2's
+
+
+@pytest.mark.parametrize("heads", [16, 20, 32])
+def test_narrow_tiles_are_not(heads):
+    assert not _scope(BF16, BF16, 576, 512, mla_defaults(heads, 576, "bf16"))
+
+
+def test_other_dtypes_dims_and_knobs_are_not():
+    tile = mla_defaults(128, 576, "bf16")
+    assert not _scope(BF16, FP8, 576, 512, tile)  # an fp8 cache runs the tl kernel's fp8 x fp8 QK
+    assert not _scope(FP32, FP32, 576, 512, tile)
+    assert not _scope(BF16, FP16, 576, 512, tile)
+    assert not _scope(BF16, BF16, 576, 448, tile)  # Dv not 256 / 512
+    assert not _scope(BF16, BF16, 640, 512, tile)  # Dqk - Dv not 0 / 64
+    assert not _scope(BF16, BF16, 576, 512, mla_defaults(128, 576, "bf16", block_n=32))
+    assert not mla_sm90.in_scope(BF16, BF16, 576, 512, 64, 64, 8, 3)  # an explicit num_stages
+
+
+def test_never_on_the_cpu():
+    q = torch.zeros(2, 128, 576, dtype=BF16)
+    assert not mla_sm90.use_sm90(q, BF16, 576, 512, 64, 64, 8, 2)
