@@ -12,7 +12,13 @@ from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels.gqa import gqa_decode, gqa_launch_facts
-from splitlab.kernels.testing import TOLERANCE, assert_matches_reference, gqa_inputs, rel_err
+from splitlab.kernels.testing import (
+    TOLERANCE,
+    assert_matches_reference,
+    gqa_inputs,
+    poison_unread_pages_,
+    rel_err,
+)
 from splitlab.workloads import DecodeWorkload
 
 
@@ -50,6 +56,19 @@ def test_matches_reference(allocs, dtype, B, Hq, Hkv, D, lens, page_size, S, blo
 def test_custom_scale_and_knobs():
     inp = gqa_inputs(2, 4, 2, 32, [40, 17], page_size=16, dtype=torch.float32, seed=3)
     _check(inp, torch.float32, sm_scale=0.3, num_splits=2, block_n=32, num_warps=2, num_stages=3)
+
+
+@pytest.mark.parametrize("page_size,block_n", [(16, 16), (16, 64), (64, 32)])
+def test_rows_no_request_reads_are_never_read(page_size, block_n):
+    """NaN in every K/V row past a request's end and in every page no request uses changes nothing."""
+    lens = [37, 0, 90]
+    inp = gqa_inputs(3, 8, 2, 32, lens, page_size=page_size, dtype=torch.float32, seed=12)
+    ref = reference.gqa_decode(**inp)
+    for cache in (inp["k_cache"], inp["v_cache"]):
+        poison_unread_pages_(cache, inp["block_table"], lens, page_size)
+    assert torch.isnan(inp["k_cache"]).any()
+    assert torch.equal(reference.gqa_decode(**inp), ref)  # only unread rows were poisoned
+    _check(inp, torch.float32, num_splits=3, block_n=block_n)
 
 
 def test_non_contiguous_views():

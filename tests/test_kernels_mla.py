@@ -20,6 +20,7 @@ from splitlab.kernels.testing import (
     lse_err,
     mla_inputs,
     poison_,
+    poison_unread_pages_,
     quantize_fp8,
     reference_inputs,
     rel_err,
@@ -115,6 +116,19 @@ def test_fp8_workload_inputs():
 def test_page_sizes_give_the_same_answer(page_size):
     inp = mla_inputs(3, 6, 48, [90, 0, 17], page_size=page_size, dtype=torch.float32, seed=11)
     _check(inp, torch.float32, 32, num_splits=2, block_n=16)
+
+
+@pytest.mark.parametrize("page_size,block_n", [(16, 16), (16, 64), (64, 32)])
+def test_rows_no_request_reads_are_never_read(page_size, block_n):
+    """NaN in every cache row past a request's end and in every page no request uses changes nothing: the
+    kernel masks its tails and follows the table (a tile that spans pages, one inside a page)."""
+    lens = [37, 0, 90]
+    inp = mla_inputs(3, 6, 48, lens, page_size=page_size, dtype=torch.float32, seed=12)
+    ref = reference.mla_decode(**inp, head_dim_v=32)
+    poison_unread_pages_(inp["kv_cache"], inp["block_table"], lens, page_size)
+    assert torch.isnan(inp["kv_cache"]).any()
+    assert torch.equal(reference.mla_decode(**inp, head_dim_v=32), ref)  # only unread rows were poisoned
+    _check(inp, torch.float32, 32, num_splits=3, block_n=block_n)
 
 
 def test_block_table_is_followed_not_assumed_contiguous():

@@ -23,6 +23,7 @@ from splitlab.kernels.testing import (
     fp8_query,
     lse_err,
     poison_,
+    poison_unread_slots_,
     quantize_fp8,
     rel_err,
     sparse_mla_inputs,
@@ -91,6 +92,18 @@ def test_whole_tiles_of_invalid_indices():
     idx[3, :-1] = -1  # a single valid candidate, in the last tile
     _check(inp, torch.float32, 32, num_splits=1, block_k=16)
     _check(inp, torch.float32, 32, num_splits=3, block_k=16)
+
+
+def test_rows_no_index_names_are_never_read():
+    """NaN in every pool row that no valid index names (an index of -1 included) changes nothing."""
+    inp = sparse_mla_inputs(4, 5, 48, 70, num_slots=300, invalid_frac=0.3, empty_rows=1, dtype=torch.float32,
+                            seed=13)
+    ref = reference.sparse_mla_decode(**inp, head_dim_v=32)
+    poison_unread_slots_(inp["kv_cache"], inp["indices"])
+    assert torch.isnan(inp["kv_cache"]).any()
+    assert torch.equal(reference.sparse_mla_decode(**inp, head_dim_v=32), ref)  # only unread rows poisoned
+    for s in (1, 3):
+        _check(inp, torch.float32, 32, num_splits=s, block_k=16)
 
 
 def test_every_token_invalid():

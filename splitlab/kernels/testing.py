@@ -125,6 +125,30 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan"))
 
 
+def poison_unread_pages_(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: list[int], page_size: int
+                         ) -> torch.Tensor:
+    """NaN into every row of a paged cache ``[num_pages, page_size, ...]`` that no request reads: the rows past
+    each request's end in its last page, and the pages no request uses. A kernel that reads one (a masked load
+    that is not masked, an unmasked tail) then leaks NaN into its output."""
+    table = block_table.cpu()
+    used = set()
+    for b, n in enumerate(seq_lens):
+        used.update(int(p) for p in table[b, :-(-n // page_size)])
+        if n % page_size:
+            cache[int(table[b, (n - 1) // page_size]), n % page_size:] = float("nan")
+    for p in set(range(cache.shape[0])) - used:
+        cache[p] = float("nan")
+    return cache
+
+
+def poison_unread_slots_(pool: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """NaN into every row of a token pool ``[num_slots, ...]`` that no valid (>= 0) index names."""
+    unread = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
+    unread[indices[indices >= 0].long().to(pool.device)] = False
+    pool[unread] = float("nan")
+    return pool
+
+
 def _gen(seed: int, device: torch.device | str) -> torch.Generator:
     g = torch.Generator(device="cpu")
     g.manual_seed(seed)

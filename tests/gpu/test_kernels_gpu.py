@@ -17,6 +17,8 @@ from splitlab.kernels.testing import (
     gqa_inputs,
     lse_err,
     mla_inputs,
+    poison_unread_pages_,
+    poison_unread_slots_,
     quantize_fp8,
     rel_err,
     sparse_mla_inputs,
@@ -164,12 +166,7 @@ def test_mla_64_row_tile_both_paths(gluon, heads, page_size, lens, num_splits, m
     monkeypatch.setattr(mla_sm90, "ENABLED", gluon)
     x = mla_inputs(len(lens), heads, 576, lens, page_size=page_size, device="cuda", seed=heads + page_size)
     ref = reference.mla_decode(**x, return_lse=True)
-    used = {int(p) for b, n in enumerate(lens) for p in x["block_table"][b, :-(-n // page_size)]}
-    for p in set(range(x["kv_cache"].shape[0])) - used:
-        x["kv_cache"][p] = float("nan")
-    for b, n in enumerate(lens):
-        if n % page_size:
-            x["kv_cache"][int(x["block_table"][b, (n - 1) // page_size]), n % page_size:] = float("nan")
+    poison_unread_pages_(x["kv_cache"], x["block_table"], lens, page_size)
     out, lse = mla_decode(**x, num_splits=num_splits, return_lse=True)
     _check(out, lse, *ref)
     sm90 = torch.cuda.get_device_capability()[0] == 9 and mla_sm90.HAVE_GLUON
@@ -189,9 +186,7 @@ def test_sparse_64_row_tile_both_paths(gluon, heads, dqk, num_splits, monkeypatc
     x = sparse_mla_inputs(7, heads, dqk, 2048, num_slots=20_000, invalid_frac=0.3, empty_rows=1, device="cuda",
                           seed=heads + dqk)
     ref = reference.sparse_mla_decode(**x, return_lse=True)
-    unread = torch.ones(x["kv_cache"].shape[0], dtype=torch.bool, device="cuda")
-    unread[x["indices"][x["indices"] >= 0].long()] = False
-    x["kv_cache"][unread] = float("nan")
+    poison_unread_slots_(x["kv_cache"], x["indices"])
     out, lse = sparse_mla_decode(**x, num_splits=num_splits, block_h=64, block_k=64, return_lse=True)
     _check(out, lse, *ref)
     sm90 = torch.cuda.get_device_capability()[0] == 9 and mla_sm90.HAVE_GLUON
