@@ -35,6 +35,8 @@ from __future__ import annotations
 import torch
 import triton
 
+from splitlab.kernels import _launch as launch_common  # (``_launch`` below is this module's launcher)
+
 try:  # Gluon's Hopper API as of triton 3.6; absent or different elsewhere (then the tl kernel runs)
     if not triton.__version__.startswith("3.6."):
         raise ImportError(f"Gluon kernels are written for triton 3.6, not {triton.__version__}")
@@ -354,9 +356,7 @@ def use_sm90(q: torch.Tensor, kv_dtype: torch.dtype, head_dim_qk: int, head_dim_
              num_warps: int, num_stages: int) -> bool:
     """Whether ``mla_decode`` / ``sparse_mla_decode`` launch the Gluon kernel: ``ENABLED``, Gluon's Hopper API,
     not under the interpreter, q on an sm_90 GPU, and ``in_scope``."""
-    from splitlab.kernels import _launch
-
-    if not (ENABLED and HAVE_GLUON) or _launch.INTERPRET or not q.is_cuda:
+    if not (ENABLED and HAVE_GLUON) or launch_common.INTERPRET or not q.is_cuda:
         return False
     return (in_scope(q.dtype, kv_dtype, head_dim_qk, head_dim_v, block_h, block_n, num_warps, num_stages)
             and torch.cuda.get_device_capability(q.device)[0] == 9)

@@ -131,13 +131,12 @@ def poison_unread_pages_(cache: torch.Tensor, block_table: torch.Tensor, seq_len
     each request's end in its last page, and the pages no request uses. A kernel that reads one (a masked load
     that is not masked, an unmasked tail) then leaks NaN into its output."""
     table = block_table.cpu()
-    used = set()
+    unused = torch.ones(cache.shape[0], dtype=torch.bool)
     for b, n in enumerate(seq_lens):
-        used.update(int(p) for p in table[b, :-(-n // page_size)])
+        unused[table[b, :-(-n // page_size)].long()] = False
         if n % page_size:
             cache[int(table[b, (n - 1) // page_size]), n % page_size:] = float("nan")
-    for p in set(range(cache.shape[0])) - used:
-        cache[p] = float("nan")
+    cache[unused.to(cache.device)] = float("nan")
     return cache
 
 
