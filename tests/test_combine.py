@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from splitlab.errors import SplitlabError
+from splitlab.kernels import combine as combine_mod
 from splitlab.kernels import reference
-from splitlab.kernels.combine import combine, combine_grid
+from splitlab.kernels.combine import combine, combine_grid, combine_tile
 from splitlab.kernels.testing import TOLERANCE, lse_err, poison_, rel_err
 
 
@@ -66,8 +67,30 @@ def test_every_split_empty():
 
 
 def test_grid():
-    assert combine_grid(4, 8, 128) == (32, 1)
-    assert combine_grid(4, 8, 512) == (32, 4)
+    assert combine_grid(4, 8, 2, 128) == (32, 1)
+    assert combine_grid(4, 8, 2, 512) == (32, 4)
+    assert combine_grid(64, 128, 2, 512) == (8192, 1)  # enough (row, head) pairs: whole 512-column rows
+
+
+def test_tile_rule():
+    # (BLOCK_S, BLOCK_D, num_warps): BLOCK_D widens while MIN_PROGRAMS programs remain; ~128 partials a thread
+    assert combine_tile(16, 128, 4, 512) == (4, 256, 1)
+    assert combine_tile(64, 128, 2, 512) == (2, 512, 1)
+    assert combine_tile(1, 128, 64, 512) == (64, 128, 2)
+    assert combine_tile(1, 32, 300, 128) == (64, 128, 2)
+    assert combine_tile(4096, 8, 3, 64) == (4, 64, 1)  # never wider than the head dim
+    assert combine_tile(4096, 8, 3, 96) == (4, 128, 1)
+
+
+@pytest.mark.parametrize("rows,heads,splits,dv", [(3, 5, 7, 40), (2, 3, 40, 200), (5, 2, 2, 300)])
+def test_every_tile_shape_merges(monkeypatch, rows, heads, splits, dv):
+    # MIN_PROGRAMS 1 makes tiny shapes take the wide tiles (BLOCK_D up to 512, several warps) that real sizes get
+    monkeypatch.setattr(combine_mod, "MIN_PROGRAMS", 1)
+    assert combine_tile(rows, heads, splits, dv)[1:] in {(64, 1), (256, 4), (512, 1)}  # the tiles meant here
+    po, pl = _partials(rows, heads, splits, dv, seed=dv)
+    out, lse = combine(po, pl)
+    ref, ref_lse = reference.combine(po, pl)
+    assert rel_err(out, ref) <= 1e-6 and lse_err(lse, ref_lse) <= 1e-5
 
 
 def test_rejects_bad_partials():

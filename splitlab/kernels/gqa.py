@@ -201,7 +201,7 @@ def gqa_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
         grid=(w.batch * w.num_kv_heads, num_splits),
         num_splits=num_splits, num_warps=num_warps, num_stages=num_stages,
         block_n=block_n, block_h=d["block_g"],
-        combine_grid=None if num_splits == 1 else combine_grid(w.batch, w.num_q_heads, w.head_dim_v),
+        combine_grid=None if num_splits == 1 else combine_grid(w.batch, w.num_q_heads, num_splits, w.head_dim_v),
     )
 
 

@@ -487,7 +487,7 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
     s = plan_num_splits(w, num_splits, device)
     return LaunchFacts(kernel="mla_decode", grid=(ctas(w, s, block_h=d.block_h),), num_splits=s,
                        num_warps=nw, num_stages=ns, block_n=d.block_n, block_h=d.block_h,
-                       combine_grid=combine_grid(w.batch, w.num_q_heads, w.head_dim_v) if s > 1 else None)
+                       combine_grid=combine_grid(w.batch, w.num_q_heads, s, w.head_dim_v) if s > 1 else None)
 
 
 def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype: torch.dtype,

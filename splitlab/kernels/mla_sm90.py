@@ -8,9 +8,9 @@ wgmma runs as m64n32 per warpgroup, each re-reading the whole Q tile from shared
 sums cross warpgroups through shared memory on every tile. Here each warpgroup has one job (three partitions,
 ``gl.warp_specialize``), and they hand tiles to each other through mbarriers:
 
-    load (4 warps, 96 registers)   Q once; then tile i into buffer i % 2 (cp.async gathers, 16 bytes a copy,
-                                   rows past the split's end or with index -1 zero-filled), once both
-                                   warpgroups below have released that buffer (tile i - 2)
+    load (4 warps, 96 registers)   Q once, in flight with tile 0; then tile i into buffer i % 2 (cp.async
+                                   gathers, 16 bytes a copy, rows past the split's end or with index -1
+                                   zero-filled), once both warpgroups below have released that buffer (tile i - 2)
     softmax (4 warps, 248 regs.)   S = Q . K_i^T as one m64n64 wgmma chain (Q read once a tile), the online
                                    softmax (row reductions inside each warp), P and alpha to shared memory for
                                    the PV warpgroup, then acc[:, :Dv/2] = acc * alpha + P @ V_i[:, :Dv/2]
@@ -236,15 +236,26 @@ if HAVE_GLUON:
         CP_R: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         ROWS_V: gl.constexpr = gl.SliceLayout(1, CP_V)
         ROWS_R: gl.constexpr = gl.SliceLayout(1, CP_R)
-        # Q: rows past num_heads read as 0 and are never stored.
+        # Q (rows past num_heads read as 0 and are never stored) and tile 0 fly together: one memory latency before
+        # the first QK, not two. Q is the older commit group, so waiting down to one group in flight lands it.
         h_v = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_V)
         h_r = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_R)
-        _copy_tile(q_v_smem, q_r_smem, q_base, h_v.to(gl.int64) * q_stride_h, h_v < num_heads,
-                   h_r.to(gl.int64) * q_stride_h, h_r < num_heads, q_stride_d, HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
-        _landed(q_ready)
         off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start, end, SPARSE,
                                                  PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
-        for i in range(n_tiles):
+        _copy_tile(q_v_smem, q_r_smem, q_base, h_v.to(gl.int64) * q_stride_h, h_v < num_heads,
+                   h_r.to(gl.int64) * q_stride_h, h_r < num_heads, q_stride_d, HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
+        async_copy.commit_group()
+        _copy_tile(kv_v_smem.index(0), kv_r_smem.index(0), kv_ptr, off_v, ok_v, off_r, ok_r, kv_stride_d, HEAD_DIM_V,
+                   HEAD_DIM_R, CP_V, CP_R)  # (an empty split: every row masked, nothing read)
+        async_copy.commit_group()
+        async_copy.wait_group(1)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(q_ready)
+        off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start + BLOCK_N, end,
+                                                 SPARSE, PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
+        _landed(kv_ready.index(0))  # (an empty split's arrive is never waited on)
+        for i in range(1, n_tiles):
             buf = i % 2
             mbarrier.wait(kv_free.index(buf), ((i // 2) & 1) ^ 1)  # (a fresh barrier passes parity 1)
             _copy_tile(kv_v_smem.index(buf), kv_r_smem.index(buf), kv_ptr, off_v, ok_v, off_r, ok_r, kv_stride_d,

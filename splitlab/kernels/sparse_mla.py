@@ -201,7 +201,7 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
     return LaunchFacts(kernel="sparse_mla_decode", grid=(n_ctas,), num_splits=s,
                        num_warps=d.num_warps if nw is None else nw, num_stages=d.num_stages,
                        block_k=d.block_n, block_h=bh,
-                       combine_grid=combine_grid(w.batch, w.num_q_heads, w.head_dim_v) if s > 1 else None)
+                       combine_grid=combine_grid(w.batch, w.num_q_heads, s, w.head_dim_v) if s > 1 else None)
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
