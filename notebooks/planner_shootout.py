@@ -167,7 +167,10 @@ else:
 # tile took the wide tile's wave width. MLA and sparse MLA's confirm sweeps were re-measured on the second kernel
 # version (BENCHMARKS.md). The fourth kernel version (the 64-row MLA tile in Gluon, faster on the H200) has
 # `h200-kernel-v4` (the confirm grids' 64/128-head shapes, re-swept on it) and `confirm8` (sparse MLA: 64/128
-# heads, 2-40 tokens, top-k 1024, both head tiles), swept before the 16-row tile's worth was refitted on it.
+# heads, 2-40 tokens, top-k 1024, both head tiles), swept before the 16-row tile's worth was refitted on it. The
+# fifth (a faster merge) has `h200-kernel-v5` (the same shapes again), `h200-kernel-v5-fit` (sparse MLA's fit
+# grids again) and two fresh sparse sets, `confirm9` (top-k 896/1664) and `confirm10` (top-k 1152/1920), both
+# head tiles at every split; the rule's constants did not change with it.
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
 # planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 

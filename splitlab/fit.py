@@ -26,6 +26,10 @@ tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), w
 16-row tile is worth beside it; that pass (``narrow_tile``) is refitted on a BLOCK_H sweep of the fourth version
 (``--head-tiles data/h200-kernel-v4-tiles``, split by ``held_out`` like the rest), and the rule is scored on
 re-sweeps of the confirm grids' 64/128-head shapes (``data/h200-kernel-v4``) and a fresh one (``h200-confirm8``).
+The fifth (a faster merge, BENCHMARKS.md) is scored the same way: those shapes again (``data/h200-kernel-v5``),
+sparse MLA's fit grids again (``data/h200-kernel-v5-fit``; a refit on them is not what ships, see BENCHMARKS.md),
+and fresh sets (``h200-confirm9``, ``h200-confirm10``); its BLOCK_H sweep (``data/h200-kernel-v5-tiles``) gives
+the head-tile pass the same constant as the fourth's.
 """
 
 from __future__ import annotations
@@ -81,9 +85,6 @@ NARROW_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
 #: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
 #: wins ties: no shape of the data may tell it from a threshold beyond its launches.
 BLOCK_K_GRID = (1e9, 0.5, 1.0, 2.0, 4.0)
-#: sparse MLA: a wide (32/64-row) tile's CTA's fixed cost, in key tiles (``CostConstants.fixed_wide``; -1: ``fixed``,
-#: one cost for both tiles, first so that it wins ties).
-FIXED_WIDE_GRID = (-1.0, 2.0, 4.0, 6.0, 8.0, 12.0)
 
 
 def held_out(df: pd.DataFrame) -> pd.Series:
@@ -105,8 +106,7 @@ def _settings(kind: str) -> list[dict]:
     keys = list(GRID)
     combos = [dict(zip(keys, v, strict=True)) for v in itertools.product(*GRID.values())]
     if kind == "sparse_mla":
-        combos = [c | dict(block_k_small_above=t, fixed_wide=f) for c in combos for t in BLOCK_K_GRID
-                  for f in FIXED_WIDE_GRID]
+        combos = [c | dict(block_k_small_above=t) for c in combos for t in BLOCK_K_GRID]
     if kind == "gqa":
         combos = [c | dict(lone=v) for c in combos for v in LONE_GRID]
     return combos
@@ -305,7 +305,6 @@ def _fmt(c: CostConstants) -> str:
     s += f", tail={c.tail:g}" if c.tail != 1.0 else ""
     s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile != 1.0 else ""
     s += f", lone={c.lone:g}" if c.lone >= 0 else ""
-    s += f", fixed_wide={c.fixed_wide:g}" if c.fixed_wide >= 0 else ""
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 

@@ -51,7 +51,8 @@ DEFAULT_DATA = "data/h200"
 #: The planner confirm sweeps of DEFAULT_DATA.
 DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3", "data/h200-confirm4",
                    "data/h200-confirm5", "data/h200-confirm6", "data/h200-confirm7", "data/h200-kernel-v4",
-                   "data/h200-confirm8")
+                   "data/h200-confirm8", "data/h200-kernel-v5", "data/h200-kernel-v5-fit", "data/h200-confirm9",
+                   "data/h200-confirm10")
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
@@ -347,8 +348,8 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
     Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm8, and the fourth
-    kernel version's re-sweep) when
+    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm10, and the fourth
+    and fifth kernel versions' re-sweeps) when
     ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given (e.g.
     ``{"sweep": {"card": "gqa_decode"}}``).
 

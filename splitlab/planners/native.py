@@ -95,30 +95,27 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
 # *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128;
 # and sparse MLA's 32-row tile, 8 warps like its 64-row one: ``wide_tile``) and one for a *narrow* tile (16/32
-# rows: MLA-16/32, sparse BLOCK_H 16, GQA 32/8 and 64/8), FIXED a CTA's start-up and epilogue (FIXED_WIDE, where
-# set, a wide tile's instead: sparse MLA, whose 64-row tile is the Gluon kernel), COMBINE the second launch,
-# COMBINE_PER_SPLIT reading one split's partial rows per SM: every constant is a time in tiles of one CTA, so
-# the rule needs no device bandwidth.
+# rows: MLA-16/32, sparse BLOCK_H 16, GQA 32/8 and 64/8), FIXED a CTA's
+# start-up and epilogue, COMBINE the second launch, COMBINE_PER_SPLIT reading one split's partial rows per
+# SM: every constant is a time in tiles of one CTA, so the rule needs no device bandwidth.
 #
 # Sparse MLA also picks the head tile: its default (BLOCK_H 32/64) or 16, whichever has the lower T(s) over
-# its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``; weighed only when < 1,
-# fitted 1.0 on the fifth kernel version: the rule keeps the default tile) and its c0, P and wave width are those
-# of 16 rows. (A shape of 16 heads has only the 16-row tile.)
+# its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``, fitted: < 1) and its
+# c0, P and wave width are those of 16 rows. (A shape of 16 heads has only the 16-row tile.)
 # Sparse MLA also picks BLOCK_K (Dqk <= 512 only; wider rows keep the kernel's default): 32 once the launch
 # has more than BLOCK_K_SMALL_ABOVE x the SMs in CTAs, else 64 (seed 003's rule has the threshold at 1 x SMs;
 # the fit on the second kernel version's data says never, as the kernel's BLOCK_K A/B did).
 # Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
 # shapes, where replay could not score a rule that picks them.
 #
-# The numbers below are the output of ``python -m splitlab.fit data/h200 --head-tiles data/h200-kernel-v5-tiles``
+# The numbers below are the output of ``python -m splitlab.fit data/h200 --head-tiles data/h200-kernel-v4-tiles``
 # (a grid search minimising the geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of
 # ``splitlab.fit.held_out``), on the H200 sweeps under data/h200 (the quick, default and seed grids of the three
-# kernels, 2026-11-29, with the default grids' wave-filling splits added by a resumed session; MLA on the second
-# kernel version, which gives the MLA constants first fitted on the first; GQA's kernel did not change; sparse MLA
-# on the fifth version), sparse MLA's head-tile pass on a BLOCK_H sweep of the fifth version. Held-out shapes
-# never entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set;
-# data/h200-kernel-v4 and -v5, the confirm grids' 64/128-head shapes on the fourth and fifth versions) score it
-# afterwards.
+# kernels, 2026-11-29, with the default grids' wave-filling splits added by a resumed session; MLA and sparse MLA
+# on the second kernel version, which gives the MLA constants first fitted on the first; GQA's kernel did not
+# change), sparse MLA's head-tile pass on a BLOCK_H sweep of the fourth kernel version. Held-out shapes never
+# entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set; data/h200-kernel-v4,
+# the confirm grids' 64/128-head shapes on the fourth version) score it afterwards.
 
 TILE_KEYS = 64
 
@@ -138,7 +135,6 @@ class CostConstants:
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
     narrow_tile: float = 1.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
-    fixed_wide: float = -1.0  # a wide tile's CTA's fixed cost, in key tiles; < 0: ``fixed`` (one cost for both)
 
 
 FITTED: dict[str, CostConstants] = {
@@ -156,18 +152,18 @@ FITTED: dict[str, CostConstants] = {
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
                          max_splits=256, partial=2.0),
-    # Sparse MLA, refitted on the fifth kernel version's sweeps (the 64-row tile on the Gluon kernel, the faster
-    # merge): one CTA per SM for both tiles; a wide (32/64-row) tile's CTA costs two key tiles of fixed start-up
-    # and epilogue (``fixed_wide``; the narrow 16-row tile none), the merge 0.1 P per split and SM, no partial-row
-    # term; a partly filled last wave half a wave plus its filled part (tail 0.5). BLOCK_K 64 always. The head
-    # tile: the pass on a BLOCK_H sweep of the fifth version (``--head-tiles data/h200-kernel-v5-tiles``) gives no
-    # discount (1.0), so the rule keeps the default tile: on this version the 64-row tile is faster than 16 rows
-    # from about 4 tokens up (1.1-2.4x at 5-36 tokens, ``h200-confirm9``). On the second version's data the fit
-    # had two narrow CTAs per SM, a merge launch of 4 tiles, partial 1, and a 16-row tile at 0.9 (0.7 on the
-    # third); those data are in data/h200-kernel-v2.
-    "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=1, fixed=0.0, combine=0.0,
-                                combine_per_split=0.1, max_splits=64, block_k_small_above=1e9, partial=0.0,
-                                tail=0.5, fixed_wide=2.0),
+    # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``; no fit
+    # shape has that tile, so these constants did not move); a split costs its partial-row write, the merge
+    # launch about 4 tiles;
+    # BLOCK_K 64 always (threshold 1e9: never 32; on the first kernel version the fit had 4 x the SMs).
+    # The head tile: a 16-row tile streams a key tile in 0.9 of the default tile's time, so BLOCK_H 16 (4x
+    # the CTAs of 64, and a quarter of the partial rows per split) wins where the wide tile would need many
+    # splits to fill the SMs: few tokens, or top-k 512. (0.7 against the third kernel version's 64-row tile;
+    # the fourth runs that tile 0.51-0.94x faster on the H200, kernels.mla_sm90, and the pass was refitted on a
+    # BLOCK_H sweep of it: ``--head-tiles data/h200-kernel-v4-tiles``.)
+    "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0,
+                                combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=1.0,
+                                narrow_tile=0.9),
 }
 
 
@@ -198,8 +194,7 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     p = partial_tiles(w, block_h)
     split = num_splits > 1
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
-    fixed = c.fixed + wide * (c.fixed_wide >= 0) * (c.fixed_wide - c.fixed)  # (plain stays plain)
-    return n_waves * (tiles + fixed + split * c.partial * p) + merge
+    return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
 
 
 def wide_tile(w: DecodeWorkload, rows: int) -> bool:
