@@ -66,6 +66,7 @@ if HAVE_GLUON:
     MAXNREG = 168
     PV_REGS = gl.constexpr(160)
     LOADER_REGS = gl.constexpr(96)
+    PART_WARPS = gl.constexpr(PARTITION_WARPS)
 
 if HAVE_GLUON:
 
@@ -179,18 +180,32 @@ if HAVE_GLUON:
         empty = l_o == 0.0
         l_safe = gl.where(empty, 1.0, l_o)
         lse = gl.where(empty, float("-inf"), (m_o + gl.log2(l_safe)) * 0.6931471805599453)
-        _store_half(acc, l_safe, out_row, head_tile, num_heads, out_stride_h, out_stride_d, 0, BLOCK_H, PV_L)
+        # Staged in Q's buffer: the last QK has read it, and only this partition reads Q.
+        _store_half(acc, l_safe, q_v_smem, out_row, head_tile, num_heads, out_stride_h, out_stride_d, 0, BLOCK_H,
+                    PV_L)
         offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, PV_L))
         gl.store(lse_row + offs_h * lse_stride_h, lse, mask=offs_h < num_heads)
 
     @gluon.jit
-    def _store_half(acc, l_safe, out_row, head_tile, num_heads, out_stride_h, out_stride_d, col0,
+    def _store_half(acc, l_safe, stage, out_row, head_tile, num_heads, out_stride_h, out_stride_d, col0,
                     BLOCK_H: gl.constexpr, layout: gl.constexpr):
-        """``acc / l`` into the output columns ``col0 + [0, acc.shape[1])`` of the tile's head rows."""
-        offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
-        offs_d = col0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
-        gl.store(out_row + offs_h[:, None] * out_stride_h + offs_d[None, :] * out_stride_d,
-                 (acc / l_safe[:, None]).to(out_row.dtype.element_ty), mask=(offs_h < num_heads)[:, None])
+        """``acc / l`` into the output columns ``col0 + [0, acc.shape[1])`` of the tile's head rows, staged
+        through ``stage`` (64 KiB of shared memory no partition reads any more) so that a warp stores whole rows,
+        16 bytes a thread. Stored straight from the wgmma layout, a warp's store would write 8 rows x 32 bytes,
+        and the epilogue took 3-4 us a CTA (globaltimer stamps on the H200). Bytes: BLOCK_H x NCOL x out elt."""
+        out_dtype: gl.constexpr = out_row.dtype.element_ty
+        NCOL: gl.constexpr = acc.shape[1]
+        VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
+        buf = stage._reinterpret(out_dtype, [BLOCK_H, NCOL],
+                                 gl.SwizzledSharedLayout(vec=VEC, per_phase=1, max_phase=8, order=[1, 0]))
+        buf.store((acc / l_safe[:, None]).to(out_dtype))
+        gl.thread_barrier()
+        ROW_L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [PART_WARPS, 1], [1, 0])
+        vals = buf.load(ROW_L)
+        offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROW_L))
+        offs_d = col0 + gl.arange(0, NCOL, layout=gl.SliceLayout(0, ROW_L))
+        gl.store(out_row + offs_h[:, None] * out_stride_h + offs_d[None, :] * out_stride_d, vals,
+                 mask=(offs_h < num_heads)[:, None])
 
     # The two worker partitions share one signature (Gluon's rule): the tile's geometry and addresses as scalars.
 
@@ -219,8 +234,10 @@ if HAVE_GLUON:
             mbarrier.arrive(kv_free.index(buf))
         mbarrier.wait(epi, 0)
         l_o = l_smem.load(gl.SliceLayout(1, PV_L))
-        _store_half(acc, gl.where(l_o == 0.0, 1.0, l_o), out_row, head_tile, num_heads, out_stride_h, out_stride_d,
-                    HALF, BLOCK_H, PV_L)
+        # Staged in the last tile's buffer (1 when there was none; the loader zero-fills buffer 0 for an empty
+        # split): the softmax partition's last PV is done once ``epi`` has passed, and nothing loads after it.
+        _store_half(acc, gl.where(l_o == 0.0, 1.0, l_o), kv_v_smem.index((n_tiles + 1) % 2), out_row, head_tile,
+                    num_heads, out_stride_h, out_stride_d, HALF, BLOCK_H, PV_L)
 
     @gluon.jit
     def _part_load(bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k, kv_ptr,
