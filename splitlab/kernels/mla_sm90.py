@@ -189,21 +189,28 @@ if HAVE_GLUON:
     @gluon.jit
     def _store_half(acc, l_safe, stage, out_row, head_tile, num_heads, out_stride_h, out_stride_d, col0,
                     BLOCK_H: gl.constexpr, layout: gl.constexpr):
-        """``acc / l`` into the output columns ``col0 + [0, acc.shape[1])`` of the tile's head rows, staged
-        through ``stage`` (64 KiB of shared memory no partition reads any more) so that a warp stores whole rows,
-        16 bytes a thread. Stored straight from the wgmma layout, a warp's store would write 8 rows x 32 bytes,
-        and the epilogue took 3-4 us a CTA (globaltimer stamps on the H200). Bytes: BLOCK_H x NCOL x out elt."""
+        """``acc / l`` into the output columns ``col0 + [0, acc.shape[1])`` of the tile's head rows. Bytes:
+        BLOCK_H x NCOL x out elt. From the wgmma layout a warp's store writes 8 rows x 4 threads x 2 elements: 32
+        bytes a row in fp32 (the partials: whole sectors), 16 in bf16 / fp16 (the unsplit output: half sectors).
+        A 16-bit output is therefore staged through ``stage`` (64 KiB of shared memory no partition reads any
+        more) and stored as whole rows, 16 bytes a thread: 0.88x the decode's time at MLA-128 B=64 1K, one split,
+        0.94x at sparse 64 heads, 128 tokens; staging fp32 partials too was 0.98-1.04x (``store_ab.csv``)."""
         out_dtype: gl.constexpr = out_row.dtype.element_ty
         NCOL: gl.constexpr = acc.shape[1]
-        VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
-        buf = stage._reinterpret(out_dtype, [BLOCK_H, NCOL],
-                                 gl.SwizzledSharedLayout(vec=VEC, per_phase=1, max_phase=8, order=[1, 0]))
-        buf.store((acc / l_safe[:, None]).to(out_dtype))
-        gl.thread_barrier()
-        ROW_L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [PART_WARPS, 1], [1, 0])
-        vals = buf.load(ROW_L)
-        offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROW_L))
-        offs_d = col0 + gl.arange(0, NCOL, layout=gl.SliceLayout(0, ROW_L))
+        vals = (acc / l_safe[:, None]).to(out_dtype)
+        if out_dtype.primitive_bitwidth == 32:
+            offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+            offs_d = col0 + gl.arange(0, NCOL, layout=gl.SliceLayout(0, layout))
+        else:
+            VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
+            buf = stage._reinterpret(out_dtype, [BLOCK_H, NCOL],
+                                     gl.SwizzledSharedLayout(vec=VEC, per_phase=1, max_phase=8, order=[1, 0]))
+            buf.store(vals)
+            gl.thread_barrier()
+            ROW_L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [PART_WARPS, 1], [1, 0])
+            vals = buf.load(ROW_L)
+            offs_h = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROW_L))
+            offs_d = col0 + gl.arange(0, NCOL, layout=gl.SliceLayout(0, ROW_L))
         gl.store(out_row + offs_h[:, None] * out_stride_h + offs_d[None, :] * out_stride_d, vals,
                  mask=(offs_h < num_heads)[:, None])
 
