@@ -28,7 +28,8 @@ def _combine_kernel(
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     # One program per (row, head, slice of BLOCK_D output columns).
-    # Bytes: reads num_splits * 4 (lse) + num_splits * BLOCK_D * 4 (partials); writes BLOCK_D * out elt.
+    # Bytes: reads num_splits * 4 (lse) + num_splits * BLOCK_D * partial elt (4, or 2 for MLA's 16-bit partials);
+    # writes BLOCK_D * out elt.
     pid = tl.program_id(0)
     row = pid // num_heads
     head = pid % num_heads
@@ -48,7 +49,7 @@ def _combine_kernel(
         in_range = offs_s < num_splits
         lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=in_range, other=float("-inf"))
         po = tl.load(po_base + offs_s[:, None] * po_stride_s + offs_d[None, :] * po_stride_d,
-                     mask=in_range[:, None] & mask_d[None, :], other=0.0)
+                     mask=in_range[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
         live = lse_s > float("-inf")
         m_new = tl.maximum(m, tl.max(lse_s, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -99,13 +100,14 @@ def combine_grid(rows: int, heads: int, splits: int, head_dim_v: int) -> tuple[i
 def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, lse: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge ``partial_out [rows, heads, S, Dv]`` (fp32) and ``partial_lse [rows, heads, S]`` (fp32,
+    """Merge ``partial_out [rows, heads, S, Dv]`` (fp32, or fp16 / bf16, read as fp32) and ``partial_lse
+    [rows, heads, S]`` (fp32,
     natural log, -inf for an empty split) into ``(out [rows, heads, Dv], lse [rows, heads])``.
 
     ``out`` defaults to a new tensor of ``out_dtype`` (fp32 if not given); a row whose splits are all
     empty comes out all zero with ``lse = -inf``.
     """
-    check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32,))
+    check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32, torch.float16, torch.bfloat16))
     check_tensor("partial_lse", partial_lse, 3, dtypes=(torch.float32,), device=partial_out.device)
     rows, heads, splits, dv = partial_out.shape
     if tuple(partial_lse.shape) != (rows, heads, splits):

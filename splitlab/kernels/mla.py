@@ -490,17 +490,24 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
                        combine_grid=combine_grid(w.batch, w.num_q_heads, s, w.head_dim_v) if s > 1 else None)
 
 
+#: Split launches store their partial outputs in the output's dtype when it is 16-bit (fp32 otherwise). Off: fp32
+#: partials always (for A/B runs).
+PARTIALS_16BIT = True
+
+
 def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype: torch.dtype,
                   device: torch.device
                   ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], tuple[int, ...]]:
-    """What the partial kernel writes: the final (out, lse) when unsplit, else fp32 partials
-    ``[rows, heads, S, Dv]`` / ``[rows, heads, S]``; with (row, head, split, d) / (row, head, split)
-    strides (split stride 0 when unsplit)."""
+    """What the partial kernel writes: the final (out, lse) when unsplit, else partials ``[rows, heads, S, Dv]``
+    (each normalised by its own softmax sum, in the output's dtype when it is 16-bit: ``PARTIALS_16BIT``) and
+    fp32 lse ``[rows, heads, S]``; with (row, head, split, d) / (row, head, split) strides (split stride 0 when
+    unsplit)."""
     if num_splits == 1:
         out = _launch.alloc(rows, heads, head_dim_v, dtype=dtype, device=device)
         lse = _launch.alloc(rows, heads, dtype=torch.float32, device=device)
         return out, lse, (out.stride(0), out.stride(1), 0, out.stride(2)), (lse.stride(0), lse.stride(1), 0)
-    po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=torch.float32, device=device)
+    partial_dtype = dtype if PARTIALS_16BIT and dtype.itemsize == 2 else torch.float32
+    po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=partial_dtype, device=device)
     pl = _launch.alloc(rows, heads, num_splits, dtype=torch.float32, device=device)
     return po, pl, po.stride(), pl.stride()
 
