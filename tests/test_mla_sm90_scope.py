@@ -43,3 +43,12 @@ def test_other_dtypes_dims_and_knobs_are_not():
 def test_never_on_the_cpu():
     q = torch.zeros(2, 128, 576, dtype=BF16)
     assert not mla_sm90.use_sm90(q, BF16, 576, 512, 64, 64, 8, 2)
+
+
+def test_partial_dtype():
+    # 16-bit partials come only from the Gluon tile (its epilogue stages them into whole rows); the tl kernels,
+    # and every fp32 launch, keep fp32 partials.
+    assert mla_sm90.partial_dtype(torch.bfloat16, True) == (torch.bfloat16 if mla_sm90.PARTIALS_16BIT
+                                                            else torch.float32)
+    assert mla_sm90.partial_dtype(torch.bfloat16, False) == torch.float32
+    assert mla_sm90.partial_dtype(torch.float16, False) == torch.float32

@@ -490,23 +490,17 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
                        combine_grid=combine_grid(w.batch, w.num_q_heads, s, w.head_dim_v) if s > 1 else None)
 
 
-#: Split launches store their partial outputs in the output's dtype when it is 16-bit (fp32 otherwise). Off: fp32
-#: partials always (for A/B runs).
-PARTIALS_16BIT = True
-
-
 def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype: torch.dtype,
-                  device: torch.device
+                  device: torch.device, *, partial_dtype: torch.dtype = torch.float32
                   ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], tuple[int, ...]]:
     """What the partial kernel writes: the final (out, lse) when unsplit, else partials ``[rows, heads, S, Dv]``
-    (each normalised by its own softmax sum, in the output's dtype when it is 16-bit: ``PARTIALS_16BIT``) and
-    fp32 lse ``[rows, heads, S]``; with (row, head, split, d) / (row, head, split) strides (split stride 0 when
-    unsplit)."""
+    of ``partial_dtype`` (each normalised by its own softmax sum; fp32, or 16-bit from the Gluon tile:
+    ``mla_sm90.partial_dtype``) and fp32 lse ``[rows, heads, S]``; with (row, head, split, d) / (row, head,
+    split) strides (split stride 0 when unsplit)."""
     if num_splits == 1:
         out = _launch.alloc(rows, heads, head_dim_v, dtype=dtype, device=device)
         lse = _launch.alloc(rows, heads, dtype=torch.float32, device=device)
         return out, lse, (out.stride(0), out.stride(1), 0, out.stride(2)), (lse.stride(0), lse.stride(1), 0)
-    partial_dtype = dtype if PARTIALS_16BIT and dtype.itemsize == 2 else torch.float32
     po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=partial_dtype, device=device)
     pl = _launch.alloc(rows, heads, num_splits, dtype=torch.float32, device=device)
     return po, pl, po.stride(), pl.stride()
@@ -590,9 +584,11 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
 
     S = f.num_splits
     block_dv, block_dr = padded_dims(Dqk, Dv)
-    o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev)
+    sm90 = mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps, f.num_stages)
+    o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev,
+                                               partial_dtype=mla_sm90.partial_dtype(q.dtype, sm90))
     with device_guard(q):
-        if mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps, f.num_stages):
+        if sm90:
             mla_sm90.launch_paged(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
                                   l_strides, Dv)
             return finish_outputs(o, l, S, q.dtype, return_lse)

@@ -376,6 +376,19 @@ if HAVE_GLUON:
 
 #: Off: ``mla_decode`` always launches the tl kernel (for A/B runs; tests/gpu compares the two paths).
 ENABLED = True
+#: A split launch of this kernel stores its partial outputs in q's (16-bit) dtype, staged into whole rows by the
+#: epilogue (``_store_half``); the combine reads them as fp32. On the H200 (``h200-2026-11-29g/partials_ab.csv``,
+#: graph replay, alternating): 0.85-0.98x the decode's time with fp32 partials at 10 split shapes (MLA-128 B=8 8K,
+#: 8 splits, 54.3 -> 51.2 us; sparse 64 heads, 8 tokens, 16 splits, 21.2 -> 18.0), relative error against fp64
+#: 1.9-2.4e-3 instead of 1.7-2.0e-3. The tl kernels keep fp32 partials (16-bit ones make their 64-row tile spill).
+#: Off: fp32 partials here too (A/B runs).
+PARTIALS_16BIT = True
+
+
+def partial_dtype(dtype: torch.dtype, sm90: bool) -> torch.dtype:
+    """The dtype of a split launch's partial outputs: q's on this kernel (``sm90``, ``PARTIALS_16BIT``), else
+    fp32."""
+    return dtype if sm90 and PARTIALS_16BIT else torch.float32
 
 
 def in_scope(dtype: torch.dtype, kv_dtype: torch.dtype, head_dim_qk: int, head_dim_v: int, block_h: int, block_n: int,
