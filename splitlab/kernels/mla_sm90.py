@@ -191,10 +191,11 @@ if HAVE_GLUON:
                     BLOCK_H: gl.constexpr, layout: gl.constexpr):
         """``acc / l`` into the output columns ``col0 + [0, acc.shape[1])`` of the tile's head rows. Bytes:
         BLOCK_H x NCOL x out elt. From the wgmma layout a warp's store writes 8 rows x 4 threads x 2 elements: 32
-        bytes a row in fp32 (the partials: whole sectors), 16 in bf16 / fp16 (the unsplit output: half sectors).
-        A 16-bit output is therefore staged through ``stage`` (64 KiB of shared memory no partition reads any
-        more) and stored as whole rows, 16 bytes a thread: 0.88x the decode's time at MLA-128 B=64 1K, one split,
-        0.94x at sparse 64 heads, 128 tokens; staging fp32 partials too was 0.98-1.04x (``store_ab.csv``)."""
+        bytes a row in fp32 (whole sectors), 16 in bf16 / fp16 (half sectors). A 16-bit output (the unsplit
+        output; the partials, ``PARTIALS_16BIT``) is therefore staged through ``stage`` (64 KiB of shared memory no
+        partition reads any more) and stored as whole rows, 16 bytes a thread: 0.88x the decode's time at MLA-128
+        B=64 1K, one split, 0.94x at sparse 64 heads, 128 tokens; staging fp32 partials was 0.98-1.04x
+        (``store_ab.csv``, data/bench/h200-2026-11-29g)."""
         out_dtype: gl.constexpr = out_row.dtype.element_ty
         NCOL: gl.constexpr = acc.shape[1]
         vals = (acc / l_safe[:, None]).to(out_dtype)
@@ -377,10 +378,11 @@ if HAVE_GLUON:
 #: Off: ``mla_decode`` always launches the tl kernel (for A/B runs; tests/gpu compares the two paths).
 ENABLED = True
 #: A split launch of this kernel stores its partial outputs in q's (16-bit) dtype, staged into whole rows by the
-#: epilogue (``_store_half``); the combine reads them as fp32. On the H200 (``h200-2026-11-29g/partials_ab.csv``,
-#: graph replay, alternating): 0.85-0.98x the decode's time with fp32 partials at 10 split shapes (MLA-128 B=8 8K,
-#: 8 splits, 54.3 -> 51.2 us; sparse 64 heads, 8 tokens, 16 splits, 21.2 -> 18.0), relative error against fp64
-#: 1.9-2.4e-3 instead of 1.7-2.0e-3. The tl kernels keep fp32 partials (16-bit ones make their 64-row tile spill).
+#: epilogue (``_store_half``); the combine reads them as fp32. An H200 A/B (``partials_ab.csv`` in
+#: data/bench/h200-2026-11-29g, graph replay, alternating) at the 11 split shapes of this tile: 0.85-0.98x the
+#: decode's time with fp32 partials (MLA-128 B=8 8K, 8 splits, 54.3 -> 51.2 us; sparse 64 heads, 8 tokens, 16
+#: splits, 21.2 -> 18.0), relative error against fp64 1.7-2.4e-3 (fp32 partials: 1.7-2.0e-3). The tl kernels keep
+#: fp32 partials: their 64-row tile spills with 16-bit ones, and their 16-row tile gained only 0.95-1.0x.
 #: Off: fp32 partials here too (A/B runs).
 PARTIALS_16BIT = True
 
