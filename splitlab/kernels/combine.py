@@ -75,7 +75,7 @@ MIN_PROGRAMS = 4096
 def combine_tile(rows: int, heads: int, splits: int, head_dim_v: int) -> tuple[int, int, int]:
     """``(BLOCK_S, BLOCK_D, num_warps)`` of a combine launch.
 
-    The merge is a pure stream of fp32 partials, so what decides its speed is how many programs share the SMs
+    The merge is a pure stream of partials, so what decides its speed is how many programs share the SMs
     and how much each one holds in registers. BLOCK_D is the widest of 512 / 256 / 128 columns that still gives
     ``MIN_PROGRAMS`` programs (rows x heads x Dv / BLOCK_D), else 128 (the head dim when narrower); BLOCK_S is up
     to 64 splits a chunk; the warps hold about 128 partials a thread (BLOCK_S x BLOCK_D / 4096, 1 to 8). Chosen

@@ -13,8 +13,8 @@ V part (columns ``[0, Dv)``) and the rest (``[Dv, Dqk)``, the rope columns; abse
 each latent tile is loaded once and serves as K (both parts, ``q . k``) and as V (the V part, ``p @ v``):
 the unique bytes read are one latent row per key. QK and PV are ``tl.dot``; the softmax is online, in
 base 2 (``exp2``), accumulating ``[BLOCK_H, Dv]`` in fp32. ``num_splits == 1`` writes the final output
-and lse directly (no combine launch); otherwise fp32 partials ``[B, H, S, Dv]`` / ``[B, H, S]`` are
-merged by ``splitlab.kernels.combine``.
+and lse directly (no combine launch); otherwise partials ``[B, H, S, Dv]`` (fp32; bf16 / fp16 from the Gluon
+tile, ``mla_sm90.PARTIALS_16BIT``) and fp32 lse ``[B, H, S]`` are merged by ``splitlab.kernels.combine``.
 
 The tile math (Q load, latent-row load, the online-softmax update of one tile, the epilogue) is in
 ``@triton.jit`` helpers that ``sparse_mla`` reuses; only the address of the rows differs (a paged
@@ -351,7 +351,7 @@ def store_head_tile(acc, m_i, l_i, v_scale, out_row_ptr, lse_row_ptr, offs_h, ma
                     out_stride_h, out_stride_d, lse_stride_h,
                     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, KV_FP8: tl.constexpr):
     """Normalise and store one head tile: ``out = acc / l``, times ``v_scale`` for an fp8 cache (its
-    dequantisation scale; cast to the output's dtype: the final output when unsplit, fp32 partials
+    dequantisation scale; cast to the output's dtype: the final output when unsplit, the partials
     otherwise) and ``lse = ln(sum exp)``; a tile that saw no key stores zeros and ``lse = -inf``. Bytes:
     BLOCK_H * (Dv * out elt + 4)."""
     empty = l_i == 0.0
@@ -430,7 +430,7 @@ def _mla_decode_kernel(
                                        HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
                                        q_ptr.dtype.element_ty)
 
-    # Final output (out_stride_s == 0 when unsplit) or this split's fp32 partial.
+    # Final output (out_stride_s == 0 when unsplit) or this split's partial (fp32 from this kernel).
     store_head_tile(acc, m_i, l_i, v_scale,
                     out_ptr + b.to(tl.int64) * out_stride_b + split * out_stride_s,
                     lse_ptr + b.to(tl.int64) * lse_stride_b + split * lse_stride_s,

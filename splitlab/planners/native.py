@@ -88,7 +88,9 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # where P (``partial_tiles``) is one split's partial output (tile rows x Dv fp32, plus the lse) in key tiles of
 # the same program's KV reads: a physical ratio, not fitted (0.06 for GQA 32/8, 2 for MQA-128's 128 rows, 1.8
 # for an MLA BLOCK_H 64 tile). It is what makes many splits costly when the tile has many rows: a split
-# writes, and the merge reads back, as many bytes as it streamed.
+# writes, and the merge reads back, as many bytes as it streamed. (Since kernel version 6 the Gluon 64-row MLA
+# tile writes bf16 partials, half of P's bytes; the constants were fitted on fp32 partials and are kept until a
+# sweep of version 6 refits them: BENCHMARKS.md, sixth version.)
 #
 # and ``num_splits = argmin T(s)`` over the powers of two and the wave-filling split counts (``floor(m * SMs /
 # c0)``, m = 1..8: ``waves.wave_fill_splits``) s <= min(MAX_SPLITS, ceil(L / MIN_KEYS_PER_SPLIT)), ties to
