@@ -170,7 +170,9 @@ else:
 # heads, 2-40 tokens, top-k 1024, both head tiles), swept before the 16-row tile's worth was refitted on it. The
 # fifth (a faster merge) has `h200-kernel-v5` (the same shapes again), `h200-kernel-v5-fit` (sparse MLA's fit
 # grids again) and two fresh sparse sets, `confirm9` (top-k 896/1664) and `confirm10` (top-k 1152/1920), both
-# head tiles at every split; the rule's constants did not change with it.
+# head tiles at every split; the rule's constants did not change with it. The sixth (the Gluon tile's split
+# launches write bf16 partials) has `h200-kernel-v6` (the same shapes again) and `h200-kernel-v6-tiles` (sparse
+# BLOCK_H 16 against 64 at every split); the rule is scored on them, not refitted.
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
 # planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 

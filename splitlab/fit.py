@@ -29,7 +29,9 @@ re-sweeps of the confirm grids' 64/128-head shapes (``data/h200-kernel-v4``) and
 The fifth (a faster merge, BENCHMARKS.md) is scored the same way: those shapes again (``data/h200-kernel-v5``),
 sparse MLA's fit grids again (``data/h200-kernel-v5-fit``; a refit on them is not what ships, see BENCHMARKS.md),
 and fresh sets (``h200-confirm9``, ``h200-confirm10``); its BLOCK_H sweep (``data/h200-kernel-v5-tiles``) gives
-the head-tile pass the same constant as the fourth's.
+the head-tile pass the same constant as the fourth's. The sixth (the Gluon tile's bf16 partials) is scored on the
+64/128-head shapes again (``data/h200-kernel-v6``) and its BLOCK_H sweep (``data/h200-kernel-v6-tiles``), where
+sparse MLA's rule falls behind (BENCHMARKS.md); the rule is not refitted on them yet.
 """
 
 from __future__ import annotations

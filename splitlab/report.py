@@ -52,7 +52,7 @@ DEFAULT_DATA = "data/h200"
 DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3", "data/h200-confirm4",
                    "data/h200-confirm5", "data/h200-confirm6", "data/h200-confirm7", "data/h200-kernel-v4",
                    "data/h200-confirm8", "data/h200-kernel-v5", "data/h200-kernel-v5-fit", "data/h200-confirm9",
-                   "data/h200-confirm10")
+                   "data/h200-confirm10", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles")
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
