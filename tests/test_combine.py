@@ -95,8 +95,8 @@ def test_every_tile_shape_merges(monkeypatch, rows, heads, splits, dv):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_16bit_partials(dtype):
-    # MLA's split launches store 16-bit partials (mla.PARTIALS_16BIT); the merge reads them as fp32, so against
-    # the reference on the same rounded values it is as exact as on fp32 partials.
+    # The Gluon MLA tile's split launches store 16-bit partials (mla_sm90.PARTIALS_16BIT); the merge reads them as
+    # fp32, so against the reference on the same rounded values it is as exact as on fp32 partials.
     po, pl = _partials(3, 5, 7, 72, seed=7)
     po16 = po.to(dtype)
     out, lse = combine(po16, pl)

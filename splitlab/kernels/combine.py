@@ -101,8 +101,8 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
             out_dtype: torch.dtype | None = None, lse: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge ``partial_out [rows, heads, S, Dv]`` (fp32, or fp16 / bf16, read as fp32) and ``partial_lse
-    [rows, heads, S]`` (fp32,
-    natural log, -inf for an empty split) into ``(out [rows, heads, Dv], lse [rows, heads])``.
+    [rows, heads, S]`` (fp32, natural log, -inf for an empty split) into ``(out [rows, heads, Dv], lse [rows,
+    heads])``.
 
     ``out`` defaults to a new tensor of ``out_dtype`` (fp32 if not given); a row whose splits are all
     empty comes out all zero with ``lse = -inf``.

@@ -20,7 +20,9 @@ so tile i + 1 loads while tile i computes, and the softmax warpgroup's QK of til
 beside the PV warpgroup's half of tile i. Shared memory (576/512, bf16): Q 72 KiB, two latent tiles 144 KiB, P
 8 KiB, alpha and the final row sums 0.5 KiB, 7 mbarriers: 230256 of sm_90's 232448 opt-in bytes. The math is
 ``mla.softmax_update``'s (base-2 online softmax; ``m_safe`` keeps an empty tile's -inf - -inf out), the split and
-the epilogue ``mla._mla_decode_kernel``'s (an empty split stores zeros and lse -inf).
+the epilogue ``mla._mla_decode_kernel``'s (an empty split stores zeros and lse -inf), except that a 16-bit
+output, the unsplit result or a split's partials (``PARTIALS_16BIT``), is staged through shared memory that the
+key loop no longer needs (``_store_half``) and stored as whole rows.
 
 Scope (``in_scope``): 16-bit q and cache, the tl kernels' default 64-row tile (BLOCK_H 64, BLOCK_N 64, 8 warps,
 2 stages) in either launcher (paged MLA; sparse MLA, whose pool rows are pages of one row and whose index -1
