@@ -348,8 +348,8 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
     Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm10, and the fourth
-    and fifth kernel versions' re-sweeps) when
+    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm10, and the fourth to
+    sixth kernel versions' re-sweeps) when
     ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given (e.g.
     ``{"sweep": {"card": "gqa_decode"}}``).
 

@@ -491,17 +491,18 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
 
 
 def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype: torch.dtype,
-                  device: torch.device, *, partial_dtype: torch.dtype = torch.float32
+                  device: torch.device, *, sm90: bool = False
                   ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], tuple[int, ...]]:
     """What the partial kernel writes: the final (out, lse) when unsplit, else partials ``[rows, heads, S, Dv]``
-    of ``partial_dtype`` (each normalised by its own softmax sum; fp32, or 16-bit from the Gluon tile:
+    (each normalised by its own softmax sum; fp32, or 16-bit when the Gluon tile writes them, ``sm90``:
     ``mla_sm90.partial_dtype``) and fp32 lse ``[rows, heads, S]``; with (row, head, split, d) / (row, head,
     split) strides (split stride 0 when unsplit)."""
     if num_splits == 1:
         out = _launch.alloc(rows, heads, head_dim_v, dtype=dtype, device=device)
         lse = _launch.alloc(rows, heads, dtype=torch.float32, device=device)
         return out, lse, (out.stride(0), out.stride(1), 0, out.stride(2)), (lse.stride(0), lse.stride(1), 0)
-    po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=partial_dtype, device=device)
+    po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=mla_sm90.partial_dtype(dtype, sm90),
+                       device=device)
     pl = _launch.alloc(rows, heads, num_splits, dtype=torch.float32, device=device)
     return po, pl, po.stride(), pl.stride()
 
@@ -585,8 +586,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     S = f.num_splits
     block_dv, block_dr = padded_dims(Dqk, Dv)
     sm90 = mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps, f.num_stages)
-    o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev,
-                                               partial_dtype=mla_sm90.partial_dtype(q.dtype, sm90))
+    o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev, sm90=sm90)
     with device_guard(q):
         if sm90:
             mla_sm90.launch_paged(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,

@@ -374,7 +374,7 @@ if HAVE_GLUON:
             (_part_load, (bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k,
                           kv_ptr, kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h,
                           out_stride_d, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
-        ], [4, 4], [PV_REGS, LOADER_REGS])  # PARTITION_WARPS each
+        ], [PART_WARPS, PART_WARPS], [PV_REGS, LOADER_REGS])
 
 
 #: Off: ``mla_decode`` always launches the tl kernel (for A/B runs; tests/gpu compares the two paths).

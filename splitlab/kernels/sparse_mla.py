@@ -260,8 +260,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     S = f.num_splits
     block_dv, block_dr = padded_dims(Dqk, Dv)
     sm90 = mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_k, f.num_warps, f.num_stages)
-    o, l, o_strides, l_strides = alloc_outputs(T, H, Dv, S, q.dtype, dev,
-                                               partial_dtype=mla_sm90.partial_dtype(q.dtype, sm90))
+    o, l, o_strides, l_strides = alloc_outputs(T, H, Dv, S, q.dtype, dev, sm90=sm90)
     with device_guard(q):
         if sm90:
             mla_sm90.launch_sparse(f.grid, q, kv_cache, indices, o, l, S, scale * LOG2E, o_strides, l_strides, Dv)
