@@ -82,8 +82,9 @@ GRID = dict(
 #: below the kernel's real knee makes the rule take the fewest splits down to it, where the bandwidth is not yet
 #: saturated, while one above the knee only costs the fill between the two, which streams at full rate anyway.
 LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
-#: sparse MLA: a 16-row head tile's cost per key tile in 32/64-row tiles (1.0, no discount, wins near-ties).
-NARROW_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
+#: sparse MLA: a 16-row head tile's cost per key tile in 32/64-row tiles; 0 (the 16-row tile never weighed) wins
+#: near-ties: the narrow tile must earn its place.
+NARROW_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
 #: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
 #: wins ties: no shape of the data may tell it from a threshold beyond its launches.
 BLOCK_K_GRID = (1e9, 0.5, 1.0, 2.0, 4.0)
@@ -131,7 +132,7 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
     best, _ = idx.oracle(shape)
     worst = max(idx.times[shape].values())
     cands = [(bh, s) for bh in head_tiles(w, c) for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh)]
-    cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c, bh), (n,)) for bh, s in cands])
+    cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c, bh, dev.arch), (n,)) for bh, s in cands])
     pick = np.argmin(cost, axis=0)  # first minimum: ties go to the default tile, then fewer splits (fitted_plan)
     out = np.empty(n)
     for i, (bh, s) in enumerate(cands):
@@ -210,7 +211,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
             ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
             idx = analysis.MeasuredIndex(ht)
         values, score = _grid_search(_covered(idx, kind, dev), kind, settings, dev,
-                                     prefer=("narrow_tile", 1.0))
+                                     prefer=("narrow_tile", 0.0))
     fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(v) for k, v in values.items()}, kind)
     return fitted, score
 
@@ -300,19 +301,28 @@ def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Seq
     return pd.DataFrame(rows)
 
 
+def layered(base: pd.DataFrame, newer: pd.DataFrame) -> pd.DataFrame:
+    """``base``'s rows of the kernels ``newer`` lacks, and all of ``newer``'s: a re-sweep of some kernels on a later
+    kernel version supersedes their older data, and the other kernels keep theirs."""
+    return pd.concat([base[~base["kernel"].isin(set(newer["kernel"]))], newer], ignore_index=True)
+
+
 def _fmt(c: CostConstants) -> str:
     s = (f"ctas_per_sm={c.ctas_per_sm}, ctas_per_sm_narrow={c.ctas_per_sm_narrow}, fixed={c.fixed:g}, "
          f"combine={c.combine:g}, combine_per_split={c.combine_per_split:g}, partial={c.partial:g}, "
          f"max_splits={c.max_splits}")
     s += f", tail={c.tail:g}" if c.tail != 1.0 else ""
-    s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile != 1.0 else ""
+    s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile else ""
     s += f", lone={c.lone:g}" if c.lone >= 0 else ""
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
-    p.add_argument("data", nargs="?", default="data/h200")
+    p.add_argument("data", nargs="*", default=["data/h200"],
+                   help="sweep folders: the first, and those after it read together, which replace the first's rows "
+                   "of every kernel they hold (data/h200 data/h200-kernel-v6-fit ...: GQA from data/h200, MLA and "
+                   "sparse MLA from the sixth kernel version's sweeps)")
     p.add_argument("--confirm", metavar="DIR", action="append", default=[],
                    help="also score the fitted rule on a later sweep of shapes in no fit and no held-out set (e.g. "
                    "data/h200-confirm, the cards' confirm grids); repeatable")
@@ -322,7 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     from splitlab import report, results
 
-    df = report.one_per_point(results.load(a.data))
+    df = report.one_per_point(results.load(a.data[0]))
+    if a.data[1:]:
+        df = layered(df, report.one_per_point(results.load(*a.data[1:])))
     fitted = fit_all(df, head_tiles=None if a.head_tiles is None else report.one_per_point(results.load(a.head_tiles)))
     for kind, c in fitted.items():
         print(f"{kind}: CostConstants({_fmt(c)})")

@@ -135,7 +135,7 @@ class CostConstants:
     block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
     partial: float = 0.0  # a split's partial-row write, in units of P
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
-    narrow_tile: float = 1.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles
+    narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles; 0: not weighed
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
 
 
@@ -152,7 +152,7 @@ FITTED: dict[str, CostConstants] = {
                          max_splits=128, partial=0.5, tail=0.5, lone=0.6),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
-    "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.0,
+    "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
                          max_splits=256, partial=2.0),
     # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``; no fit
     # shape has that tile, so these constants did not move); a split costs its partial-row write, the merge
@@ -163,14 +163,15 @@ FITTED: dict[str, CostConstants] = {
     # splits to fill the SMs: few tokens, or top-k 512. (0.7 against the third kernel version's 64-row tile;
     # the fourth runs that tile 0.51-0.94x faster on the H200, kernels.mla_sm90, and the pass was refitted on a
     # BLOCK_H sweep of it: ``--head-tiles data/h200-kernel-v4-tiles``.)
-    "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=4.0,
-                                combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=1.0,
-                                narrow_tile=0.9),
+    "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
+                                combine_per_split=1.0, max_splits=64, block_k_small_above=1e9, partial=2.0),
 }
 
 
-def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, block_h: int | None = None):
-    """``T(s)`` of the fitted rule for ``w`` (at head tile ``block_h``; None: the kernel's default).
+def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, block_h: int | None = None,
+                arch: str = ""):
+    """``T(s)`` of the fitted rule for ``w`` (at head tile ``block_h``; None: the kernel's default) on a device of
+    ``sm_count`` SMs and architecture ``arch`` (which sets the partials' dtype: ``partial_bytes``).
     ``num_splits`` may be an int or a numpy integer array, and the constants numpy arrays (``splitlab.fit``
     evaluates many settings at once); plain Python otherwise."""
     c0 = waves.ctas(w, 1, block_h=block_h)
@@ -191,9 +192,10 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
-    if w.kind == "sparse_mla" and rows <= 16:
-        tiles = tiles * c.narrow_tile  # a 16-row tile (4 warps) streams a key tile faster than 32/64-row ones
-    p = partial_tiles(w, block_h)
+    if w.kind == "sparse_mla" and rows <= 16 and rows < tile_rows(w):  # a narrower tile than the default
+        # a 16-row tile (4 warps) streams a key tile in NARROW of a 32/64-row tile's time; NARROW 0: never taken
+        tiles = tiles * c.narrow_tile + (c.narrow_tile <= 0) * 1e30
+    p = partial_tiles(w, block_h, arch)
     split = num_splits > 1
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
     return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
@@ -223,11 +225,28 @@ def tile_rows(w: DecodeWorkload, block_h: int | None = None) -> int:
     return waves.default_block_h(w.num_q_heads) if block_h is None else block_h
 
 
-def partial_tiles(w: DecodeWorkload, block_h: int | None = None) -> float:
-    """P: the bytes one split writes (the real query rows of its tile, Dv fp32 values and the lse each) over
-    the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for MLA)."""
+def partial_tiles(w: DecodeWorkload, block_h: int | None = None, arch: str = "") -> float:
+    """P: the bytes one split writes (the real query rows of its tile, Dv values of ``partial_bytes`` and an fp32
+    lse each) over the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for
+    MLA)."""
     rows = w.group if w.kind == "gqa" else min(w.num_q_heads, tile_rows(w, block_h))
-    return rows * (w.head_dim_v + 1) * 4 / (TILE_KEYS * w.key_bytes)
+    return rows * (w.head_dim_v * partial_bytes(w, tile_rows(w, block_h), arch) + 4) / (TILE_KEYS * w.key_bytes)
+
+
+#: The Gluon tile's scope (``kernels.mla_sm90.in_scope``, restated in plain numbers for the planner, which imports
+#: no torch; ``tests/test_planner_native.py`` holds the two equal): a 16-bit cache, the 64-row head tile, these Dv
+#: and Dqk - Dv, on an sm_90 GPU.
+SM90_TILE_ROWS, SM90_HEAD_DIMS_V, SM90_HEAD_DIMS_R = 64, (256, 512), (0, 64)
+
+
+def partial_bytes(w: DecodeWorkload, rows: int, arch: str) -> int:
+    """Bytes of one partial value a split launch of ``rows``-row tiles writes on ``arch``: 2 where it runs the
+    Gluon tile, which writes its partials in the cache's 16-bit dtype (kernel version 6: ``kernels.mla_sm90``,
+    ``PARTIALS_16BIT``), else 4 (fp32: the tl kernels, GQA's, other GPUs)."""
+    gluon = (w.kind in ("mla", "sparse_mla") and arch == "sm_90" and w.dtype in ("bf16", "fp16")
+             and rows == SM90_TILE_ROWS and w.head_dim_v in SM90_HEAD_DIMS_V
+             and w.head_dim_qk - w.head_dim_v in SM90_HEAD_DIMS_R)
+    return 2 if gluon else 4
 
 
 def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
@@ -241,10 +260,10 @@ def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
 
 
 def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
-    """The head tiles the rule weighs: the kernel's default (None) and, where 16-row tiles are cheaper
-    (``narrow_tile < 1``), the ``narrow_head_tiles``."""
-    cheaper = getattr(c.narrow_tile, "min", lambda: c.narrow_tile)() < 1  # (splitlab.fit: an array)
-    return (None, *narrow_head_tiles(w)) if cheaper else (None,)
+    """The head tiles the rule weighs: the kernel's default (None) and, where the 16-row tile has a cost
+    (``narrow_tile > 0``), the ``narrow_head_tiles``."""
+    weighed = getattr(c.narrow_tile, "max", lambda: c.narrow_tile)() > 0  # (splitlab.fit: an array)
+    return (None, *narrow_head_tiles(w)) if weighed else (None,)
 
 
 def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None,
@@ -278,7 +297,7 @@ def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | N
     best, best_cost = (None, 1), None
     for bh in head_tiles(w, c):
         for s in split_candidates(w, c.max_splits, dev.sm_count, bh):
-            cost = fitted_cost(w, s, dev.sm_count, c, bh)
+            cost = fitted_cost(w, s, dev.sm_count, c, bh, dev.arch)
             if best_cost is None or cost < best_cost:
                 best, best_cost = (bh, s), cost
     bh, s = best
