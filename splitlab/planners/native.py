@@ -269,9 +269,11 @@ def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
 def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None,
                      block_h: int | None = None) -> list[int]:
     """Powers of two, and with ``sm_count`` the wave-filling split counts (``waves.wave_fill_splits``, at head
-    tile ``block_h``), from 1 up to ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``, ascending."""
+    tile ``block_h``), from 1 up to the limit ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``, and the limit
+    itself (one key tile a split: 6 splits of top-k 384, where the powers of two stop at 4, two tiles a split),
+    ascending."""
     limit = max(1, min(max_splits, cdiv(w.keys_per_request, MIN_KEYS_PER_SPLIT[w.kind])))
-    out, s = set(), 1
+    out, s = {limit}, 1
     while s <= limit:
         out.add(s)
         s *= 2
