@@ -62,7 +62,7 @@ from splitlab.planners.registry import Plan
 KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
 HELD_BATCHES = (2, 32)
 HELD_CTX = (4096, 65536)
-HELD_HEADS = {"gqa": (64,), "mla": (32,), "sparse_mla": (32, 64, 96)}
+HELD_HEADS = {"gqa": (64,), "mla": (32,), "sparse_mla": (64, 96)}
 MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}  # the cards' split ranges: nothing beyond was swept
 
 OLD_NAME = "splitlab-v0"
@@ -85,6 +85,8 @@ LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
 #: sparse MLA: a 16-row head tile's cost per key tile in 32/64-row tiles; 0 (the 16-row tile never weighed) wins
 #: near-ties: the narrow tile must earn its place.
 NARROW_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
+#: sparse MLA: the Gluon 64-row tile's cost per key tile in the tl kernel's (1.0, the same, first: wins ties).
+SM90_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
 #: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
 #: wins ties: no shape of the data may tell it from a threshold beyond its launches.
 BLOCK_K_GRID = (1e9, 0.5, 1.0, 2.0, 4.0)
@@ -205,8 +207,8 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
     values, score = _grid_search(idx, kind, _settings(kind), dev, prefer=("tail", 1.0))
     if kind == "sparse_mla":
-        settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n)
-                    for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"]]
+        settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n, sm90_tile=g)
+                    for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"] for g in SM90_GRID]
         if head_tile_rows is not None:
             ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
             idx = analysis.MeasuredIndex(ht)
@@ -314,6 +316,7 @@ def _fmt(c: CostConstants) -> str:
     s += f", tail={c.tail:g}" if c.tail != 1.0 else ""
     s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile else ""
     s += f", lone={c.lone:g}" if c.lone >= 0 else ""
+    s += f", sm90_tile={c.sm90_tile:g}" if c.sm90_tile != 1.0 else ""
     return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
 
 

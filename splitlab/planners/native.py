@@ -137,6 +137,7 @@ class CostConstants:
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
     narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles; 0: not weighed
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
+    sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
 
 
 FITTED: dict[str, CostConstants] = {
@@ -164,7 +165,8 @@ FITTED: dict[str, CostConstants] = {
     # the fourth runs that tile 0.51-0.94x faster on the H200, kernels.mla_sm90, and the pass was refitted on a
     # BLOCK_H sweep of it: ``--head-tiles data/h200-kernel-v4-tiles``.)
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
-                                combine_per_split=1.0, max_splits=64, block_k_small_above=1e9, partial=2.0),
+                                combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=2.0,
+                                narrow_tile=0.8, sm90_tile=0.5),
 }
 
 
@@ -193,8 +195,10 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     per_split = -(-keys // num_splits)  # ceil(L / s)
     tiles = -(-per_split // TILE_KEYS)
     if w.kind == "sparse_mla" and rows <= 16 and rows < tile_rows(w):  # a narrower tile than the default
-        # a 16-row tile (4 warps) streams a key tile in NARROW of a 32/64-row tile's time; NARROW 0: never taken
+        # a 16-row tile (4 warps) streams a key tile in NARROW of a 32/64-row tl tile's time; NARROW 0: never taken
         tiles = tiles * c.narrow_tile + (c.narrow_tile <= 0) * 1e30
+    if sm90_tile_runs(w, rows, arch):
+        tiles = tiles * c.sm90_tile  # the Gluon tile streams a key tile in SM90_TILE of the tl kernel's time
     p = partial_tiles(w, block_h, arch)
     split = num_splits > 1
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
@@ -239,14 +243,18 @@ def partial_tiles(w: DecodeWorkload, block_h: int | None = None, arch: str = "")
 SM90_TILE_ROWS, SM90_HEAD_DIMS_V, SM90_HEAD_DIMS_R = 64, (256, 512), (0, 64)
 
 
+def sm90_tile_runs(w: DecodeWorkload, rows: int, arch: str) -> bool:
+    """Whether a launch of ``rows``-row tiles for ``w`` on ``arch`` runs the Gluon tile (``kernels.mla_sm90``)."""
+    return (w.kind in ("mla", "sparse_mla") and arch == "sm_90" and w.dtype in ("bf16", "fp16")
+            and rows == SM90_TILE_ROWS and w.head_dim_v in SM90_HEAD_DIMS_V
+            and w.head_dim_qk - w.head_dim_v in SM90_HEAD_DIMS_R)
+
+
 def partial_bytes(w: DecodeWorkload, rows: int, arch: str) -> int:
     """Bytes of one partial value a split launch of ``rows``-row tiles writes on ``arch``: 2 where it runs the
     Gluon tile, which writes its partials in the cache's 16-bit dtype (kernel version 6: ``kernels.mla_sm90``,
     ``PARTIALS_16BIT``), else 4 (fp32: the tl kernels, GQA's, other GPUs)."""
-    gluon = (w.kind in ("mla", "sparse_mla") and arch == "sm_90" and w.dtype in ("bf16", "fp16")
-             and rows == SM90_TILE_ROWS and w.head_dim_v in SM90_HEAD_DIMS_V
-             and w.head_dim_qk - w.head_dim_v in SM90_HEAD_DIMS_R)
-    return 2 if gluon else 4
+    return 2 if sm90_tile_runs(w, rows, arch) else 4
 
 
 def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
