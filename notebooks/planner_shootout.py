@@ -28,6 +28,7 @@ kernels: list = []  # kernels to compare; empty means every kernel whose points 
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
 confirm: list = [f"data/h200-confirm{n}" for n in ("", 2, 3, 4, 5, 6, 7)]  # sweeps of shapes in no fit
+newer: list = []  # re-sweeps on a later kernel version: the fit's tables take them over data's rows of their kernels
 
 # %%
 import warnings
@@ -136,15 +137,23 @@ if len(unmeasured):
 # ## splitlab's planner, fitted: held-out shapes against every ported rule
 #
 # `splitlab.fit` fits the few constants of splitlab's wave-cost rule on the *fit* shapes only (held out: batch 2
-# or 32, context 4K or 64K, and one head count per family; `splitlab.fit.held_out`). The ported planners are
-# scored from the data's own choices; the fitted rule (the registered `splitlab`) and the first, unfitted rule
-# (`splitlab-v0`) by `analysis.replay` (the measured point at exactly its plan).
+# or 32, context 4K or 64K, and one or two head counts per family; `splitlab.fit.held_out`). With `newer` (the
+# report passes the sixth kernel version's re-sweeps of every family's fit grids, `data/h200-kernel-v6-fit`, and
+# of 64/128-head sparse and MLA shapes), those take the place of `data`'s rows of the kernels they hold, as in the
+# fit. The ported planners are scored from the data's own choices; the fitted rule (the registered `splitlab`) and
+# the first, unfitted rule (`splitlab-v0`) by `analysis.replay` (the measured point at exactly its plan).
 # The goal: held-out geomean <= 1.02 and worst <= 1.10 per kernel, below every ported planner.
 
 # %%
-from splitlab import fit  # noqa: E402
+from splitlab import fit, results  # noqa: E402
 
-fit_table = fit.shootout(df, allow_fake=allow_fake) if len(reg) else pd.DataFrame()
+fit_df = df
+if newer:
+    later = report.one_per_point(results.load(*newer))
+    fit_df = fit.layered(df, later)
+    display(Markdown(f"The fit's tables: {', '.join(sorted(set(later['kernel'])))} from "
+                     f"{', '.join(f'`{p}`' for p in newer)}; the other kernels from `{data}`."))
+fit_table = fit.shootout(fit_df, allow_fake=allow_fake) if len(reg) else pd.DataFrame()
 if len(fit_table):
     display(fit_table.round(3))
     display(Markdown("**Goal on the held-out shapes** (`splitlab` = the fitted rule):"))
@@ -172,7 +181,13 @@ else:
 # grids again) and two fresh sparse sets, `confirm9` (top-k 896/1664) and `confirm10` (top-k 1152/1920), both
 # head tiles at every split; the rule's constants did not change with it. The sixth (the Gluon tile's split
 # launches write bf16 partials) has `h200-kernel-v6` (the same shapes again) and `h200-kernel-v6-tiles` (sparse
-# BLOCK_H 16 against 64 at every split); the rule is scored on them, not refitted.
+# BLOCK_H 16 against 64 at every split), which the refit on the sixth version then read as fit data (with
+# `h200-kernel-v6-fit`, every family's fit grids re-swept); its fresh sets are `confirm11` (batches 13-80, contexts
+# 3K/10K/40K, top-k 384/1408; swept before the refit, read after it, and before the split candidates gained one
+# key tile a split), `confirm12` (contexts 1.5K/5K/28K, top-k 320/704/1216; swept after that: clean for GQA and
+# MLA) and `confirm13` (sparse MLA only, 32-128 heads, top-k 448/960/1600; swept after the sparse refit with 32
+# heads among the fit shapes and the Gluon tile's own key-tile cost). The older sets are of older kernels: the
+# rule now prices the sixth version's bf16 partials, so its scores there are not what it was fitted for.
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
 # planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 

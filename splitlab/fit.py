@@ -6,8 +6,9 @@ shapes are ever passed to the fit:
 - its batch is 2 or 32 (other batches),
 - its context is 4096 or 65536 keys (other contexts; dense kernels only: sparse MLA's context is the
   token pool, fixed at 65536 in the data, and its keys are the top-k),
-- its query-head count is in ``HELD_HEADS[kind]`` (GQA 64 (Llama-3-70B, 64/8), MLA 32, sparse MLA 64; and
-  sparse MLA's 32 and 96 heads, swept later at every head tile: the sparse rule was fitted before them).
+- its query-head count is in ``HELD_HEADS[kind]`` (GQA 64 (Llama-3-70B, 64/8), MLA 32, sparse MLA 64 and 96;
+  sparse MLA's 32 heads were held out too until the refit on the sixth kernel version, which needs them: theirs
+  is the only default tile that is not the Gluon one, so only they price the 16-row tile against the tl kernel).
 
 ``split(df)`` cuts the rows, not just the shapes, so the fit never sees a held-out measurement (not even
 through the oracle).
@@ -20,18 +21,19 @@ three families. A plan whose knobs were not measured scores the shape's *worst* 
 the fit cannot gain by choosing points nobody timed).
 
     python -m splitlab.fit data/h200          # the fitted constants and the fit / held-out table
+    python -m splitlab.fit data/h200 data/h200-kernel-v6-fit data/h200-kernel-v6 data/h200-kernel-v6-tiles
+                                              # the same, each family on its sixth-kernel-version sweeps (README)
 
-**Kernel versions.** The fit data are of the second and third kernel versions. The fourth moved the 64-row head
-tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), which changes what sparse MLA's
-16-row tile is worth beside it; that pass (``narrow_tile``) is refitted on a BLOCK_H sweep of the fourth version
-(``--head-tiles data/h200-kernel-v4-tiles``, split by ``held_out`` like the rest), and the rule is scored on
-re-sweeps of the confirm grids' 64/128-head shapes (``data/h200-kernel-v4``) and a fresh one (``h200-confirm8``).
-The fifth (a faster merge, BENCHMARKS.md) is scored the same way: those shapes again (``data/h200-kernel-v5``),
-sparse MLA's fit grids again (``data/h200-kernel-v5-fit``; a refit on them is not what ships, see BENCHMARKS.md),
-and fresh sets (``h200-confirm9``, ``h200-confirm10``); its BLOCK_H sweep (``data/h200-kernel-v5-tiles``) gives
-the head-tile pass the same constant as the fourth's. The sixth (the Gluon tile's bf16 partials) is scored on the
-64/128-head shapes again (``data/h200-kernel-v6``) and its BLOCK_H sweep (``data/h200-kernel-v6-tiles``), where
-sparse MLA's rule falls behind (BENCHMARKS.md); the rule is not refitted on them yet.
+**Kernel versions.** ``data/h200`` is of the second and third kernel versions. The fourth moved the 64-row head
+tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), the fifth made the merge faster, the
+sixth has that tile write bf16 partials; each was scored on re-sweeps and fresh sets (BENCHMARKS.md). The rule now
+fits on the sixth: every family's fit grids re-swept on it (``data/h200-kernel-v6-fit``) with the 64/128-head
+re-sweeps (``data/h200-kernel-v6``, ``-v6-tiles``), read as one layer that replaces ``data/h200``'s rows of the
+kernels it holds (``layered``; positional folders after the first), split by ``held_out`` like the rest. The cost
+model knows where the Gluon tile runs (``native.sm90_tile_runs``: its bf16 partials, its own key-tile cost), so
+one set of constants serves devices with and without it. Fresh sets swept after the refit: ``h200-confirm12``
+(GQA, MLA), ``h200-confirm13`` (sparse MLA); ``h200-confirm11`` was swept before it and read before its last
+changes.
 """
 
 from __future__ import annotations
@@ -191,9 +193,10 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     """The constants minimising the geomean regret over the shapes of ``df_fit`` of ``kind`` (grid search),
     and every setting's score (``geomean``, ``worst``), best first.
 
-    Sparse MLA's head-tile constant is fitted in a second pass, with the first pass's constants held (the
-    joint grid would be eight times larger): ``narrow_tile`` over ``NARROW_GRID`` and the narrow tiles' CTAs
-    per SM, no discount (1.0) preferred within 0.1%, on the shapes where every head tile and split
+    Sparse MLA's head-tile constants are fitted in a second pass, with the first pass's constants held (the
+    joint grid would be hundreds of times larger): ``narrow_tile`` over ``NARROW_GRID``, ``sm90_tile`` over
+    ``SM90_GRID`` and the narrow tiles' CTAs per SM, the 16-row tile never weighed (0) preferred within 0.1%,
+    on the shapes where every head tile and split
     the rule can pick was measured (``_covered``): those of ``head_tile_rows`` when given (fit rows of a later
     kernel version's head-tile sweep, ``main``'s ``--head-tiles``), else of ``df_fit``."""
     from splitlab.devices import get as get_device

@@ -52,7 +52,11 @@ DEFAULT_DATA = "data/h200"
 DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3", "data/h200-confirm4",
                    "data/h200-confirm5", "data/h200-confirm6", "data/h200-confirm7", "data/h200-kernel-v4",
                    "data/h200-confirm8", "data/h200-kernel-v5", "data/h200-kernel-v5-fit", "data/h200-confirm9",
-                   "data/h200-confirm10", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles")
+                   "data/h200-confirm10", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles", "data/h200-confirm11",
+                   "data/h200-confirm12", "data/h200-confirm13")
+#: The re-sweeps of the current (sixth) kernel version that the fit reads in place of DEFAULT_DATA's rows of the
+#: kernels they hold (``fit.layered``; all three: the fit grids, and the 64/128-head MLA and sparse shapes).
+DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles")
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
@@ -348,9 +352,9 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
     Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm10, and the fourth to
-    sixth kernel versions' re-sweeps) when
-    ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given (e.g.
+    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm13, and the fourth to
+    sixth kernel versions' re-sweeps) and ``newer=DEFAULT_NEWER`` (the sixth version's re-sweeps that the fit
+    reads) when ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given (e.g.
     ``{"sweep": {"card": "gqa_decode"}}``).
 
     Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
@@ -366,6 +370,7 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     # The confirm sweeps belong to the shipped data; another result set gets none.
     shipped = info.path == resolve_data(DEFAULT_DATA)
     confirm = [str(p) for p in map(resolve_data, DEFAULT_CONFIRM) if shipped and p.exists()]
+    newer = [str(p) for p in map(resolve_data, DEFAULT_NEWER) if shipped and p.exists()]
     if info.fake and not allow_fake:
         raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'), not measurements; pass "
                             "--allow-fake (allow_fake=True) to report them anyway, labelled MODELLED")
@@ -392,7 +397,8 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
             nbformat.write(nb, inp)
             declared = papermill.inspect_notebook(str(inp))
             params = {k: v for k, v in dict(data=str(info.path), allow_fake=bool(allow_fake),
-                                            out=str(out / "sweep-runs"), confirm=confirm).items() if k in declared}
+                                            out=str(out / "sweep-runs"), confirm=confirm, newer=newer).items()
+                      if k in declared}
             extra = dict((parameters or {}).get(name, {}))
             unknown = [k for k in extra if k not in declared]
             if unknown:

@@ -1,6 +1,7 @@
 """splitlab.analysis.replay on a hand-made frame, the fit / held-out split, and the fitted planner's plans."""
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -92,9 +93,10 @@ def test_the_planner_returns_valid_plans(w, dev):
     p = planners.plan(w, dev, "splitlab")
     sms = devices.get(dev).sm_count
     assert 1 <= p.num_splits <= FITTED[w.kind].max_splits
-    # a power of two, or a split count that fills whole waves of the launch
+    # a power of two, a split count that fills whole waves of the launch, or one key tile a split
+    limit = min(FITTED[w.kind].max_splits, math.ceil(w.keys_per_request / 64))
     assert p.num_splits & (p.num_splits - 1) == 0 or p.num_splits in waves.wave_fill_splits(
-        w, sms, 1 << 20, block_h=p.block_h)
+        w, sms, 1 << 20, block_h=p.block_h) or p.num_splits == limit
     assert p.block_h in ((None, 16) if w.kind == "sparse_mla" and w.num_q_heads > 16 else (None,))
     assert p.num_splits <= max(1, math.ceil(w.keys_per_request / 64))
     assert p.block_k in ((None,) if w.kind != "sparse_mla" or w.head_dim_qk > 512 else (32, 64))
@@ -108,18 +110,50 @@ def test_the_registered_splitlab_is_the_fitted_rule():
     assert planners.plan(w, "h200", "splitlab").num_splits == 16  # one wave: 8 CTAs x 16 = 128 <= 132
 
 
-def test_the_sparse_rule_picks_the_16_row_head_tile_where_the_wide_one_needs_many_splits():
-    h200 = devices.get("h200")
-    few = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=512).with_(num_q_heads=128)
-    p = fitted_plan(few, h200)  # 32 wide CTAs need 4 splits (and their partial rows); 128 narrow ones fill a wave
-    assert (p.block_h, p.num_splits) == (16, 1)
-    many = few.with_(batch=128, topk=2048)  # 256 wide CTAs: more than a wave without splitting
-    assert fitted_plan(many, h200).block_h is None
+def test_the_sparse_rule_weighs_the_16_row_head_tile_against_the_program_it_would_replace():
+    """A 16-row tile streams a key tile in ``narrow_tile`` of the tl kernel's 32/64-row tile, the Gluon 64-row tile
+    (sm_90, 16-bit pool) in ``sm90_tile`` of it: fitted 0.8 and 0.5, so on the H200 the 16-row tile replaces
+    32-row tiles (32 heads) and, on a GPU without the Gluon tile, 64-row ones, but not the Gluon tile."""
+    h200, mi355x = devices.get("h200"), devices.get("mi355x")
+    w = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=512).with_(num_q_heads=128)
+    assert fitted_plan(w, h200).block_h is None  # the Gluon tile
+    assert fitted_plan(w, mi355x).block_h == 16  # the tl 64-row tile
+    assert fitted_plan(w.with_(num_q_heads=32, batch=1), h200).block_h == 16  # the tl 32-row tile
     # 16 heads: the default tile is already 16 rows; dense kernels never set a head tile
-    assert fitted_plan(few.with_(num_q_heads=16), h200).block_h is None
+    assert fitted_plan(w.with_(num_q_heads=16), h200).block_h is None
     assert fitted_plan(workloads.get("deepseek-v3-mla", batch=1), h200).block_h is None
     # an fp8 pool keeps the default tile (its 64-row tile computes QK in fp8; the fit's data are bf16)
-    assert fitted_plan(few.with_(dtype="fp8_e4m3"), h200).block_h is None
+    assert fitted_plan(w.with_(dtype="fp8_e4m3"), mi355x).block_h is None
+    # narrow_tile 0: the 16-row tile is never weighed
+    off = replace(FITTED["sparse_mla"], narrow_tile=0.0)
+    assert fitted_plan(w.with_(num_q_heads=32, batch=1), h200, off).block_h is None
+
+
+def test_the_gluon_tile_writes_16_bit_partials_and_streams_at_its_own_rate():
+    """P counts the partial dtype's bytes (bf16 where the Gluon tile runs, fp32 elsewhere), and the Gluon tile's
+    key tiles cost ``sm90_tile``: the same workload's cost on sm_90 against a GPU without that tile."""
+    from splitlab.planners.native import fitted_cost, partial_tiles
+
+    w = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=2048).with_(num_q_heads=128)
+    assert partial_tiles(w, None, "sm_90") == pytest.approx(64 * (512 * 2 + 4) / (64 * 512 * 2))
+    assert partial_tiles(w, None, "gfx950") == pytest.approx(64 * (512 * 4 + 4) / (64 * 512 * 2))
+    c = replace(FITTED["sparse_mla"], partial=0.0, combine=0.0, combine_per_split=0.0, sm90_tile=0.5)
+    assert fitted_cost(w, 1, 132, c, None, "sm_90") == pytest.approx(0.5 * fitted_cost(w, 1, 132, c, None, ""))
+
+
+def test_the_split_candidates_end_at_one_key_tile_a_split():
+    from splitlab.planners.native import split_candidates
+
+    w = workloads.get("deepseek-v4-sparse-mla", batch=1, topk=384).with_(num_q_heads=128)  # 6 key tiles
+    assert split_candidates(w, 64) == [1, 2, 4, 6]
+    assert split_candidates(w.with_(topk=4096), 64) == [1, 2, 4, 8, 16, 32, 64]  # capped by max_splits
+
+
+def test_layered_data_replace_a_kernel_s_older_rows():
+    old = pd.DataFrame(dict(kernel=["gqa_decode", "mla_decode"], p50_us=[1.0, 2.0]))
+    new = pd.DataFrame(dict(kernel=["mla_decode"], p50_us=[3.0]))
+    out = fit.layered(old, new)
+    assert sorted(zip(out["kernel"], out["p50_us"], strict=True)) == [("gqa_decode", 1.0), ("mla_decode", 3.0)]
 
 
 def test_goal_compares_a_partial_planner_head_to_head():
@@ -141,8 +175,6 @@ def test_goal_compares_a_partial_planner_head_to_head():
 def test_the_lone_floor_prices_a_narrow_launch_under_one_wave():
     """GQA 32/8 (16-row tiles, three CTAs per SM): a launch under one wave costs max(lone, fill) of a wave; lone
     < 0 keeps the old form (at least one wave); the wide MQA-128 tile ignores lone."""
-    from dataclasses import replace
-
     from splitlab.planners.native import fitted_cost
 
     c = replace(FITTED["gqa"], fixed=0.0, partial=0.0, combine_per_split=0.0, lone=0.6)

@@ -236,10 +236,10 @@ def test_the_launch_takes_the_planners_head_tile_when_it_plans_the_splits():
     from splitlab.kernels.sparse_mla import sparse_mla_launch_facts
     from splitlab.planners import plan
 
-    w = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=512).with_(num_q_heads=128)
+    w = workloads.get("deepseek-v4-sparse-mla", batch=1, topk=384).with_(num_q_heads=32)  # default tile: 32 rows
     p = plan(w, "h200", "splitlab")
     f = sparse_mla_launch_facts(w, device="h200")
     assert p.block_h == 16 and (f.block_h, f.num_splits) == (p.block_h, p.num_splits)
     assert f.ctas == waves.ctas(w, p.num_splits, block_h=16)
-    assert sparse_mla_launch_facts(w, device="h200", block_h=64).block_h == 64  # a given tile wins
-    assert sparse_mla_launch_facts(w, num_splits=2, device="h200").block_h == 64  # no plan: the default tile
+    assert sparse_mla_launch_facts(w, device="h200", block_h=32).block_h == 32  # a given tile wins
+    assert sparse_mla_launch_facts(w, num_splits=2, device="h200").block_h == 32  # no plan: the default tile

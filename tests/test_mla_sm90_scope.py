@@ -52,3 +52,25 @@ def test_partial_dtype():
                                                             else torch.float32)
     assert mla_sm90.partial_dtype(torch.bfloat16, False) == torch.float32
     assert mla_sm90.partial_dtype(torch.float16, False) == torch.float32
+
+
+@pytest.mark.parametrize("kind", ["mla", "sparse_mla"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8_e4m3"])
+@pytest.mark.parametrize("dqk,dv", [(576, 512), (512, 512), (320, 256), (576, 448), (640, 512)])
+@pytest.mark.parametrize("heads", [16, 32, 64, 128])
+def test_the_planner_knows_where_the_gluon_tile_runs(kind, dtype, dqk, dv, heads):
+    """``planners.native.sm90_tile_runs`` (plain numbers: the planner imports no torch) agrees with ``in_scope`` at
+    the kernels' default tile, and ``partial_bytes`` with ``partial_dtype``: 2 bytes where the tile runs."""
+    from splitlab.planners import native
+    from splitlab.workloads import DecodeWorkload
+
+    w = DecodeWorkload(kind, 4, heads, 1, dqk, dv, 65536, page_size=64 if kind == "mla" else 1, dtype=dtype,
+                       topk=2048 if kind == "sparse_mla" else 0)
+    tile = (mla_defaults if kind == "mla" else sparse_mla_defaults)(heads, dqk, dtype)
+    torch_dtype = {"bf16": BF16, "fp16": FP16, "fp8_e4m3": FP8}[dtype]
+    q_dtype = BF16 if dtype == "fp8_e4m3" else torch_dtype  # an fp8 cache takes bf16 queries
+    runs = _scope(q_dtype, torch_dtype, dqk, dv, tile)
+    rows = native.tile_rows(w)
+    assert native.sm90_tile_runs(w, rows, "sm_90") == runs
+    assert not native.sm90_tile_runs(w, rows, "gfx950") and not native.sm90_tile_runs(w, rows, "sm_100")
+    assert native.partial_bytes(w, rows, "sm_90") == mla_sm90.partial_dtype(q_dtype, runs).itemsize

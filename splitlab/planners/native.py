@@ -81,20 +81,21 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 #     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch; with
 #                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave);
 #                  with LONE >= 0 a narrow-tile launch under one wave costs max(LONE, its filled fraction)
-#     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) + FIXED    # each wave streams its split's tiles
-#                              + (s > 1) * PARTIAL * P)                # and writes its fp32 partial rows
+#     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) * RATE + FIXED  # each wave streams its split's tiles
+#                              + (s > 1) * PARTIAL * P)                # and writes its partial rows
 #                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
 #
-# where P (``partial_tiles``) is one split's partial output (tile rows x Dv fp32, plus the lse) in key tiles of
-# the same program's KV reads: a physical ratio, not fitted (0.06 for GQA 32/8, 2 for MQA-128's 128 rows, 1.8
-# for an MLA BLOCK_H 64 tile). It is what makes many splits costly when the tile has many rows: a split
-# writes, and the merge reads back, as many bytes as it streamed. (Since kernel version 6 the Gluon 64-row MLA
-# tile writes bf16 partials, half of P's bytes; the constants were fitted on fp32 partials and are kept until a
-# sweep of version 6 refits them: BENCHMARKS.md, sixth version.)
+# where P (``partial_tiles``) is one split's partial output (tile rows x Dv values, plus the lse) in key tiles of
+# the same program's KV reads: a physical ratio, not fitted (0.06 for GQA 32/8, 2 for MQA-128's 128 rows; for an
+# MLA BLOCK_H 64 tile 1.8 in fp32, 0.9 where the Gluon tile runs, whose partials are bf16: ``partial_bytes``). It
+# is what makes many splits costly when the tile has many rows: a split writes, and the merge reads back, as many
+# bytes as it streamed. RATE is a key tile's cost in the tl kernel's: 1, but SM90_TILE for the Gluon 64-row tile
+# (``sm90_tile_runs``: sm_90, a 16-bit cache) and NARROW for sparse MLA's 16-row tile in place of a wider one.
 #
-# and ``num_splits = argmin T(s)`` over the powers of two and the wave-filling split counts (``floor(m * SMs /
-# c0)``, m = 1..8: ``waves.wave_fill_splits``) s <= min(MAX_SPLITS, ceil(L / MIN_KEYS_PER_SPLIT)), ties to
-# fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
+# and ``num_splits = argmin T(s)`` over the powers of two, the wave-filling split counts (``floor(m * SMs /
+# c0)``, m = 1..8: ``waves.wave_fill_splits``) and the limit itself, s <= min(MAX_SPLITS, ceil(L /
+# MIN_KEYS_PER_SPLIT)) (one key tile a split: top-k 384 has 6 tiles, and 6 splits beat 4 by 1.3x on the H200),
+# ties to fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
 # *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128;
 # and sparse MLA's 32-row tile, 8 warps like its 64-row one: ``wide_tile``) and one for a *narrow* tile (16/32
 # rows: MLA-16/32, sparse BLOCK_H 16, GQA 32/8 and 64/8), FIXED a CTA's
@@ -102,22 +103,24 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # SM: every constant is a time in tiles of one CTA, so the rule needs no device bandwidth.
 #
 # Sparse MLA also picks the head tile: its default (BLOCK_H 32/64) or 16, whichever has the lower T(s) over
-# its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``, fitted: < 1) and its
-# c0, P and wave width are those of 16 rows. (A shape of 16 heads has only the 16-row tile.)
+# its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``, fitted 0.8 of the tl
+# kernel's; 0: never weighed) and its c0, P and wave width are those of 16 rows. With the Gluon tile's SM90_TILE
+# (fitted 0.5) the 16-row tile replaces the tl 32-row tile (32 heads) at every token count, a tl 64-row tile (a
+# GPU without the Gluon kernel) too, and the Gluon tile nowhere. (A shape of 16 heads has only the 16-row tile.)
 # Sparse MLA also picks BLOCK_K (Dqk <= 512 only; wider rows keep the kernel's default): 32 once the launch
 # has more than BLOCK_K_SMALL_ABOVE x the SMs in CTAs, else 64 (seed 003's rule has the threshold at 1 x SMs;
 # the fit on the second kernel version's data says never, as the kernel's BLOCK_K A/B did).
 # Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
 # shapes, where replay could not score a rule that picks them.
 #
-# The numbers below are the output of ``python -m splitlab.fit data/h200 --head-tiles data/h200-kernel-v4-tiles``
-# (a grid search minimising the geomean regret of ``splitlab.analysis.replay`` over the *fit* shapes of
-# ``splitlab.fit.held_out``), on the H200 sweeps under data/h200 (the quick, default and seed grids of the three
-# kernels, 2026-11-29, with the default grids' wave-filling splits added by a resumed session; MLA and sparse MLA
-# on the second kernel version, which gives the MLA constants first fitted on the first; GQA's kernel did not
-# change), sparse MLA's head-tile pass on a BLOCK_H sweep of the fourth kernel version. Held-out shapes never
-# entered the fit; the confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set; data/h200-kernel-v4,
-# the confirm grids' 64/128-head shapes on the fourth version) score it afterwards.
+# The numbers below are the output of ``python -m splitlab.fit data/h200 data/h200-kernel-v6-fit
+# data/h200-kernel-v6 data/h200-kernel-v6-tiles`` (a grid search minimising the geomean regret of
+# ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on H200 sweeps of the sixth
+# kernel version: the quick, default and seed grids of the three kernels re-swept (data/h200-kernel-v6-fit,
+# 2026-11-30), with the 64/128-head MLA and sparse shapes of data/h200-kernel-v6 and -v6-tiles. GQA and MLA return
+# the constants first fitted on data/h200 (the second kernel version). Held-out shapes never entered the fit; the
+# confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set) score it afterwards: h200-confirm12
+# (GQA, MLA) and h200-confirm13 (sparse MLA) were chosen and swept after the rule was final.
 
 TILE_KEYS = 64
 
@@ -135,7 +138,7 @@ class CostConstants:
     block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
     partial: float = 0.0  # a split's partial-row write, in units of P
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
-    narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in 32/64-row tiles; 0: not weighed
+    narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
     sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
 
@@ -152,18 +155,18 @@ FITTED: dict[str, CostConstants] = {
     "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=3, fixed=0.5, combine=0.0, combine_per_split=0.3,
                          max_splits=128, partial=0.5, tail=0.5, lone=0.6),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
-    # for few heads); a split costs twice its partial-row write (written, then read back by the merge).
+    # for few heads); a split costs twice its partial-row write (written, then read back by the merge), the merge
+    # 0.3 P per split and SM (P of the Gluon tile's bf16 partials; 0 when P counted fp32 there).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
                          max_splits=256, partial=2.0),
-    # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``; no fit
-    # shape has that tile, so these constants did not move); a split costs its partial-row write, the merge
-    # launch about 4 tiles;
-    # BLOCK_K 64 always (threshold 1e9: never 32; on the first kernel version the fit had 4 x the SMs).
-    # The head tile: a 16-row tile streams a key tile in 0.9 of the default tile's time, so BLOCK_H 16 (4x
-    # the CTAs of 64, and a quarter of the partial rows per split) wins where the wide tile would need many
-    # splits to fill the SMs: few tokens, or top-k 512. (0.7 against the third kernel version's 64-row tile;
-    # the fourth runs that tile 0.51-0.94x faster on the H200, kernels.mla_sm90, and the pass was refitted on a
-    # BLOCK_H sweep of it: ``--head-tiles data/h200-kernel-v4-tiles``.)
+    # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``); a split
+    # costs twice its partial-row write, the merge nothing more; BLOCK_K 64 always (threshold 1e9: never 32; on
+    # the first kernel version the fit had 4 x the SMs). The head tile: a 16-row tile streams a key tile in 0.8
+    # of the tl 32/64-row tile's time and the Gluon 64-row tile in 0.5 (the fourth kernel version measured it at
+    # 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of the partial rows per split)
+    # replaces the 32-row tile of 32 heads but not the Gluon tile. (Before the sixth version's refit: 0.9
+    # against whichever tile was the default, fitted on 128 heads only, 32 heads held out, which left 32 heads
+    # at few tokens 1.2-1.6x off; merge launch 4 tiles, partial 1, P in fp32.)
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
                                 combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=2.0,
                                 narrow_tile=0.8, sm90_tile=0.5),
@@ -173,7 +176,7 @@ FITTED: dict[str, CostConstants] = {
 def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, block_h: int | None = None,
                 arch: str = ""):
     """``T(s)`` of the fitted rule for ``w`` (at head tile ``block_h``; None: the kernel's default) on a device of
-    ``sm_count`` SMs and architecture ``arch`` (which sets the partials' dtype: ``partial_bytes``).
+    ``sm_count`` SMs and architecture ``arch`` (where the Gluon tile runs: its rate and bf16 partials).
     ``num_splits`` may be an int or a numpy integer array, and the constants numpy arrays (``splitlab.fit``
     evaluates many settings at once); plain Python otherwise."""
     c0 = waves.ctas(w, 1, block_h=block_h)
