@@ -84,7 +84,7 @@ GRID = dict(
 #: below the kernel's real knee makes the rule take the fewest splits down to it, where the bandwidth is not yet
 #: saturated, while one above the knee only costs the fill between the two, which streams at full rate anyway.
 LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
-#: sparse MLA: a 16-row head tile's cost per key tile in 32/64-row tiles; 0 (the 16-row tile never weighed) wins
+#: sparse MLA: a 16-row head tile's cost per key tile in the tl kernel's; 0 (the 16-row tile never weighed) wins
 #: near-ties: the narrow tile must earn its place.
 NARROW_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
 #: sparse MLA: the Gluon 64-row tile's cost per key tile in the tl kernel's (1.0, the same, first: wins ties).

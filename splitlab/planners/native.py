@@ -117,8 +117,9 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # data/h200-kernel-v6 data/h200-kernel-v6-tiles`` (a grid search minimising the geomean regret of
 # ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on H200 sweeps of the sixth
 # kernel version: the quick, default and seed grids of the three kernels re-swept (data/h200-kernel-v6-fit,
-# 2026-11-30), with the 64/128-head MLA and sparse shapes of data/h200-kernel-v6 and -v6-tiles. GQA and MLA return
-# the constants first fitted on data/h200 (the second kernel version). Held-out shapes never entered the fit; the
+# 2026-11-30), with the 64/128-head MLA and sparse shapes of data/h200-kernel-v6 and -v6-tiles. GQA returns the
+# constants first fitted on data/h200 (the second kernel version), MLA too but for the merge per split (0.3 P, P in
+# bf16 where the Gluon tile runs). Held-out shapes never entered the fit; the
 # confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set) score it afterwards: h200-confirm12
 # (GQA, MLA) and h200-confirm13 (sparse MLA) were chosen and swept after the rule was final.
 
@@ -241,7 +242,7 @@ def partial_tiles(w: DecodeWorkload, block_h: int | None = None, arch: str = "")
 
 
 #: The Gluon tile's scope (``kernels.mla_sm90.in_scope``, restated in plain numbers for the planner, which imports
-#: no torch; ``tests/test_planner_native.py`` holds the two equal): a 16-bit cache, the 64-row head tile, these Dv
+#: no torch; ``tests/test_mla_sm90_scope.py`` holds the two equal): a 16-bit cache, the 64-row head tile, these Dv
 #: and Dqk - Dv, on an sm_90 GPU.
 SM90_TILE_ROWS, SM90_HEAD_DIMS_V, SM90_HEAD_DIMS_R = 64, (256, 512), (0, 64)
 
