@@ -237,8 +237,9 @@ def partial_tiles(w: DecodeWorkload, block_h: int | None = None, arch: str = "")
     """P: the bytes one split writes (the real query rows of its tile, Dv values of ``partial_bytes`` and an fp32
     lse each) over the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for
     MLA)."""
-    rows = w.group if w.kind == "gqa" else min(w.num_q_heads, tile_rows(w, block_h))
-    return rows * (w.head_dim_v * partial_bytes(w, tile_rows(w, block_h), arch) + 4) / (TILE_KEYS * w.key_bytes)
+    tile = tile_rows(w, block_h)
+    rows = w.group if w.kind == "gqa" else min(w.num_q_heads, tile)
+    return rows * (w.head_dim_v * partial_bytes(w, tile, arch) + 4) / (TILE_KEYS * w.key_bytes)
 
 
 #: The Gluon tile's scope (``kernels.mla_sm90.in_scope``, restated in plain numbers for the planner, which imports
