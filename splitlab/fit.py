@@ -43,7 +43,6 @@ import itertools
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +52,9 @@ from splitlab import analysis
 from splitlab.devices import DeviceSpec
 from splitlab.planners.native import (
     CostConstants,
-    fitted_block_k,
+    candidates,
     fitted_cost,
-    head_tiles,
+    key_tiles,
     narrow_head_tiles,
     split_candidates,
 )
@@ -89,9 +88,11 @@ LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
 NARROW_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
 #: sparse MLA: the Gluon 64-row tile's cost per key tile in the tl kernel's (1.0, the same, first: wins ties).
 SM90_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
-#: sparse MLA: BLOCK_K 32 once CTAs > this x SMs. 1e9 (never: the kernel's default, 64) comes first so that it
-#: wins ties: no shape of the data may tell it from a threshold beyond its launches.
-BLOCK_K_GRID = (1e9, 0.5, 1.0, 2.0, 4.0)
+#: sparse MLA: a 32-key tile's (BLOCK_K 32) cost in 64-key tiles; 0 (BLOCK_K 32 never weighed) wins near-ties.
+KEY_TILE_GRID = (0.0, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0)
+#: Constants held at their physical values instead of fitted, per family: sparse MLA's split writes its partial
+#: rows once (P) and the merge reads them back once at full bandwidth (1 P per split and SM).
+PHYSICAL = {"sparse_mla": dict(partial=(1.0,), combine_per_split=(1.0,))}
 
 
 def held_out(df: pd.DataFrame) -> pd.Series:
@@ -110,10 +111,8 @@ def split(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _settings(kind: str) -> list[dict]:
-    keys = list(GRID)
-    combos = [dict(zip(keys, v, strict=True)) for v in itertools.product(*GRID.values())]
-    if kind == "sparse_mla":
-        combos = [c | dict(block_k_small_above=t) for c in combos for t in BLOCK_K_GRID]
+    grid = GRID | PHYSICAL.get(kind, {})
+    combos = [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]
     if kind == "gqa":
         combos = [c | dict(lone=v) for c in combos for v in LONE_GRID]
     return combos
@@ -135,31 +134,27 @@ def _log_regret_per_setting(idx: analysis.MeasuredIndex, shape: tuple, kind: str
     w = idx.workload(shape)
     best, _ = idx.oracle(shape)
     worst = max(idx.times[shape].values())
-    cands = [(bh, s) for bh in head_tiles(w, c) for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh)]
-    cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c, bh, dev.arch), (n,)) for bh, s in cands])
-    pick = np.argmin(cost, axis=0)  # first minimum: ties go to the default tile, then fewer splits (fitted_plan)
+    cands = candidates(w, c, dev.sm_count)
+    cost = np.stack([np.broadcast_to(fitted_cost(w, s, dev.sm_count, c, bh, dev.arch, bk), (n,))
+                     for bh, bk, s in cands])
+    pick = np.argmin(cost, axis=0)  # first minimum: ties go to the default tiles, then fewer splits (fitted_plan)
     out = np.empty(n)
-    for i, (bh, s) in enumerate(cands):
+    for i, (bh, bk, s) in enumerate(cands):
         sel = pick == i
-        if not sel.any():
-            continue
-        if kind == "sparse_mla":
-            thr = np.broadcast_to(c.block_k_small_above, (n,))[sel]
-            probe = [(v, fitted_block_k(w, s, dev.sm_count, replace(c, block_k_small_above=v), bh))
-                     for v in set(thr)]
-            times = {v: idx.lookup(shape, Plan("fit", s, block_k=bk, block_h=bh), dev)[1] for v, bk in probe}
-            out[sel] = [math.log((times[v] or worst) / best) for v in thr]
-        else:
-            t = idx.lookup(shape, Plan("fit", s), dev)[1]
+        if sel.any():
+            t = idx.lookup(shape, Plan("fit", s, block_k=bk, block_h=bh), dev)[1]
             out[sel] = math.log((t or worst) / best)
     return out
 
 
 def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], dev: DeviceSpec,
-                 prefer: tuple[str, float]) -> tuple[dict, pd.DataFrame]:
+                 prefer: tuple[str, float], centre: dict[str, Sequence[float]] | None = None
+                 ) -> tuple[dict, pd.DataFrame]:
     """Score every setting (geomean and worst regret over ``idx``'s shapes) and pick: the lowest geomean; among
-    settings within 0.1% of it, those with ``prefer`` (field, value: the simpler model) if any, then the lowest
-    worst case (then, for GQA, the largest ``lone`` floor; then the grid's order)."""
+    settings within 0.1% of it, those with ``prefer`` (field, value: the simpler model) if any; with ``centre``
+    (field: its grid), the one of the lowest mean geomean over its grid neighbours along those fields (the middle
+    of a plateau of ties, not its edge: the fit shapes pin a rate only between two of their breakpoints); then the
+    lowest worst case (then, for GQA, the largest ``lone`` floor; then the grid's order)."""
     c = _arrays(settings, kind)
     logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
     score = pd.DataFrame(settings)
@@ -170,19 +165,46 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     field, value = prefer
     near = near[near[field] == value] if (near[field] == value).any() else near
     order = ["worst", "lone"] if "lone" in near else ["worst"]  # then the largest floor (LONE_GRID)
-    best = near.sort_values(order, ascending=[True, False][:len(order)], kind="stable").iloc[0]
+    ascending = [True, False][:len(order)]
+    if centre:
+        near = near.assign(neighbours=[_neighbours(score, row, list(settings[0]), centre)
+                                       for _, row in near.iterrows()])
+        order, ascending = ["neighbours", *order], [True, *ascending]
+    best = near.sort_values(order, ascending=ascending, kind="stable").iloc[0]
     return {k: best[k] for k in settings[0]}, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
 
-def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec) -> analysis.MeasuredIndex:
+def _neighbours(score: pd.DataFrame, row: pd.Series, fields: list[str], centre: dict[str, Sequence[float]]) -> float:
+    """The mean geomean of ``row``'s neighbours in ``score``: the settings one grid step away along one field of
+    ``centre``, equal in every other field of ``fields``."""
+    same = {f: score[f] == row[f] for f in fields}
+    out = []
+    for f, grid in centre.items():
+        i = list(grid).index(row[f])
+        others = np.logical_and.reduce([same[g] for g in fields if g != f])
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(grid):
+                out.extend(score.loc[others & (score[f] == grid[j]), "geomean"])
+    return float(np.mean(out)) if out else math.inf
+
+
+def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec, tiles: str = "head") -> analysis.MeasuredIndex:
     """``idx`` cut to the shapes on which every (head tile, split count) the rule can pick was measured (at
-    BLOCK_K 64): the head-tile pass is scored there only, since a shape swept at the default head tile alone
-    would score every narrow pick as its worst time and so fit the data's coverage, not the kernel."""
+    BLOCK_K 64; ``tiles="key"``: every (key tile, split count) at the default head tile, on shapes where the rule
+    weighs BLOCK_K 32): the head- and key-tile passes are scored there only, since a shape swept at the default
+    tiles alone would score every other pick as its worst time and so fit the data's coverage, not the kernel."""
+    probe = CostConstants(1, 1, 0.0, 0.0, 0.0, MAX_SPLITS[kind], small_key_tile=1.0)  # weighs BLOCK_K 32 where it can
+
     def covered(shape: tuple) -> bool:
         w = idx.workload(shape)
-        plans = [Plan("fit", s, block_k=None if w.head_dim_qk > 512 else 64, block_h=bh)
-                 for bh in (None, *narrow_head_tiles(w))
-                 for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh)]
+        if tiles == "key":
+            if len(key_tiles(w, probe)) < 2:
+                return False
+            pairs = [(None, bk) for bk in key_tiles(w, probe)]
+        else:
+            pairs = [(bh, None if w.head_dim_qk > 512 else 64) for bh in (None, *narrow_head_tiles(w))]
+        plans = [Plan("fit", s, block_k=bk, block_h=bh) for bh, bk in pairs
+                 for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh, bk)]
         return all(idx.lookup(shape, p, dev)[1] is not None for p in plans)
 
     return idx.only(filter(covered, idx.shapes()))
@@ -210,13 +232,17 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
     values, score = _grid_search(idx, kind, _settings(kind), dev, prefer=("tail", 1.0))
     if kind == "sparse_mla":
-        settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n, sm90_tile=g)
-                    for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"] for g in SM90_GRID]
+        ht_idx = idx
         if head_tile_rows is not None:
             ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
-            idx = analysis.MeasuredIndex(ht)
-        values, score = _grid_search(_covered(idx, kind, dev), kind, settings, dev,
-                                     prefer=("narrow_tile", 0.0))
+            ht_idx = analysis.MeasuredIndex(ht)
+        settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n, sm90_tile=g)
+                    for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"] for g in SM90_GRID]
+        values, score = _grid_search(_covered(ht_idx, kind, dev), kind, settings, dev, prefer=("narrow_tile", 0.0),
+                                     centre=dict(narrow_tile=NARROW_GRID, sm90_tile=SM90_GRID))
+        settings = [values | dict(small_key_tile=k) for k in KEY_TILE_GRID]
+        values, score = _grid_search(_covered(idx, kind, dev, "key"), kind, settings, dev,
+                                     prefer=("small_key_tile", 0.0), centre=dict(small_key_tile=KEY_TILE_GRID))
     fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(v) for k, v in values.items()}, kind)
     return fitted, score
 
@@ -320,7 +346,7 @@ def _fmt(c: CostConstants) -> str:
     s += f", narrow_tile={c.narrow_tile:g}" if c.narrow_tile else ""
     s += f", lone={c.lone:g}" if c.lone >= 0 else ""
     s += f", sm90_tile={c.sm90_tile:g}" if c.sm90_tile != 1.0 else ""
-    return s + (f", block_k_small_above={c.block_k_small_above:g}" if c.block_k_small_above != 1.0 else "")
+    return s + (f", small_key_tile={c.small_key_tile:g}" if c.small_key_tile else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

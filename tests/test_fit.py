@@ -93,13 +93,16 @@ def test_the_planner_returns_valid_plans(w, dev):
     p = planners.plan(w, dev, "splitlab")
     sms = devices.get(dev).sm_count
     assert 1 <= p.num_splits <= FITTED[w.kind].max_splits
-    # a power of two, a split count that fills whole waves of the launch, or one key tile a split
-    limit = min(FITTED[w.kind].max_splits, math.ceil(w.keys_per_request / 64))
+    # a power of two, a split count that fills whole waves of the launch, or one key tile a split (a 64-key tile,
+    # or sparse MLA's 32-key one where the rule took it: 16 heads only)
+    tile = 32 if p.block_k == 32 else 64
+    limit = min(FITTED[w.kind].max_splits, math.ceil(w.keys_per_request / tile))
     assert p.num_splits & (p.num_splits - 1) == 0 or p.num_splits in waves.wave_fill_splits(
         w, sms, 1 << 20, block_h=p.block_h) or p.num_splits == limit
     assert p.block_h in ((None, 16) if w.kind == "sparse_mla" and w.num_q_heads > 16 else (None,))
-    assert p.num_splits <= max(1, math.ceil(w.keys_per_request / 64))
-    assert p.block_k in ((None,) if w.kind != "sparse_mla" or w.head_dim_qk > 512 else (32, 64))
+    assert p.num_splits <= max(1, limit)
+    assert p.block_k in ((None,) if w.kind != "sparse_mla" or w.head_dim_qk > 512 else
+                         (32, 64) if w.num_q_heads <= 16 else (64,))
     assert p == fitted_plan(w, devices.get(dev))
 
 
@@ -112,7 +115,7 @@ def test_the_registered_splitlab_is_the_fitted_rule():
 
 def test_the_sparse_rule_weighs_the_16_row_head_tile_against_the_program_it_would_replace():
     """A 16-row tile streams a key tile in ``narrow_tile`` of the tl kernel's 32/64-row tile, the Gluon 64-row tile
-    (sm_90, 16-bit pool) in ``sm90_tile`` of it: fitted 0.8 and 0.5, so on the H200 the 16-row tile replaces
+    (sm_90, 16-bit pool) in ``sm90_tile`` of it: fitted 0.8 and 0.6, so on the H200 the 16-row tile replaces
     32-row tiles (32 heads) and, on a GPU without the Gluon tile, 64-row ones, but not the Gluon tile."""
     h200, mi355x = devices.get("h200"), devices.get("mi355x")
     w = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=512).with_(num_q_heads=128)
@@ -147,6 +150,38 @@ def test_the_split_candidates_end_at_one_key_tile_a_split():
     w = workloads.get("deepseek-v4-sparse-mla", batch=1, topk=384).with_(num_q_heads=128)  # 6 key tiles
     assert split_candidates(w, 64) == [1, 2, 4, 6]
     assert split_candidates(w.with_(topk=4096), 64) == [1, 2, 4, 8, 16, 32, 64]  # capped by max_splits
+
+
+def test_the_sparse_rule_weighs_block_k_32_at_16_heads_only():
+    """A 32-key tile costs ``small_key_tile`` of a 64-key one and moves the split limit to one 32-key tile a split:
+    worth it only where doubling the splits adds no wave (few tokens), and weighed only at 16 heads, the one head
+    count whose data time BLOCK_K 32 at every split."""
+    from splitlab.planners.native import key_tiles, sm90_tile_runs, split_candidates
+
+    h200 = devices.get("h200")
+    w = workloads.get("deepseek-v4-sparse-mla", batch=2, topk=512).with_(num_q_heads=16)
+    assert split_candidates(w, 64, block_k=32) == [1, 2, 4, 8, 16]  # 16 tiles of 32 keys
+    p = fitted_plan(w, h200)
+    assert (p.block_k, p.num_splits) == (32, 16)  # 32 CTAs of one 32-key tile (8.3 us against 9.7 at 8 x 64)
+    assert fitted_plan(w.with_(batch=256), h200).block_k == 64  # full waves: twice the tiles for the same keys
+    assert fitted_plan(w, h200, replace(FITTED["sparse_mla"], small_key_tile=0.0)).block_k == 64  # never weighed
+    assert key_tiles(w.with_(num_q_heads=128), FITTED["sparse_mla"]) == (64,)
+    assert key_tiles(w.with_(head_dim_qk=576), FITTED["sparse_mla"]) == (None,)  # wider rows: the kernel's own
+    wide = w.with_(num_q_heads=128)
+    assert sm90_tile_runs(wide, 64, "sm_90", 64) and not sm90_tile_runs(wide, 64, "sm_90", 32)  # tl at BLOCK_K 32
+
+
+def test_the_sparse_fit_holds_the_merge_costs_at_their_physical_values():
+    assert {(s["partial"], s["combine_per_split"]) for s in fit._settings("sparse_mla")} == {(1.0, 1.0)}
+    assert len({s["partial"] for s in fit._settings("mla")}) == len(fit.GRID["partial"])
+
+
+def test_ties_go_to_the_middle_of_the_plateau():
+    grid = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9)
+    score = pd.DataFrame(dict(r=grid, geomean=(1.05, 1.02, 1.01, 1.01, 1.01, 1.03)))
+    means = {r: fit._neighbours(score, row, ["r"], dict(r=grid)) for r, (_, row) in zip(grid, score.iterrows(),
+                                                                                       strict=True)}
+    assert min(means, key=means.get) == 0.7  # 0.6 and 0.8 tie it at the best score, but border worse ones
 
 
 def test_layered_data_replace_a_kernel_s_older_rows():

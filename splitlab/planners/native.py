@@ -124,6 +124,7 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # (GQA, MLA) and h200-confirm13 (sparse MLA) were chosen and swept after the rule was final.
 
 TILE_KEYS = 64
+SMALL_TILE_KEYS = 32  # sparse MLA's other key tile (BLOCK_K 32)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class CostConstants:
     combine: float
     combine_per_split: float  # per split and SM, in units of one split's partial rows (P)
     max_splits: int
-    block_k_small_above: float = 1.0  # sparse MLA only: BLOCK_K 32 once CTAs > this x SMs
+    small_key_tile: float = 0.0  # sparse MLA: a BLOCK_K 32 tile's cost in 64-key tiles; 0: never weighed
     partial: float = 0.0  # a split's partial-row write, in units of P
     tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
     narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
@@ -169,15 +170,16 @@ FITTED: dict[str, CostConstants] = {
     # against whichever tile was the default, fitted on 128 heads only, 32 heads held out, which left 32 heads
     # at few tokens 1.2-1.6x off; merge launch 4 tiles, partial 1, P in fp32.)
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
-                                combine_per_split=0.0, max_splits=64, block_k_small_above=1e9, partial=2.0,
-                                narrow_tile=0.8, sm90_tile=0.5),
+                                combine_per_split=1.0, max_splits=64, partial=1.0,
+                                narrow_tile=0.8, sm90_tile=0.6, small_key_tile=0.6),
 }
 
 
 def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, block_h: int | None = None,
-                arch: str = ""):
-    """``T(s)`` of the fitted rule for ``w`` (at head tile ``block_h``; None: the kernel's default) on a device of
-    ``sm_count`` SMs and architecture ``arch`` (where the Gluon tile runs: its rate and bf16 partials).
+                arch: str = "", block_k: int | None = None):
+    """``T(s)`` of the fitted rule for ``w`` (at head tile ``block_h`` and sparse MLA key tile ``block_k``; None: the
+    kernel's defaults) on a device of ``sm_count`` SMs and architecture ``arch`` (where the Gluon tile runs: its
+    rate and bf16 partials).
     ``num_splits`` may be an int or a numpy integer array, and the constants numpy arrays (``splitlab.fit``
     evaluates many settings at once); plain Python otherwise."""
     c0 = waves.ctas(w, 1, block_h=block_h)
@@ -197,13 +199,16 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     lone = (c.lone > fill) * c.lone + (c.lone <= fill) * fill  # max(LONE, fill) (plain stays plain)
     n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
     per_split = -(-keys // num_splits)  # ceil(L / s)
-    tiles = -(-per_split // TILE_KEYS)
+    small = block_k is not None and block_k < TILE_KEYS
+    tiles = -(-per_split // (SMALL_TILE_KEYS if small else TILE_KEYS))
+    if small:  # sparse MLA's BLOCK_K 32: a 32-key tile costs SMALL_KEY_TILE of a 64-key one; 0: never taken
+        tiles = tiles * c.small_key_tile + (c.small_key_tile <= 0) * 1e30
     if w.kind == "sparse_mla" and rows <= 16 and rows < tile_rows(w):  # a narrower tile than the default
         # a 16-row tile (4 warps) streams a key tile in NARROW of a 32/64-row tl tile's time; NARROW 0: never taken
         tiles = tiles * c.narrow_tile + (c.narrow_tile <= 0) * 1e30
-    if sm90_tile_runs(w, rows, arch):
+    if sm90_tile_runs(w, rows, arch, block_k):
         tiles = tiles * c.sm90_tile  # the Gluon tile streams a key tile in SM90_TILE of the tl kernel's time
-    p = partial_tiles(w, block_h, arch)
+    p = partial_tiles(w, block_h, arch, block_k)
     split = num_splits > 1
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
     return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
@@ -233,33 +238,34 @@ def tile_rows(w: DecodeWorkload, block_h: int | None = None) -> int:
     return waves.default_block_h(w.num_q_heads) if block_h is None else block_h
 
 
-def partial_tiles(w: DecodeWorkload, block_h: int | None = None, arch: str = "") -> float:
+def partial_tiles(w: DecodeWorkload, block_h: int | None = None, arch: str = "", block_k: int | None = None) -> float:
     """P: the bytes one split writes (the real query rows of its tile, Dv values of ``partial_bytes`` and an fp32
     lse each) over the bytes of one key tile it reads (TILE_KEYS keys: K and V rows for GQA, one latent row for
     MLA)."""
     tile = tile_rows(w, block_h)
     rows = w.group if w.kind == "gqa" else min(w.num_q_heads, tile)
-    return rows * (w.head_dim_v * partial_bytes(w, tile, arch) + 4) / (TILE_KEYS * w.key_bytes)
+    return rows * (w.head_dim_v * partial_bytes(w, tile, arch, block_k) + 4) / (TILE_KEYS * w.key_bytes)
 
 
 #: The Gluon tile's scope (``kernels.mla_sm90.in_scope``, restated in plain numbers for the planner, which imports
-#: no torch; ``tests/test_mla_sm90_scope.py`` holds the two equal): a 16-bit cache, the 64-row head tile, these Dv
-#: and Dqk - Dv, on an sm_90 GPU.
-SM90_TILE_ROWS, SM90_HEAD_DIMS_V, SM90_HEAD_DIMS_R = 64, (256, 512), (0, 64)
+#: no torch; ``tests/test_mla_sm90_scope.py`` holds the two equal): a 16-bit cache, the 64-row head tile and
+#: 64-key tile, these Dv and Dqk - Dv, on an sm_90 GPU.
+SM90_TILE_ROWS, SM90_TILE_KEYS, SM90_HEAD_DIMS_V, SM90_HEAD_DIMS_R = 64, 64, (256, 512), (0, 64)
 
 
-def sm90_tile_runs(w: DecodeWorkload, rows: int, arch: str) -> bool:
-    """Whether a launch of ``rows``-row tiles for ``w`` on ``arch`` runs the Gluon tile (``kernels.mla_sm90``)."""
+def sm90_tile_runs(w: DecodeWorkload, rows: int, arch: str, block_k: int | None = None) -> bool:
+    """Whether a launch of ``rows``-row tiles (and, sparse MLA, ``block_k``-key tiles; None: the default, 64) for
+    ``w`` on ``arch`` runs the Gluon tile (``kernels.mla_sm90``)."""
     return (w.kind in ("mla", "sparse_mla") and arch == "sm_90" and w.dtype in ("bf16", "fp16")
-            and rows == SM90_TILE_ROWS and w.head_dim_v in SM90_HEAD_DIMS_V
+            and rows == SM90_TILE_ROWS and block_k in (None, SM90_TILE_KEYS) and w.head_dim_v in SM90_HEAD_DIMS_V
             and w.head_dim_qk - w.head_dim_v in SM90_HEAD_DIMS_R)
 
 
-def partial_bytes(w: DecodeWorkload, rows: int, arch: str) -> int:
+def partial_bytes(w: DecodeWorkload, rows: int, arch: str, block_k: int | None = None) -> int:
     """Bytes of one partial value a split launch of ``rows``-row tiles writes on ``arch``: 2 where it runs the
     Gluon tile, which writes its partials in the cache's 16-bit dtype (kernel version 6: ``kernels.mla_sm90``,
     ``PARTIALS_16BIT``), else 4 (fp32: the tl kernels, GQA's, other GPUs)."""
-    return 2 if sm90_tile_runs(w, rows, arch) else 4
+    return 2 if sm90_tile_runs(w, rows, arch, block_k) else 4
 
 
 def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
@@ -280,12 +286,13 @@ def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
 
 
 def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None,
-                     block_h: int | None = None) -> list[int]:
+                     block_h: int | None = None, block_k: int | None = None) -> list[int]:
     """Powers of two, and with ``sm_count`` the wave-filling split counts (``waves.wave_fill_splits``, at head
     tile ``block_h``), from 1 up to the limit ``min(max_splits, ceil(L / MIN_KEYS_PER_SPLIT))``, and the limit
     itself (one key tile a split: 6 splits of top-k 384, where the powers of two stop at 4, two tiles a split),
-    ascending."""
-    limit = max(1, min(max_splits, cdiv(w.keys_per_request, MIN_KEYS_PER_SPLIT[w.kind])))
+    ascending. A sparse key tile ``block_k`` narrower than 64 keys moves the limit to one such tile a split."""
+    min_keys = MIN_KEYS_PER_SPLIT[w.kind] if block_k is None else min(block_k, MIN_KEYS_PER_SPLIT[w.kind])
+    limit = max(1, min(max_splits, cdiv(w.keys_per_request, min_keys)))
     out, s = {limit}, 1
     while s <= limit:
         out.add(s)
@@ -295,29 +302,43 @@ def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = 
     return sorted(out)
 
 
-def fitted_block_k(w: DecodeWorkload, num_splits: int, sm_count: int, c: CostConstants,
-                   block_h: int | None = None) -> int | None:
-    """BLOCK_K of the fitted sparse rule (None: the kernel's default, for rows wider than 512)."""
+def key_tiles(w: DecodeWorkload, c: CostConstants, block_h: int | None = None) -> tuple[int | None, ...]:
+    """The key tiles (BLOCK_K) the rule weighs at head tile ``block_h``: sparse MLA with rows up to 512 wide takes
+    64 keys and, where a 32-key tile has a cost (``small_key_tile > 0``) and the head tile is the 16-row one by
+    default (16 heads or fewer), 32; wider rows and the dense kernels keep the kernel's default (None).
+
+    Only there: the data time BLOCK_K 32 against 64 at every split of few tokens for 16 heads alone (the other
+    head counts have it at the tl 64-row tile, which never gains from it, and at the 16-row tile on one split
+    count), so a rule weighing it elsewhere would pick knobs that nobody timed."""
     if w.kind != "sparse_mla" or w.head_dim_qk > 512:
-        return None
-    return 32 if waves.ctas(w, num_splits, block_h=block_h) > c.block_k_small_above * sm_count else 64
+        return (None,)
+    weighed = getattr(c.small_key_tile, "max", lambda: c.small_key_tile)() > 0  # (splitlab.fit: an array)
+    small = weighed and block_h is None and tile_rows(w) <= 16
+    return (TILE_KEYS, SMALL_TILE_KEYS) if small else (TILE_KEYS,)
+
+
+def candidates(w: DecodeWorkload, c: CostConstants, sm_count: int) -> list[tuple[int | None, int | None, int]]:
+    """Every (head tile, key tile, split count) the rule weighs, in its tie order: the default head tile first,
+    then the 64-key tile, then fewer splits."""
+    return [(bh, bk, s) for bh in head_tiles(w, c) for bk in key_tiles(w, c, bh)
+            for s in split_candidates(w, c.max_splits, sm_count, bh, bk)]
 
 
 def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | None = None,
                 name: str = "splitlab") -> Plan:
     """The fitted rule's plan for ``w`` on ``dev`` (``constants``: a family's ``CostConstants``, default
-    ``FITTED[w.kind]``): the (head tile, split count) of least ``fitted_cost``; ties go to the default head
-    tile, then to fewer splits."""
+    ``FITTED[w.kind]``): the (head tile, key tile, split count) of least ``fitted_cost``; ties go to the default
+    head tile, then to 64 keys, then to fewer splits."""
     c = FITTED[w.kind] if constants is None else constants
-    best, best_cost = (None, 1), None
-    for bh in head_tiles(w, c):
-        for s in split_candidates(w, c.max_splits, dev.sm_count, bh):
-            cost = fitted_cost(w, s, dev.sm_count, c, bh, dev.arch)
-            if best_cost is None or cost < best_cost:
-                best, best_cost = (bh, s), cost
-    bh, s = best
-    return Plan(name, s, block_k=fitted_block_k(w, s, dev.sm_count, c, bh), block_h=bh,
-                note="fitted wave-cost model" + (f", BLOCK_H {bh}" if bh is not None else ""))
+    best, best_cost = (None, None, 1), None
+    for bh, bk, s in candidates(w, c, dev.sm_count):
+        cost = fitted_cost(w, s, dev.sm_count, c, bh, dev.arch, bk)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = (bh, bk, s), cost
+    bh, bk, s = best
+    note = "fitted wave-cost model" + (f", BLOCK_H {bh}" if bh is not None else "") + (
+        f", BLOCK_K {bk}" if bk is not None and bk != TILE_KEYS else "")
+    return Plan(name, s, block_k=bk, block_h=bh, note=note)
 
 
 @register("splitlab", kinds=("gqa", "mla", "sparse_mla"), source="splitlab (this repository), fitted on H200 data")
