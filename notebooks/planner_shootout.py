@@ -185,9 +185,13 @@ else:
 # `h200-kernel-v6-fit`, every family's fit grids re-swept); its fresh sets are `confirm11` (batches 13-80, contexts
 # 3K/10K/40K, top-k 384/1408; swept before the refit, read after it, and before the split candidates gained one
 # key tile a split), `confirm12` (contexts 1.5K/5K/28K, top-k 320/704/1216; swept after that: clean for GQA and
-# MLA) and `confirm13` (sparse MLA only, 32-128 heads, top-k 448/960/1600; swept after the sparse refit with 32
-# heads among the fit shapes and the Gluon tile's own key-tile cost). The older sets are of older kernels: the
-# rule now prices the sixth version's bf16 partials, so its scores there are not what it was fitted for.
+# MLA), `confirm13` (sparse MLA only, 32-128 heads, top-k 448/960/1600; swept after the first sparse refit with 32
+# heads among the fit shapes and the Gluon tile's own key-tile cost) and `confirm14` (sparse MLA only, 16-128 heads,
+# top-k 576/832/1344; swept after the second, which held the merge costs physical and weighs BLOCK_K 32 at 16
+# heads: clean for sparse MLA). `h200-check` is no confirm set: it sweeps whole the shapes whose picks by the final
+# rule no earlier sweep timed (16 heads at top-k 1024, BLOCK_K 32), so they can be scored in one session. The older
+# sets are of older kernels: the rule now prices the sixth version's bf16 partials, so its scores there are not what
+# it was fitted for.
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
 # planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
 

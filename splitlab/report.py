@@ -53,7 +53,7 @@ DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm
                    "data/h200-confirm5", "data/h200-confirm6", "data/h200-confirm7", "data/h200-kernel-v4",
                    "data/h200-confirm8", "data/h200-kernel-v5", "data/h200-kernel-v5-fit", "data/h200-confirm9",
                    "data/h200-confirm10", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles", "data/h200-confirm11",
-                   "data/h200-confirm12", "data/h200-confirm13")
+                   "data/h200-confirm12", "data/h200-confirm13", "data/h200-confirm14", "data/h200-check")
 #: The re-sweeps of the current (sixth) kernel version that the fit reads in place of DEFAULT_DATA's rows of the
 #: kernels they hold (``fit.layered``; all three: the fit grids, and the 64/128-head MLA and sparse shapes).
 DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles")
@@ -352,10 +352,10 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
     Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm13, and the fourth to
-    sixth kernel versions' re-sweeps) and ``newer=DEFAULT_NEWER`` (the sixth version's re-sweeps that the fit
-    reads) when ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given (e.g.
-    ``{"sweep": {"card": "gqa_decode"}}``).
+    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm14, data/h200-check,
+    and the fourth to sixth kernel versions' re-sweeps) and ``newer=DEFAULT_NEWER`` (the sixth version's re-sweeps
+    that the fit reads) when ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given
+    (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
 
     Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
     missing or foreign ``data`` raises ``SplitlabError`` naming the path before anything runs; so does data

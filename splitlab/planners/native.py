@@ -81,7 +81,7 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 #     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch; with
 #                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave);
 #                  with LONE >= 0 a narrow-tile launch under one wave costs max(LONE, its filled fraction)
-#     T(s)       = waves(s) * (ceil(ceil(L / s) / TILE_KEYS) * RATE + FIXED  # each wave streams its split's tiles
+#     T(s)       = waves(s) * (ceil(ceil(L / s) / KEYS) * RATE + FIXED  # each wave streams its split's tiles
 #                              + (s > 1) * PARTIAL * P)                # and writes its partial rows
 #                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
 #
@@ -89,12 +89,14 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # the same program's KV reads: a physical ratio, not fitted (0.06 for GQA 32/8, 2 for MQA-128's 128 rows; for an
 # MLA BLOCK_H 64 tile 1.8 in fp32, 0.9 where the Gluon tile runs, whose partials are bf16: ``partial_bytes``). It
 # is what makes many splits costly when the tile has many rows: a split writes, and the merge reads back, as many
-# bytes as it streamed. RATE is a key tile's cost in the tl kernel's: 1, but SM90_TILE for the Gluon 64-row tile
-# (``sm90_tile_runs``: sm_90, a 16-bit cache) and NARROW for sparse MLA's 16-row tile in place of a wider one.
+# bytes as it streamed. KEYS is the key tile (TILE_KEYS, 64; sparse MLA's BLOCK_K 32 where the rule weighs it)
+# and RATE its cost in 64-key tiles of the tl kernel: 1, but SM90_TILE for the Gluon 64-row tile (``sm90_tile_runs``:
+# sm_90, a 16-bit cache, 64 keys), NARROW for sparse MLA's 16-row tile in place of a wider one and SMALL_KEY_TILE for
+# a 32-key tile.
 #
 # and ``num_splits = argmin T(s)`` over the powers of two, the wave-filling split counts (``floor(m * SMs /
-# c0)``, m = 1..8: ``waves.wave_fill_splits``) and the limit itself, s <= min(MAX_SPLITS, ceil(L /
-# MIN_KEYS_PER_SPLIT)) (one key tile a split: top-k 384 has 6 tiles, and 6 splits beat 4 by 1.3x on the H200),
+# c0)``, m = 1..8: ``waves.wave_fill_splits``) and the limit itself, s <= min(MAX_SPLITS, ceil(L / min(KEYS,
+# MIN_KEYS_PER_SPLIT))) (one key tile a split: top-k 384 has 6 tiles, and 6 splits beat 4 by 1.3x on the H200),
 # ties to fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
 # *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128;
 # and sparse MLA's 32-row tile, 8 warps like its 64-row one: ``wide_tile``) and one for a *narrow* tile (16/32
@@ -105,23 +107,27 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # Sparse MLA also picks the head tile: its default (BLOCK_H 32/64) or 16, whichever has the lower T(s) over
 # its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``, fitted 0.8 of the tl
 # kernel's; 0: never weighed) and its c0, P and wave width are those of 16 rows. With the Gluon tile's SM90_TILE
-# (fitted 0.5) the 16-row tile replaces the tl 32-row tile (32 heads) at every token count, a tl 64-row tile (a
-# GPU without the Gluon kernel) too, and the Gluon tile nowhere. (A shape of 16 heads has only the 16-row tile.)
-# Sparse MLA also picks BLOCK_K (Dqk <= 512 only; wider rows keep the kernel's default): 32 once the launch
-# has more than BLOCK_K_SMALL_ABOVE x the SMs in CTAs, else 64 (seed 003's rule has the threshold at 1 x SMs;
-# the fit on the second kernel version's data says never, as the kernel's BLOCK_K A/B did).
+# (fitted 0.6) the 16-row tile replaces the tl 32-row tile (32 heads) at every token count, a tl 64-row tile (a
+# GPU without the Gluon kernel) too, and the Gluon tile only in the smallest launches (1-4 tokens at top-k 512,
+# 1 token at 2048 on the H200), where 64-row tiles leave most SMs idle. (16 heads have only the 16-row tile.)
+# Sparse MLA also picks BLOCK_K (Dqk <= 512 only; wider rows keep the kernel's default) at 16 heads
+# (``key_tiles``): 64, or 32 where T(s) is lower, a 32-key tile costing SMALL_KEY_TILE (fitted 0.6) of a 64-key
+# one. Twice the tiles at 0.6 each never pay in full waves; they pay where one 64-key tile a split still leaves
+# the launch under a wave, by halving the tile and doubling the splits (1-4 tokens: 1.06-1.17x). Seed 003's
+# "BLOCK_K 32 once CTAs exceed the SMs" is the opposite rule: it does not carry over (README).
 # Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
 # shapes, where replay could not score a rule that picks them.
 #
 # The numbers below are the output of ``python -m splitlab.fit data/h200 data/h200-kernel-v6-fit
-# data/h200-kernel-v6 data/h200-kernel-v6-tiles`` (a grid search minimising the geomean regret of
+# data/h200-kernel-v6 data/h200-kernel-v6-tiles`` (grid searches minimising the geomean regret of
 # ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on H200 sweeps of the sixth
 # kernel version: the quick, default and seed grids of the three kernels re-swept (data/h200-kernel-v6-fit,
 # 2026-11-30), with the 64/128-head MLA and sparse shapes of data/h200-kernel-v6 and -v6-tiles. GQA returns the
 # constants first fitted on data/h200 (the second kernel version), MLA too but for the merge per split (0.3 P, P in
-# bf16 where the Gluon tile runs). Held-out shapes never entered the fit; the
+# bf16 where the Gluon tile runs); sparse MLA refitted twice on these data (the second time with its merge costs
+# held physical and its head- and key-tile passes: ``splitlab.fit``). Held-out shapes never entered the fit; the
 # confirm sweeps (data/h200-confirm*, shapes in no fit and no held-out set) score it afterwards: h200-confirm12
-# (GQA, MLA) and h200-confirm13 (sparse MLA) were chosen and swept after the rule was final.
+# (GQA, MLA) and h200-confirm14 (sparse MLA) were chosen and swept after the rule was final.
 
 TILE_KEYS = 64
 SMALL_TILE_KEYS = 32  # sparse MLA's other key tile (BLOCK_K 32)
@@ -162,13 +168,16 @@ FITTED: dict[str, CostConstants] = {
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
                          max_splits=256, partial=2.0),
     # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``); a split
-    # costs twice its partial-row write, the merge nothing more; BLOCK_K 64 always (threshold 1e9: never 32; on
-    # the first kernel version the fit had 4 x the SMs). The head tile: a 16-row tile streams a key tile in 0.8
-    # of the tl 32/64-row tile's time and the Gluon 64-row tile in 0.5 (the fourth kernel version measured it at
-    # 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of the partial rows per split)
-    # replaces the 32-row tile of 32 heads but not the Gluon tile. (Before the sixth version's refit: 0.9
-    # against whichever tile was the default, fitted on 128 heads only, 32 heads held out, which left 32 heads
-    # at few tokens 1.2-1.6x off; merge launch 4 tiles, partial 1, P in fp32.)
+    # writes its partial rows once (P) and the merge reads them back once at full bandwidth (1 P per split and
+    # SM): both held at these physical values, not fitted (``fit.PHYSICAL``). The head tile: a 16-row tile streams
+    # a key tile in 0.8 of the tl 32/64-row tile's time and the Gluon 64-row tile in 0.6 (the fourth kernel
+    # version measured it at 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of the
+    # partial rows per split) replaces the 32-row tile of 32 heads, and the Gluon tile in the smallest launches
+    # (1-4 tokens). BLOCK_K 32 at 16 heads: a 32-key tile costs 0.6 of a 64-key one. (Before the second refit on the
+    # sixth version: partial 2 and no merge term, which overpriced the Gluon tile's writes in launches under a
+    # wave, sm90_tile 0.5, BLOCK_K 64 always; before the first: 0.9 against whichever tile was the default,
+    # fitted on 128 heads only, 32 heads held out, which left 32 heads at few tokens 1.2-1.6x off; merge launch 4
+    # tiles, partial 1, P in fp32.)
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
                                 combine_per_split=1.0, max_splits=64, partial=1.0,
                                 narrow_tile=0.8, sm90_tile=0.6, small_key_tile=0.6),
