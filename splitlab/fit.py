@@ -175,24 +175,28 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     order = ["worst", "lone"] if "lone" in near else ["worst"]  # then the largest floor (LONE_GRID)
     ascending = [True, False][:len(order)]
     if centre:
-        near = near.assign(neighbours=[_neighbours(score, row, list(settings[0]), centre)
-                                       for _, row in near.iterrows()])
+        fields = list(settings[0])
+        geomeans = dict(zip(map(tuple, score[fields].itertuples(index=False)), score["geomean"], strict=True))
+        near = near.assign(neighbours=[_neighbours(geomeans, tuple(v), fields, centre)
+                                       for v in near[fields].itertuples(index=False)])
         order, ascending = ["neighbours", *order], [True, *ascending]
     best = near.sort_values(order, ascending=ascending, kind="stable").iloc[0]
     return {k: best[k] for k in settings[0]}, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
 
-def _neighbours(score: pd.DataFrame, row: pd.Series, fields: list[str], centre: dict[str, Sequence[float]]) -> float:
-    """The mean geomean of ``row``'s neighbours in ``score``: the settings one grid step away along one field of
-    ``centre``, equal in every other field of ``fields``."""
-    same = {f: score[f] == row[f] for f in fields}
+def _neighbours(geomeans: dict[tuple, float], values: tuple, fields: list[str],
+                centre: dict[str, Sequence[float]]) -> float:
+    """The mean geomean of a setting's neighbours: ``values`` (of ``fields``) moved one grid step along one field
+    of ``centre``, looked up in ``geomeans`` (settings' values -> geomean; neighbours not scored are skipped)."""
     out = []
     for f, grid in centre.items():
-        i = list(grid).index(row[f])
-        others = np.logical_and.reduce([same[g] for g in fields if g != f])
+        k = fields.index(f)
+        i = list(grid).index(values[k])
         for j in (i - 1, i + 1):
             if 0 <= j < len(grid):
-                out.extend(score.loc[others & (score[f] == grid[j]), "geomean"])
+                g = geomeans.get((*values[:k], grid[j], *values[k + 1:]))
+                if g is not None:
+                    out.append(g)
     return float(np.mean(out)) if out else math.inf
 
 

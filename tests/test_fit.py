@@ -179,8 +179,8 @@ def test_the_sparse_fit_holds_the_merge_costs_at_their_physical_values():
 def test_ties_go_to_the_middle_of_the_plateau():
     grid = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9)
     score = pd.DataFrame(dict(r=grid, geomean=(1.05, 1.02, 1.01, 1.01, 1.01, 1.03)))
-    means = {r: fit._neighbours(score, row, ["r"], dict(r=grid)) for r, (_, row) in zip(grid, score.iterrows(),
-                                                                                       strict=True)}
+    geomeans = {(r,): g for r, g in zip(score["r"], score["geomean"], strict=True)}
+    means = {r: fit._neighbours(geomeans, (r,), ["r"], dict(r=grid)) for r in grid}
     assert min(means, key=means.get) == 0.7  # 0.6 and 0.8 tie it at the best score, but border worse ones
 
 
