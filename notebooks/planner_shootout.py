@@ -182,7 +182,8 @@ else:
 # head tiles at every split; the rule's constants did not change with it. The sixth (the Gluon tile's split
 # launches write bf16 partials) has `h200-kernel-v6` (the same shapes again) and `h200-kernel-v6-tiles` (sparse
 # BLOCK_H 16 against 64 at every split), which the refit on the sixth version then read as fit data (with
-# `h200-kernel-v6-fit`, every family's fit grids re-swept); its fresh sets are `confirm11` (batches 13-80, contexts
+# `h200-kernel-v6-fit`, every family's fit grids re-swept, and `h200-kernel-v6-fit2`, MLA's 16/32-row tiles at
+# batches 5-40); its fresh sets are `confirm11` (batches 13-80, contexts
 # 3K/10K/40K, top-k 384/1408; swept before the refit, read after it, and before the split candidates gained one
 # key tile a split), `confirm12` (contexts 1.5K/5K/28K, top-k 320/704/1216; swept after that: clean for GQA and
 # MLA), `confirm13` (sparse MLA only, 32-128 heads, top-k 448/960/1600; swept after the first sparse refit with 32

@@ -29,14 +29,15 @@ every tile and split the rule weighs was measured (``_covered``), ties to the mi
 fit shapes and 1.030 (worst 1.59) on the held-out ones: 67 shapes do not pin nine constants.
 
     python -m splitlab.fit data/h200          # the fitted constants and the fit / held-out table
-    python -m splitlab.fit data/h200 data/h200-kernel-v6-fit data/h200-kernel-v6 data/h200-kernel-v6-tiles
-                                              # the same, each family on its sixth-kernel-version sweeps (README)
+    python -m splitlab.fit data/h200 data/h200-kernel-v6-fit data/h200-kernel-v6 data/h200-kernel-v6-tiles \
+        data/h200-kernel-v6-fit2              # the same, each family on its sixth-kernel-version sweeps (README)
 
 **Kernel versions.** ``data/h200`` is of the second and third kernel versions. The fourth moved the 64-row head
 tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), the fifth made the merge faster, the
 sixth has that tile write bf16 partials; each was scored on re-sweeps and fresh sets (BENCHMARKS.md). The rule now
 fits on the sixth: every family's fit grids re-swept on it (``data/h200-kernel-v6-fit``) with the 64/128-head
-re-sweeps (``data/h200-kernel-v6``, ``-v6-tiles``), read as one layer that replaces ``data/h200``'s rows of the
+re-sweeps (``data/h200-kernel-v6``, ``-v6-tiles``) and MLA's narrow tiles at batches 5-40 (``-v6-fit2``), read as
+one layer that replaces ``data/h200``'s rows of the
 kernels it holds (``layered``; positional folders after the first), split by ``held_out`` like the rest. The cost
 model knows where the Gluon tile runs (``native.sm90_tile_runs``: its bf16 partials, its own key-tile cost), so
 one set of constants serves devices with and without it. Fresh sets swept after the rule was final:

@@ -56,7 +56,8 @@ DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm
                    "data/h200-confirm12", "data/h200-confirm13", "data/h200-confirm14", "data/h200-check")
 #: The re-sweeps of the current (sixth) kernel version that the fit reads in place of DEFAULT_DATA's rows of the
 #: kernels they hold (``fit.layered``; all three: the fit grids, and the 64/128-head MLA and sparse shapes).
-DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles")
+DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles",
+                 "data/h200-kernel-v6-fit2")
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
