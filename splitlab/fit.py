@@ -206,7 +206,8 @@ def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec, tiles: str
     BLOCK_K 64; ``tiles="key"``: every (key tile, split count) at the default head tile, on shapes where the rule
     weighs BLOCK_K 32): the head- and key-tile passes are scored there only, since a shape swept at the default
     tiles alone would score every other pick as its worst time and so fit the data's coverage, not the kernel."""
-    probe = CostConstants(1, 1, 0.0, 0.0, 0.0, MAX_SPLITS[kind], small_key_tile=1.0)  # weighs BLOCK_K 32 where it can
+    probe = CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=1, fixed=0.0, combine=0.0, combine_per_split=0.0,
+                          max_splits=MAX_SPLITS[kind], small_key_tile=1.0)  # weighs BLOCK_K 32 wherever the rule can
 
     def covered(shape: tuple) -> bool:
         w = idx.workload(shape)
