@@ -212,9 +212,10 @@ def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec, tiles: str
     def covered(shape: tuple) -> bool:
         w = idx.workload(shape)
         if tiles == "key":
-            if len(key_tiles(w, probe)) < 2:
+            keys = key_tiles(w, probe)
+            if len(keys) < 2:
                 return False
-            pairs = [(None, bk) for bk in key_tiles(w, probe)]
+            pairs = [(None, bk) for bk in keys]
         else:
             pairs = [(bh, None if w.head_dim_qk > 512 else 64) for bh in (None, *narrow_head_tiles(w))]
         plans = [Plan("fit", s, block_k=bk, block_h=bh) for bh, bk in pairs
@@ -234,7 +235,9 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     ``SM90_GRID`` and the narrow tiles' CTAs per SM, the 16-row tile never weighed (0) preferred within 0.1%,
     on the shapes where every head tile and split
     the rule can pick was measured (``_covered``): those of ``head_tile_rows`` when given (fit rows of a later
-    kernel version's head-tile sweep, ``main``'s ``--head-tiles``), else of ``df_fit``."""
+    kernel version's head-tile sweep, ``main``'s ``--head-tiles``), else of ``df_fit``; ties to the middle of the
+    plateau. A third pass fits the 32-key tile's cost (``small_key_tile`` over ``KEY_TILE_GRID``, 0 preferred) on
+    the shapes of ``df_fit`` where both key tiles were measured at every split the rule weighs."""
     from splitlab.devices import get as get_device
 
     rows = df_fit[df_fit["kind"] == kind]

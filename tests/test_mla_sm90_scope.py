@@ -75,5 +75,5 @@ def test_the_planner_knows_where_the_gluon_tile_runs(kind, dtype, dqk, dv, heads
     assert not native.sm90_tile_runs(w, rows, "gfx950") and not native.sm90_tile_runs(w, rows, "sm_100")
     assert native.partial_bytes(w, rows, "sm_90") == mla_sm90.partial_dtype(q_dtype, runs).itemsize
     if kind == "sparse_mla" and dqk <= 512:  # the rule's other key tile, BLOCK_K 32, runs the tl kernel
-        tile32 = sparse_mla_defaults(heads, dqk, dtype, block_k=32)
-        assert native.sm90_tile_runs(w, rows, "sm_90", 32) == _scope(q_dtype, torch_dtype, dqk, dv, tile32) is False
+        assert not _scope(q_dtype, torch_dtype, dqk, dv, sparse_mla_defaults(heads, dqk, dtype, block_k=32))
+        assert not native.sm90_tile_runs(w, rows, "sm_90", 32)

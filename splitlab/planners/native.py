@@ -288,11 +288,16 @@ def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
     return (16,) if waves.default_block_h(w.num_q_heads) > 16 else ()
 
 
+def _weighed(rate) -> bool:
+    """Whether a tile's cost constant (a number, or ``splitlab.fit``'s array over settings) puts it on the table:
+    > 0 for any setting."""
+    return getattr(rate, "max", lambda: rate)() > 0
+
+
 def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
     """The head tiles the rule weighs: the kernel's default (None) and, where the 16-row tile has a cost
     (``narrow_tile > 0``), the ``narrow_head_tiles``."""
-    weighed = getattr(c.narrow_tile, "max", lambda: c.narrow_tile)() > 0  # (splitlab.fit: an array)
-    return (None, *narrow_head_tiles(w)) if weighed else (None,)
+    return (None, *narrow_head_tiles(w)) if _weighed(c.narrow_tile) else (None,)
 
 
 def split_candidates(w: DecodeWorkload, max_splits: int, sm_count: int | None = None,
@@ -322,8 +327,7 @@ def key_tiles(w: DecodeWorkload, c: CostConstants, block_h: int | None = None) -
     count), so a rule weighing it elsewhere would pick knobs that nobody timed."""
     if w.kind != "sparse_mla" or w.head_dim_qk > 512:
         return (None,)
-    weighed = getattr(c.small_key_tile, "max", lambda: c.small_key_tile)() > 0  # (splitlab.fit: an array)
-    small = weighed and block_h is None and tile_rows(w) <= 16
+    small = _weighed(c.small_key_tile) and block_h is None and tile_rows(w) <= 16
     return (TILE_KEYS, SMALL_TILE_KEYS) if small else (TILE_KEYS,)
 
 
