@@ -25,7 +25,7 @@ Sparse MLA holds its merge costs at their physical values (``PHYSICAL``: a split
 the merge reads them back once) and adds two passes with the first pass's constants held: the head tile's
 rates (``NARROW_GRID``, ``SM90_GRID``) and the 32-key tile's (``KEY_TILE_GRID``), each on the fit shapes where
 every tile and split the rule weighs was measured (``_covered``), ties to the middle of the plateau
-(``_neighbours``). Free to fit its merge costs, with the head tiles refitted in turn, the grid found 1.006 on the
+(``_depth``). Free to fit its merge costs, with the head tiles refitted in turn, the grid found 1.006 on the
 fit shapes and 1.030 (worst 1.59) on the held-out ones: 67 shapes do not pin nine constants.
 
     python -m splitlab.fit data/h200          # the fitted constants and the fit / held-out table
@@ -160,9 +160,9 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
                  prefer: tuple[str, float], centre: dict[str, Sequence[float]] | None = None
                  ) -> tuple[dict, pd.DataFrame]:
     """Score every setting (geomean and worst regret over ``idx``'s shapes) and pick: the lowest geomean; among
-    settings within 0.1% of it, those with ``prefer`` (field, value: the simpler model) if any; with ``centre``
-    (field: its grid), the one of the lowest mean geomean over its grid neighbours along those fields (the middle
-    of a plateau of ties, not its edge: the fit shapes pin a rate only between two of their breakpoints); then the
+    settings within 0.1% of it (the band), those with ``prefer`` (field, value: the simpler model) if any; with
+    ``centre`` (field: its grid), the one deepest inside the band along those fields (``_depth``: the middle of a
+    plateau of ties, not its edge: the fit shapes pin a rate only between two of their breakpoints); then the
     lowest worst case (then, for GQA, the largest ``lone`` floor; then the grid's order)."""
     c = _arrays(settings, kind)
     logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
@@ -171,34 +171,36 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     score["worst"] = np.exp(logs.max(axis=0))
     score["shapes"] = len(idx.shapes())
     near = score[score["geomean"] <= score["geomean"].min() * 1.001]
+    fields = list(settings[0])
+    band = set(map(tuple, near[fields].itertuples(index=False)))
     field, value = prefer
     near = near[near[field] == value] if (near[field] == value).any() else near
     order = ["worst", "lone"] if "lone" in near else ["worst"]  # then the largest floor (LONE_GRID)
     ascending = [True, False][:len(order)]
     if centre:
-        fields = list(settings[0])
-        geomeans = dict(zip(map(tuple, score[fields].itertuples(index=False)), score["geomean"], strict=True))
-        near = near.assign(neighbours=[_neighbours(geomeans, tuple(v), fields, centre)
-                                       for v in near[fields].itertuples(index=False)])
-        order, ascending = ["neighbours", *order], [True, *ascending]
+        depth = [_depth(band, tuple(v), fields, centre) for v in near[fields].itertuples(index=False)]
+        near = near.assign(edge=[d[0] for d in depth], inside=[d[1] for d in depth])
+        order, ascending = ["edge", "inside", *order], [False, False, *ascending]
     best = near.sort_values(order, ascending=ascending, kind="stable").iloc[0]
     return {k: best[k] for k in settings[0]}, score.sort_values(["geomean", "worst"]).reset_index(drop=True)
 
 
-def _neighbours(geomeans: dict[tuple, float], values: tuple, fields: list[str],
-                centre: dict[str, Sequence[float]]) -> float:
-    """The mean geomean of a setting's neighbours: ``values`` (of ``fields``) moved one grid step along one field
-    of ``centre``, looked up in ``geomeans`` (settings' values -> geomean; neighbours not scored are skipped)."""
-    out = []
+def _depth(band: set[tuple], values: tuple, fields: list[str], centre: dict[str, Sequence[float]]) -> tuple[int, int]:
+    """How deep a setting lies inside ``band`` (the settings' values tied at the best score): from ``values`` (of
+    ``fields``), step along each field of ``centre`` (field: its grid) in both directions and count the steps
+    that stay in the band (the grid's end ends a walk). Returns (the fewest steps of any walk: the distance to
+    the plateau's nearest edge, the steps of all walks: its size around the setting); the middle of a plateau
+    has the largest of both."""
+    walks = []
     for f, grid in centre.items():
-        k = fields.index(f)
-        i = list(grid).index(values[k])
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(grid):
-                g = geomeans.get((*values[:k], grid[j], *values[k + 1:]))
-                if g is not None:
-                    out.append(g)
-    return float(np.mean(out)) if out else math.inf
+        k, grid = fields.index(f), list(grid)
+        i = grid.index(values[k])
+        for step in (-1, 1):
+            n, j = 0, i + step
+            while 0 <= j < len(grid) and (*values[:k], grid[j], *values[k + 1:]) in band:
+                n, j = n + 1, j + step
+            walks.append(n)
+    return min(walks), sum(walks)
 
 
 def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec, tiles: str = "head") -> analysis.MeasuredIndex:

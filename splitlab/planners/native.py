@@ -81,15 +81,19 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 #     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch; with
 #                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave);
 #                  with LONE >= 0 a narrow-tile launch under one wave costs max(LONE, its filled fraction)
-#     T(s)       = waves(s) * (ceil(ceil(L / s) / KEYS) * RATE + FIXED  # each wave streams its split's tiles
-#                              + (s > 1) * PARTIAL * P)                # and writes its partial rows
+#     T(s)       = waves(s) * (ceil(ceil(L / s) / KEYS) * RATE + FIXED)  # each wave streams its split's tiles
+#                  + (s > 1) * PARTIAL * P * ceil(c0 * s / sm_count)    # the busiest SM's CTAs write their partials
 #                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
 #
 # where P (``partial_tiles``) is one split's partial output (tile rows x Dv values, plus the lse) in key tiles of
 # the same program's KV reads: a physical ratio, not fitted (0.06 for GQA 32/8, 2 for MQA-128's 128 rows; for an
 # MLA BLOCK_H 64 tile 1.8 in fp32, 0.9 where the Gluon tile runs, whose partials are bf16: ``partial_bytes``). It
 # is what makes many splits costly when the tile has many rows: a split writes, and the merge reads back, as many
-# bytes as it streamed. KEYS is the key tile (TILE_KEYS, 64; sparse MLA's BLOCK_K 32 where the rule weighs it)
+# bytes as it streamed. The writes are counted per CTA on the busiest SM, not per wave: two narrow CTAs that share
+# an SM in one wave write twice the rows. (Counted per wave until session 11 of 2026-11-30, which read the second
+# CTA's write as free: MLA-16/32 at 1 request took 256 splits, two CTAs per SM, where 128 run 1.08-1.11x faster.)
+# For a wide tile (one CTA per SM, whole waves) the two counts agree. KEYS is the key tile (TILE_KEYS, 64; sparse
+# MLA's BLOCK_K 32 where the rule weighs it)
 # and RATE its cost in 64-key tiles of the tl kernel: 1, but SM90_TILE for the Gluon 64-row tile (``sm90_tile_runs``:
 # sm_90, a 16-bit cache, 64 keys), NARROW for sparse MLA's 16-row tile in place of a wider one and SMALL_KEY_TILE for
 # a 32-key tile.
@@ -220,8 +224,9 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
         tiles = tiles * c.sm90_tile  # the Gluon tile streams a key tile in SM90_TILE of the tl kernel's time
     p = partial_tiles(w, block_h, arch, block_k)
     split = num_splits > 1
+    busiest = -(-(c0 * num_splits) // sm_count)  # CTAs on the busiest SM: each writes its split's partial rows
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
-    return n_waves * (tiles + c.fixed + split * c.partial * p) + merge
+    return n_waves * (tiles + c.fixed) + split * c.partial * p * busiest + merge
 
 
 def wide_tile(w: DecodeWorkload, rows: int) -> bool:
