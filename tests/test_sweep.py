@@ -454,3 +454,23 @@ def test_parallel_shards_share_one_sweep(tmp_path):
     card = card_for(tmp_path, "slow")
     df = _check_complete(tmp_path / "runs" / "t_slow-quick", len(grid.expand(card, "quick", H200).points))
     assert df.sweep_id.nunique() == 1 and df.session.nunique() == 2 and (df.status == "ok").all()
+
+
+def test_the_graph_timer_rotates_by_the_bytes_a_call_reads(monkeypatch):
+    """A sparse MLA set is a 65536-token pool of which one call gathers its top-k rows: the rotation is sized by
+    those rows (up to 64 sets), not by the pool (3 sets), memory permitting; a dense set is read whole."""
+    import torch
+
+    from splitlab import workloads
+    from splitlab.bench.timing import GraphTimer, rotations
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (100 * 2**30, 140 * 2**30))
+    l2 = 50 * 2**20
+    timer = GraphTimer(l2_bytes=l2)
+    w = workloads.get("deepseek-v4-sparse-mla", batch=1, topk=736, ctx_len=65536).with_(num_q_heads=64)
+    pool = 65536 * 512 * 2
+    assert rotations(pool, l2) == 3
+    assert timer.sets_for(pool, w.kv_bytes) == 64  # 736 rows of 1 KiB: 3 x L2 needs more sets than the cap
+    assert timer.sets_for(pool) == 3
+    assert timer.sets_for(40 * 2**20, 10 * 2**40) == 4  # a dense set: read whole (never more than the set)
+    assert GraphTimer(l2_bytes=l2, mem_fraction=0.0).sets_for(pool, w.kv_bytes) == 1  # no memory for copies

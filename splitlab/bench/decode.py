@@ -136,7 +136,7 @@ def bench_point(p: Point, dev: DeviceSpec, *, with_flex: bool, full_tiles: bool)
     first = workload_inputs(w, device="cuda", seed=1)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sets = [first] + [workload_inputs(w, device="cuda", seed=2 + i)
-                      for i in range(rotations(_nbytes(first.values()), l2) - 1)]
+                      for i in range(rotations(min(_nbytes(first.values()), w.kv_bytes), l2) - 1)]
     extra = {"head_dim_v": w.head_dim_v} if w.kind != "gqa" else {}
     tol = TOLERANCE[torch.bfloat16]
 

@@ -7,8 +7,8 @@ enqueues):
   run (so each run reads its inputs from HBM) and times the run alone with CUDA events; p20/p50/p80 of all
   its samples.
 * ``time_graph``: one CUDA graph holding one call per input set, the sets rotated through more than the L2
-  (``rotations``), replayed many times; each sample is one replay's time over the calls in it. No host
-  overhead and no L2 reuse between consecutive calls.
+  (``rotations``: by the bytes a call reads), replayed many times; each sample is one replay's time over the
+  calls in it. No host overhead and no L2 reuse between consecutive calls.
 
 The sweep harness talks to a ``Timer``: ``GraphTimer`` and ``EventTimer`` wrap the two above; ``FakeTimer``
 returns deterministic *modelled* figures (splitlab's wave-cost model) for CI, labelled ``timing="fake"``
@@ -61,10 +61,17 @@ def time_events(fn: Callable[[], object], *, warmup_ms: float = 10, rep_ms: floa
     return Timing(p20 * 1e3, p50 * 1e3, p80 * 1e3, n_samples=len(samples))
 
 
-def rotations(set_bytes: int, l2_bytes: int, *, factor: int = 3, most: int = 64) -> int:
-    """How many input sets to rotate through so that one pass touches ``factor`` times the L2 (at least
-    two, so that back-to-back calls never share inputs)."""
-    need = -(-factor * l2_bytes // max(set_bytes, 1))
+def rotations(read_bytes: int, l2_bytes: int, *, factor: int = 3, most: int = 64) -> int:
+    """How many input sets to rotate through so that one pass touches ``factor`` times the L2, for calls that
+    each read ``read_bytes`` of their set (at least two, so that back-to-back calls never share inputs; at most
+    ``most``).
+
+    Size it by the bytes a call reads, not by its set: sparse MLA's set is a 65536-token pool (67-75 MB) of which
+    a call gathers its top-k rows (0.5-2 MB a token), so three sets of the pool rotate those rows through a
+    fraction of the L2, and one graph replay's launch cost is shared by three calls instead of tens. On the H200,
+    1-32 tokens timed over 3 sets ran 3-12% slower than over 12-64 (``BENCHMARKS.md``, "Rotating by the bytes a
+    call reads")."""
+    need = -(-factor * l2_bytes // max(read_bytes, 1))
     return max(2, min(most, need))
 
 
@@ -117,9 +124,9 @@ class Timer(Protocol):
 
 
 class GraphTimer:
-    """CUDA-graph replay over input sets rotated through ``factor`` times the L2 (``rotations``), with as
-    many sets as fit in ``mem_fraction`` of the free GPU memory (at least one: a set much larger than the
-    L2 barely reuses it anyway)."""
+    """CUDA-graph replay over input sets rotated until the bytes the calls read reach ``factor`` times the L2
+    (``rotations``), with as many sets as fit in ``mem_fraction`` of the free GPU memory (at least one: a set
+    much larger than the L2 barely reuses it anyway)."""
 
     name = "graph"
 
@@ -132,20 +139,23 @@ class GraphTimer:
             torch.cuda.current_device()).L2_cache_size
         self._sets: dict[int, int] = {}
 
-    def sets_for(self, set_bytes: int) -> int:
-        """Input sets to rotate through for a set of ``set_bytes`` (memory permitting), decided once per set
-        size so that every point of a shape is timed over the same rotation."""
+    def sets_for(self, set_bytes: int, read_bytes: int | None = None) -> int:
+        """Input sets to rotate through for calls that each read ``read_bytes`` (default: the whole set) of a set
+        of ``set_bytes`` (``rotations``; as many as fit in ``mem_fraction`` of the free memory), decided once per
+        pair so that every point of a shape is timed over the same rotation."""
         import torch
 
-        if set_bytes not in self._sets:
-            n = rotations(set_bytes, self.l2_bytes, factor=self.factor)
+        read = set_bytes if read_bytes is None else min(set_bytes, read_bytes)
+        if (set_bytes, read) not in self._sets:
+            n = rotations(read, self.l2_bytes, factor=self.factor)
             free, _ = torch.cuda.mem_get_info()
-            self._sets[set_bytes] = max(1, min(n, int(free * self.mem_fraction) // max(set_bytes, 1) + 1))
-        return self._sets[set_bytes]
+            self._sets[set_bytes, read] = max(1, min(n, int(free * self.mem_fraction) // max(set_bytes, 1) + 1))
+        return self._sets[set_bytes, read]
 
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
                 num_splits: int | None) -> Timing:
-        return time_graph(calls(self.sets_for(set_bytes)), replays=self.replays, warmup=self.warmup)
+        n = self.sets_for(set_bytes, workload.kv_bytes)
+        return time_graph(calls(n), replays=self.replays, warmup=self.warmup)
 
 
 class EventTimer:
