@@ -180,17 +180,23 @@ else:
 # fifth (a faster merge) has `h200-kernel-v5` (the same shapes again), `h200-kernel-v5-fit` (sparse MLA's fit
 # grids again) and two fresh sparse sets, `confirm9` (top-k 896/1664) and `confirm10` (top-k 1152/1920), both
 # head tiles at every split; the rule's constants did not change with it. The sixth (the Gluon tile's split
-# launches write bf16 partials) has `h200-kernel-v6` (the same shapes again) and `h200-kernel-v6-tiles` (sparse
-# BLOCK_H 16 against 64 at every split), which the refit on the sixth version then read as fit data (with
-# `h200-kernel-v6-fit`, every family's fit grids re-swept, and `h200-kernel-v6-fit2`, MLA's 16/32-row tiles at
-# batches 5-40); its fresh sets are `confirm11` (batches 13-80, contexts
+# launches write bf16 partials) has `h200-kernel-v6` (the 64/128-head shapes again) and sparse MLA's BLOCK_H 16
+# against 64 at every split, which the refit on the sixth version then read as fit data (with `h200-kernel-v6-fit`,
+# every family's fit grids re-swept, and `h200-kernel-v6-fit2`, MLA's 16/32-row tiles at batches 5-40); sparse
+# MLA's fit data were re-timed in session 11 over input sets rotated by the rows a call reads
+# (`h200-kernel-v6-sparse`; `h200-kernel-v6-sparse-pool3` is the same grids over three copies of the token pool,
+# the rotation of every earlier sparse sweep, which left 1-32-token points L2-warm and shared one graph launch
+# among three calls). Its fresh sets are `confirm11` (batches 13-80, contexts
 # 3K/10K/40K, top-k 384/1408; swept before the refit, read after it, and before the split candidates gained one
-# key tile a split), `confirm12` (contexts 1.5K/5K/28K, top-k 320/704/1216; swept after that: clean for GQA and
-# MLA), `confirm13` (sparse MLA only, 32-128 heads, top-k 448/960/1600; swept after the first sparse refit with 32
-# heads among the fit shapes and the Gluon tile's own key-tile cost) and `confirm14` (sparse MLA only, 16-128 heads,
-# top-k 576/832/1344; swept after the second, which held the merge costs physical and weighs BLOCK_K 32 at 16
-# heads: clean for sparse MLA). `h200-check` is no confirm set: it sweeps whole the shapes whose picks by the final
-# rule no earlier sweep timed (16 heads at top-k 1024, BLOCK_K 32), so they can be scored in one session. The older
+# key tile a split), `confirm12` (contexts 1.5K/5K/28K, top-k 320/704/1216; swept after that), `confirm13` (sparse
+# MLA only, 32-128 heads, top-k 448/960/1600; swept after the first sparse refit with 32 heads among the fit shapes
+# and the Gluon tile's own key-tile cost), `confirm14` (sparse MLA only, 16-128 heads, top-k 576/832/1344; swept
+# after the second, which held the merge costs physical and weighs BLOCK_K 32 at 16 heads) and `confirm15` (GQA at
+# batches 17-60 and 14K/36K keys, MLA-16/32 at batches 1-44 and 6K-56K keys, sparse MLA at 1-21 tokens and top-k
+# 736/1472; swept after the rule priced a split's partial writes per CTA on the busiest SM: the clean set of the
+# final rule), swept again as `confirm15-repeat` (run-to-run) and, sparse MLA only, over the new rotation as
+# `confirm15-sparse`. `h200-check` is no confirm set: it sweeps whole the shapes whose picks by the rule of session
+# 10 no earlier sweep timed (16 heads at top-k 1024, BLOCK_K 32), so they can be scored in one session. The older
 # sets are of older kernels: the rule now prices the sixth version's bf16 partials, so its scores there are not what
 # it was fitted for.
 # Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a

@@ -29,20 +29,23 @@ every tile and split the rule weighs was measured (``_covered``), ties to the mi
 fit shapes and 1.030 (worst 1.59) on the held-out ones: 67 shapes do not pin nine constants.
 
     python -m splitlab.fit data/h200          # the fitted constants and the fit / held-out table
-    python -m splitlab.fit data/h200 data/h200-kernel-v6-fit data/h200-kernel-v6 data/h200-kernel-v6-tiles \
-        data/h200-kernel-v6-fit2              # the same, each family on its sixth-kernel-version sweeps (README)
+    python -m splitlab.fit data/h200 data/h200-kernel-v6-fit data/h200-kernel-v6 data/h200-kernel-v6-fit2 \
+        data/h200-kernel-v6-sparse            # the same, each family on its sixth-kernel-version sweeps (README)
 
 **Kernel versions.** ``data/h200`` is of the second and third kernel versions. The fourth moved the 64-row head
 tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), the fifth made the merge faster, the
 sixth has that tile write bf16 partials; each was scored on re-sweeps and fresh sets (BENCHMARKS.md). The rule now
-fits on the sixth: every family's fit grids re-swept on it (``data/h200-kernel-v6-fit``) with the 64/128-head
-re-sweeps (``data/h200-kernel-v6``, ``-v6-tiles``) and MLA's narrow tiles at batches 5-40 (``-v6-fit2``), read as
-one layer that replaces ``data/h200``'s rows of the
-kernels it holds (``layered``; positional folders after the first), split by ``held_out`` like the rest. The cost
+fits on the sixth, read as one layer that replaces ``data/h200``'s rows of the kernels it holds (``layered``;
+positional folders after the first), split by ``held_out`` like the rest: GQA's and MLA's fit grids re-swept on it
+(``data/h200-kernel-v6-fit``) with MLA's 64/128-head re-sweep (``data/h200-kernel-v6``) and its narrow tiles at
+batches 5-40 (``-v6-fit2``), and sparse MLA's fit grids, 64/128-head and head-tile sweeps timed over input sets
+rotated by the rows a call reads (``data/h200-kernel-v6-sparse``; the same grids timed over three copies of the
+token pool, as every sparse sweep before 2026-11-30 session 11, are ``data/h200-kernel-v6-sparse-pool3``). The cost
 model knows where the Gluon tile runs (``native.sm90_tile_runs``: its bf16 partials, its own key-tile cost), so
 one set of constants serves devices with and without it. Fresh sets swept after the rule was final:
-``h200-confirm12`` (GQA, MLA), ``h200-confirm14`` (sparse MLA, after its second refit); ``h200-confirm11`` and
-``-confirm13`` were swept before and read before its last changes.
+``h200-confirm15`` (all three families, after the partial writes were priced per CTA on the busiest SM; again in
+``-confirm15-repeat``, and its sparse grid re-timed by the rows a call reads in ``-confirm15-sparse``); before it
+``h200-confirm12`` (GQA, MLA) and ``h200-confirm14`` (sparse MLA) were the clean sets of the rule of the time.
 """
 
 from __future__ import annotations
@@ -372,8 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
     p.add_argument("data", nargs="*", default=["data/h200"],
                    help="sweep folders: the first, and those after it read together, which replace the first's rows "
-                   "of every kernel they hold (data/h200 data/h200-kernel-v6-fit ...: GQA from data/h200, MLA and "
-                   "sparse MLA from the sixth kernel version's sweeps)")
+                   "of every kernel they hold (data/h200 data/h200-kernel-v6-fit ...: every family from the sixth "
+                   "kernel version's sweeps)")
     p.add_argument("--confirm", metavar="DIR", action="append", default=[],
                    help="also score the fitted rule on a later sweep of shapes in no fit and no held-out set (e.g. "
                    "data/h200-confirm, the cards' confirm grids); repeatable")

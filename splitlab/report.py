@@ -52,12 +52,14 @@ DEFAULT_DATA = "data/h200"
 DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3", "data/h200-confirm4",
                    "data/h200-confirm5", "data/h200-confirm6", "data/h200-confirm7", "data/h200-kernel-v4",
                    "data/h200-confirm8", "data/h200-kernel-v5", "data/h200-kernel-v5-fit", "data/h200-confirm9",
-                   "data/h200-confirm10", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles", "data/h200-confirm11",
-                   "data/h200-confirm12", "data/h200-confirm13", "data/h200-confirm14", "data/h200-check")
+                   "data/h200-confirm10", "data/h200-kernel-v6-sparse-pool3", "data/h200-confirm11",
+                   "data/h200-confirm12", "data/h200-confirm13", "data/h200-confirm14", "data/h200-check",
+                   "data/h200-confirm15", "data/h200-confirm15-repeat", "data/h200-confirm15-sparse")
 #: The re-sweeps of the current (sixth) kernel version that the fit reads in place of DEFAULT_DATA's rows of the
-#: kernels they hold (``fit.layered``; all three: the fit grids, and the 64/128-head MLA and sparse shapes).
-DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-tiles",
-                 "data/h200-kernel-v6-fit2")
+#: kernels they hold (``fit.layered``; all three: the fit grids, the 64/128-head MLA shapes, MLA's narrow tiles
+#: at batches 5-40, and sparse MLA's grids timed over a rotation sized by the rows a call reads).
+DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-fit2",
+                 "data/h200-kernel-v6-sparse")
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
@@ -353,7 +355,7 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
 
     Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm14, data/h200-check,
+    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm15, data/h200-check,
     and the fourth to sixth kernel versions' re-sweeps) and ``newer=DEFAULT_NEWER`` (the sixth version's re-sweeps
     that the fit reads) when ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given
     (e.g. ``{"sweep": {"card": "gqa_decode"}}``).

@@ -45,7 +45,7 @@ def test_readme_fit_command(capsys, monkeypatch):
     cmd = re.search(r"`python -m splitlab\.fit ([^`]*)`", README).group(1)
     assert fit.main(shlex.split(cmd)) == 0
     out = capsys.readouterr().out
-    assert "h200-confirm12" in out and "h200-confirm14" in out and "goal_met" in out
+    assert "h200-confirm15 " in out and "h200-confirm15-sparse" in out and "goal_met" in out
     # The registered rule's constants are what this command fits (planners.native.FITTED says so).
     from splitlab.planners.native import FITTED
 

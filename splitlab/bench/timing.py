@@ -69,8 +69,9 @@ def rotations(read_bytes: int, l2_bytes: int, *, factor: int = 3, most: int = 64
     Size it by the bytes a call reads, not by its set: sparse MLA's set is a 65536-token pool (67-75 MB) of which
     a call gathers its top-k rows (0.5-2 MB a token), so three sets of the pool rotate those rows through a
     fraction of the L2, and one graph replay's launch cost is shared by three calls instead of tens. On the H200,
-    1-32 tokens timed over 3 sets ran 3-12% slower than over 12-64 (``BENCHMARKS.md``, "Rotating by the bytes a
-    call reads")."""
+    1-32 tokens timed over 3 sets ran 3-10% slower than over 12-64 at the planner's candidates (the shared
+    launch), and long serial streams at 1-2 splits up to 1.33x faster (their rows came from L2) (``BENCHMARKS.md``,
+    "Rotating by the bytes a call reads")."""
     need = -(-factor * l2_bytes // max(read_bytes, 1))
     return max(2, min(most, need))
 
