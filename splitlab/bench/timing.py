@@ -138,7 +138,7 @@ class GraphTimer:
         self.replays, self.warmup, self.factor, self.mem_fraction = replays, warmup, factor, mem_fraction
         self.l2_bytes = l2_bytes if l2_bytes is not None else torch.cuda.get_device_properties(
             torch.cuda.current_device()).L2_cache_size
-        self._sets: dict[int, int] = {}
+        self._sets: dict[tuple[int, int], int] = {}
 
     def sets_for(self, set_bytes: int, read_bytes: int | None = None) -> int:
         """Input sets to rotate through for calls that each read ``read_bytes`` (default: the whole set) of a set
