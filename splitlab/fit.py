@@ -173,15 +173,15 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     score["geomean"] = np.exp(logs.mean(axis=0))
     score["worst"] = np.exp(logs.max(axis=0))
     score["shapes"] = len(idx.shapes())
-    near = score[score["geomean"] <= score["geomean"].min() * 1.001]
-    fields = list(settings[0])
-    band = set(map(tuple, near[fields].itertuples(index=False)))
+    band = score[score["geomean"] <= score["geomean"].min() * 1.001]
     field, value = prefer
-    near = near[near[field] == value] if (near[field] == value).any() else near
+    near = band[band[field] == value] if (band[field] == value).any() else band
     order = ["worst", "lone"] if "lone" in near else ["worst"]  # then the largest floor (LONE_GRID)
     ascending = [True, False][:len(order)]
     if centre:
-        depth = [_depth(band, tuple(v), fields, centre) for v in near[fields].itertuples(index=False)]
+        fields = list(settings[0])
+        tied = set(map(tuple, band[fields].itertuples(index=False)))
+        depth = [_depth(tied, tuple(v), fields, centre) for v in near[fields].itertuples(index=False)]
         near = near.assign(edge=[d[0] for d in depth], inside=[d[1] for d in depth])
         order, ascending = ["edge", "inside", *order], [False, False, *ascending]
     best = near.sort_values(order, ascending=ascending, kind="stable").iloc[0]

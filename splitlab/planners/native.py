@@ -93,10 +93,9 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # an SM in one wave write twice the rows. (Counted per wave until session 11 of 2026-11-30, which read the second
 # CTA's write as free: MLA-16/32 at 1 request took 256 splits, two CTAs per SM, where 128 run 1.08-1.11x faster.)
 # For a wide tile (one CTA per SM, whole waves) the two counts agree. KEYS is the key tile (TILE_KEYS, 64; sparse
-# MLA's BLOCK_K 32 where the rule weighs it)
-# and RATE its cost in 64-key tiles of the tl kernel: 1, but SM90_TILE for the Gluon 64-row tile (``sm90_tile_runs``:
-# sm_90, a 16-bit cache, 64 keys), NARROW for sparse MLA's 16-row tile in place of a wider one and SMALL_KEY_TILE for
-# a 32-key tile.
+# MLA's BLOCK_K 32 where the rule weighs it) and RATE its cost in 64-key tiles of the tl kernel: 1, but SM90_TILE
+# for the Gluon 64-row tile (``sm90_tile_runs``: sm_90, a 16-bit cache, 64 keys), NARROW for sparse MLA's 16-row
+# tile in place of a wider one and SMALL_KEY_TILE for a 32-key tile.
 #
 # and ``num_splits = argmin T(s)`` over the powers of two, the wave-filling split counts (``floor(m * SMs /
 # c0)``, m = 1..8: ``waves.wave_fill_splits``) and the limit itself, s <= min(MAX_SPLITS, ceil(L / min(KEYS,
