@@ -4,7 +4,7 @@ Ports, in upstream order and with upstream names:
 
 * ``decode_num_splits``: aiter ``_decode_num_splits``, the gfx950 cost model (``ROCm/aiter``
   ``aiter/ops/triton/attention/pa_decode_sparse.py`` @ ``e4048607a535ace3a2b51ded31b1c8c2d45c0879``,
-  planners.md section 3.1; the function text was checked against two stored versions of that file, index
+  docs/planners.md section 3.1; the function text was checked against two stored versions of that file, index
   ids 57497225317 and 57502482701, commit not exposed by the index).
 * ``pa_decode_sparse_block_k``: the BLOCK_K rule *proposed* in seed 003 (``32 if ctas > num_sms else 64``). It
   is not upstream code: upstream hard-codes ``BLOCK_K = 64``.

@@ -1,7 +1,7 @@
 """FlashAttention's split-KV heuristics: FA2 (``csrc/flash_attn/flash_api.cpp``), FA3 (``hopper/heuristics.h``
 with its caller ``get_num_splits`` in ``hopper/flash_api.cpp``) and FA4 (``flash_attn/cute/interface.py``).
 
-Repository ``Dao-AILab/flash-attention``; planners.md section 4 cites commit
+Repository ``Dao-AILab/flash-attention``; docs/planners.md section 4 cites commit
 ``0251105a2fb19d2957484b7f023cd8c115286ced``. The index does not store that commit; the text was checked
 against the stored versions named on each function (same logic as planners.md unless a docstring says so).
 

@@ -1,6 +1,6 @@
 """FlashInfer decode split-K planners, ported to pure Python.
 
-Two upstream sources (shared/reference/planners.md section 2):
+Two upstream sources (docs/planners.md section 2):
 
 * ``flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py`` in ``flashinfer-ai/flashinfer``, the newest
   stored text ("v3": index file id 70274826827; the index does not expose its commit; the older stored

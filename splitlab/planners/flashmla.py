@@ -1,6 +1,6 @@
 """FlashMLA's decode schedule: ``num_sm_parts`` and the greedy split scheduler of ``get_mla_metadata``.
 
-Repository ``deepseek-ai/FlashMLA``; planners.md section 7 cites commit
+Repository ``deepseek-ai/FlashMLA``; docs/planners.md section 7 cites commit
 ``9241ae3ef9bac614dd25e45e507e089f888280e0``, which the index does not store. Checked against the stored
 texts:
 

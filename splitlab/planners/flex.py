@@ -1,7 +1,7 @@
 """PyTorch FlexDecoding's split count (``get_split_k``) and the adapter that maps a decode onto it.
 
 Source: ``pytorch/pytorch`` ``torch/_inductor/kernel/flex/flex_decoding.py`` @
-``5f65158aefc31977355102011b310a7d020e5604`` (planners.md section 5; read at that commit, index id 393268439).
+``5f65158aefc31977355102011b310a7d020e5604`` (docs/planners.md section 5; read at that commit, index id 393268439).
 """
 
 from __future__ import annotations

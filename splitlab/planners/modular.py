@@ -4,7 +4,7 @@ Two upstream files, ported function by function with upstream's names and branch
 
 * ``max/kernels/src/nn/attention/gpu/mha_decode_partition_heuristic.mojo`` in ``modularml/mojo`` @
   ``5d09008209efcecb12ae979dc05346d441662189`` (the newest stored text, "V3" in
-  shared/reference/planners.md section 1; seed 000 is its ``hip_mha_decoding_num_partitions`` docstring):
+  docs/planners.md section 1; seed 000 is its ``hip_mha_decoding_num_partitions`` docstring):
   ``_bucket_partitions``, ``cuda_mha_decoding_max_num_partitions``, ``cuda_mha_decoding_num_partitions``,
   ``hip_mha_decoding_num_partitions``, ``mha_decoding_num_partitions``, ``mha_decoding_max_num_partitions``.
 * ``max/kernels/src/nn/attention/gpu/nvidia/sm100/mla_decode_dispatch.mojo`` in ``modularml/mojo`` @

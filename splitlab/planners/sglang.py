@@ -1,6 +1,6 @@
 """SGLang's Triton decode split count (``get_num_kv_splits`` / ``get_num_kv_splits_triton``) and its MLA cap.
 
-Sources (planners.md section 6.1):
+Sources (docs/planners.md section 6.1):
 
 * kernel ``get_num_kv_splits_triton``: ``sgl-project/sglang``
   ``python/sglang/srt/layers/attention/triton_ops/metadata.py`` @ ``bdd1bcdf4715964dddaa81acc590bd3b74a45acc``
