@@ -53,8 +53,8 @@ PRESETS: dict[str, DeviceSpec] = {
                    aliases=("h100",)),
         DeviceSpec("h200-sxm", "nvidia", "sm_90", 132, 4800, 60, 989,
                    f"{_NV_DS}: H200 SXM (4.8 TB/s HBM3e, H100 compute); 132 SMs and 60 MB L2 as torch "
-                   "reports on the lent H200; measured ceilings from shared/reference/toolchain.md "
-                   "(4.5 TB/s read) and the device notes (790 TFLOP/s bf16 on random data), 2026-11-29",
+                   "reports on the lent H200; measured there: 4.5 TB/s read (a sum over 4 GiB read 4.23, "
+                   "cuDNN's best decode 4.49) and 790 TFLOP/s bf16 (a matmul on random data)",
                    aliases=("h200",), measured_read_gbps=4500, measured_bf16_tflops=790),
         DeviceSpec("b200", "nvidia", "sm_100", 148, 8000, 126, 2250,
                    f"{_NV_DS}: HGX B200 (148 SMs, 8 TB/s HBM3e, 2.25 PFLOP/s dense bf16); L2 126 MB"),

@@ -92,8 +92,8 @@ def wave_fill_splits(w: DecodeWorkload, sm_count: int, max_splits: int, *,
     """Split counts (2..``max_splits``) whose launch fills whole waves: ``floor(m * sm_count / c0)`` for
     ``m = 1..WAVE_FILL_WAVES``, ``c0`` the CTAs of the unsplit launch (m counts SM slots: waves times CTAs per
     SM). They are rarely powers of two (3 requests of MLA-32, one 32-row head tile each, on 132 SMs: 44, 88,
-    132, ...), and on the H200 they are often the fastest split: in the confirm sweeps (data/h200-confirm) the
-    best split is not a power of two on 52 of 60 MLA shapes, 25 of 45 GQA and 6 of 68 sparse MLA. ``block_h``:
+    132, ...), and on the H200 they are often the fastest split: in the confirm set (catalog ``h200-confirm``) the
+    best split is not a power of two on 32 of 40 MLA shapes, 21 of 40 sparse MLA and 4 of 18 GQA. ``block_h``:
     the head tile of MLA / sparse MLA (default: the kernels' default tile), which sets ``c0``."""
     c0 = ctas(w, 1, block_h=block_h)
     out = {m * sm_count // c0 for m in range(1, WAVE_FILL_WAVES + 1)}

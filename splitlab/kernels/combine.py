@@ -79,7 +79,7 @@ def combine_tile(rows: int, heads: int, splits: int, head_dim_v: int) -> tuple[i
     and how much each one holds in registers. BLOCK_D is the widest of 512 / 256 / 128 columns that still gives
     ``MIN_PROGRAMS`` programs (rows x heads x Dv / BLOCK_D), else 128 (the head dim when narrower); BLOCK_S is up
     to 64 splits a chunk; the warps hold about 128 partials a thread (BLOCK_S x BLOCK_D / 4096, 1 to 8). Chosen
-    on an H200 A/B (``data/bench/h200-2026-11-29f/combine_ab.csv``: graph replay, rotated partials, 10 shapes of
+    on an H200 A/B (``data/archive/bench/h200-kernel-v5/combine_ab.csv``: graph replay, rotated partials, 10 shapes of
     MLA's 128 x 512 and GQA's 32 x 128 rows, up to 36 (BLOCK_D, BLOCK_S, warps) tiles each): within 1.02x of the best
     tile at every shape (it was chosen on them; the benchmark's decodes are its out-of-sample check), and
     1.19-3.49x faster than the fixed 128 columns at 4 warps it replaces (MLA-128 B=16, 4 splits: 25.5 -> 7.3 us).

@@ -80,7 +80,7 @@ MLA_TILES: dict[str, dict[int, tuple[int, int, int]]] = {
     "wide": {16: (64, 4, 3), 32: (64, 4, 2), 64: (64, 8, 2)},
     "narrow": {16: (64, 4, 2), 32: (64, 4, 2), 64: (64, 8, 2)},
 }
-#: Modelled shared-memory budget per CTA. Measured on the H200 (bench run 2, 2026-11-29): BLOCK_H 64,
+#: Modelled shared-memory budget per CTA. Measured on the H200 (a tile sweep at two split counts): BLOCK_H 64,
 #: BLOCK_N 64, 8 warps, 2 stages (216 KB modelled) launches and is the fastest MLA-128 tile; BLOCK_H 16,
 #: BLOCK_N 64, 3 stages is the fastest for 16 heads.
 SMEM_BUDGET = 227 * 1024  # sm_90's opt-in limit per CTA (232448 bytes)
@@ -268,7 +268,7 @@ def load_latent_rows(row_ptrs, row_mask, kv_stride_d,
 def _widen(x, dtype, qk_scale):
     """An fp8 tile as ``dtype``, through fp32 times a runtime 1.0 (``qk_scale * 0 + 1``): without it Triton
     moves the cast after the shared-memory read of the dot operand, where fp8 is read a byte at a time (1.18x
-    at MLA-128 B=64 8K on the H200, data/bench/h200-2026-11-29c/fp8_cast_ab.csv)."""
+    at MLA-128 B=64 8K on the H200, data/archive/bench/h200-kernel-v2-fp8/fp8_cast_ab.csv)."""
     return (x.to(tl.float32) * (qk_scale * 0.0 + 1.0)).to(dtype)
 
 
@@ -316,7 +316,7 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_s
     elif KV_FP8:
         # An fp8 cache's tile is widened in-kernel for 16-bit dots (the cache's scale is folded into qk_scale
         # and the epilogue's v_scale): the 16-row tiles, and the 64-row ones under the interpreter. Measured on
-        # the H200 (2026-11-29, data/bench/h200-2026-11-29c/fp8_cast_ab.csv): 16-row tiles are fastest computing
+        # the H200 (data/archive/bench/h200-kernel-v2-fp8/fp8_cast_ab.csv): 16-row tiles are fastest computing
         # in fp16 (q too: one cvt.f16x2.e4m3x2 per two values, no fp32 round trip; 1.23x over a cast to q's
         # dtype at MLA-16 B=64 8K); 64-row tiles keep q's dtype (an fp16 q tile lives in registers and spills)
         # and are widened through ``_widen``.

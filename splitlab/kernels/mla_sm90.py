@@ -197,7 +197,7 @@ if HAVE_GLUON:
         output; the partials, ``PARTIALS_16BIT``) is therefore staged through ``stage`` (64 KiB of shared memory no
         partition reads any more) and stored as whole rows, 16 bytes a thread: 0.88x the decode's time at MLA-128
         B=64 1K, one split, 0.94x at sparse 64 heads, 128 tokens; staging fp32 partials was 0.98-1.04x
-        (``store_ab.csv``, data/bench/h200-2026-11-29g)."""
+        (``store_ab.csv``, data/archive/bench/h200-kernel-v6)."""
         out_dtype: gl.constexpr = out_row.dtype.element_ty
         NCOL: gl.constexpr = acc.shape[1]
         vals = (acc / l_safe[:, None]).to(out_dtype)
@@ -381,7 +381,7 @@ if HAVE_GLUON:
 ENABLED = True
 #: A split launch of this kernel stores its partial outputs in q's (16-bit) dtype, staged into whole rows by the
 #: epilogue (``_store_half``); the combine reads them as fp32. An H200 A/B (``partials_ab.csv`` in
-#: data/bench/h200-2026-11-29g, graph replay, alternating) at the 11 split shapes of this tile: 0.85-0.98x the
+#: data/archive/bench/h200-kernel-v6, graph replay, alternating) at the 11 split shapes of this tile: 0.85-0.98x the
 #: decode's time with fp32 partials (MLA-128 B=8 8K, 8 splits, 54.3 -> 51.2 us; sparse 64 heads, 8 tokens, 16
 #: splits, 21.2 -> 18.0), relative error against fp64 1.7-2.4e-3 (fp32 partials: 1.7-2.0e-3). The tl kernels keep
 #: fp32 partials: their 64-row tile spills with 16-bit ones, and their 16-row tile gained only 0.95-1.0x.

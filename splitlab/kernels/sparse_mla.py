@@ -72,10 +72,11 @@ from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 
 # =====================================================================================================
 # Defaults: the one place to tune tiles. block_h -> (num_warps, num_stages wanted) for 16-bit inputs.
-# BLOCK_K is 64: on the H200 it was faster than 32 at every point measured (2026-11-29, 104 A/B points
-# over H = 64/128, Dqk = 512/576, top-k 512/2048, 1-128 tokens, 1-32 splits, up to 62 waves of CTAs: 1.02-1.47x;
-# and every sparse shape of the kernel bench), so seed 003's load rule (aiter on MI355X: 32 once the CTAs
-# exceed the CUs; ``planners.aiter.pa_decode_sparse_block_k``) does not transfer to this kernel on this GPU.
+# BLOCK_K is 64: on the H200 it was faster than 32 at every point measured (104 A/B points over H = 64/128,
+# Dqk = 512/576, top-k 512/2048, 1-128 tokens, 1-32 splits, up to 62 waves of CTAs: 1.02-1.47x,
+# data/archive/bench/h200-kernel-v2/ab_sparse_block_k.csv; and every sparse shape of the kernel bench), so seed
+# 003's load rule (aiter on MI355X: 32 once the CTAs exceed the CUs; ``planners.aiter.pa_decode_sparse_block_k``)
+# does not transfer to this kernel on this GPU.
 # num_stages is clamped to mla.SMEM_BUDGET: H=64, Dqk=512, bf16, BLOCK_K 64 -> 2 stages (64 KB Q +
 # 2 x 64 KB = 192 KB); H=128, Dqk=576 (DeepSeek-V3.2) -> 2 stages (72 KB + 2 x 72 KB = 216 KB modelled;
 # 224 KB compiled, with the probabilities' 8 KB).
@@ -113,7 +114,7 @@ def sparse_mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dty
         num_warps = 8  # the fp8 tile's cast to 16 bits spills at 4 warps (255 registers + 16 B, sm_90)
     if name == "fp8_e4m3" and fp8_qk(bh):
         # Q in fp8 leaves room for a third tile in flight: 0.96-0.99x the time of 2 stages on the H200
-        # (data/bench/h200-2026-11-29d/sparse_fp8_stages_ab.csv), though it spills 8-24 B (sm_90, triton 3.6).
+        # (data/archive/bench/h200-kernel-v3/sparse_fp8_stages_ab.csv), though it spills 8-24 B (sm_90, triton 3.6).
         num_stages = max(num_stages, 3)
     bk = sparse_block_k(head_dim_qk, name) if block_k is None else block_k
     return TileConfig(bh, bk, num_warps, fit_stages(bh, bk, head_dim_qk, dv, DTYPE_BYTES[name], num_stages))
