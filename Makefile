@@ -1,5 +1,5 @@
 # splitlab: two commands set everything up and run (README.md):
-#   make demo   the main job on the shipped defaults
+#   make demo   the main job on the shipped defaults (the catalog's current set, data/catalog.toml)
 #   make test   ruff + the test suite (CPU only; kernels under Triton's interpreter)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -27,4 +27,4 @@ test: lint
 
 demo: setup
 	$(VENV)/bin/splitlab plan --workload deepseek-v3-mla --batch 8 --ctx 81920 --device mi355x,h200,rtx5090
-	$(VENV)/bin/splitlab report --data data/h200 --out reports
+	$(VENV)/bin/splitlab report --out reports

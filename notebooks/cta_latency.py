@@ -24,7 +24,7 @@
 # CTAs fit in one wave).
 
 # %% tags=["parameters"]
-data: str = "data/h200"  # result set: a sweep folder or a folder of sweeps (the shipped H200 data by default)
+data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
 allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
 kernels: list = []  # kernels to show; empty means every kernel in the data with a CTA count
 max_families: int = 3  # shape families (heads, head dims, top-k) per kernel in the figures

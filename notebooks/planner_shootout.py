@@ -19,16 +19,15 @@
 # table of geomean, p90 and worst regret, and the shapes where each planner loses most. Planners only cover the
 # kinds they were written for (FlashMLA has no GQA rule, aiter only sparse MLA), so compare planners within a
 # kernel; the overall row mixes different shape sets. `splitlab` is the registered (fitted) rule, replayed on the
-# measured points (its choices were not all tagged by the sweeps: the rule changed between their sessions).
+# measured points (the sweeps' own `splitlab` tags are the rule of the day each was made).
 
 # %% tags=["parameters"]
-data: str = "data/h200"  # result set: a sweep folder or a folder of sweeps (the shipped H200 data by default)
+data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
 allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
 kernels: list = []  # kernels to compare; empty means every kernel whose points carry planner choices
 include_foreign: bool = False  # also the name@device choices (a rule as it plans for another device)
 worst_n: int = 3  # shapes listed per planner where it loses most
-confirm: list = [f"data/h200-confirm{n}" for n in ("", 2, 3, 4, 5, 6, 7)]  # sweeps of shapes in no fit
-newer: list = []  # re-sweeps on a later kernel version: the fit's tables take them over data's rows of their kernels
+confirm: list = ["h200-confirm"]  # sets of shapes in no fit and no held-out set (catalog names or folders)
 
 # %%
 import warnings
@@ -46,8 +45,8 @@ warnings.filterwarnings("ignore", category=UserWarning)
 df, info = report.load_data(data, allow_fake=allow_fake)
 display(Markdown(report.describe(info, df)))
 
-# splitlab's own rule changed between the sessions of the shipped sweeps (first rule, then fitted), so its tags
-# in the data mix versions: the registered rule is scored by replaying it on the measured points instead.
+# splitlab's own rule changed while the shipped sweeps were made (first rule, then fitted), so its tags in the data
+# mix versions: the registered rule is scored by replaying it on the measured points instead.
 reg = analysis.regret(df, allow_fake=allow_fake, replayed=("splitlab",))
 if not include_foreign:
     reg = reg[~reg["planner"].str.contains("@", regex=False)]
@@ -137,23 +136,15 @@ if len(unmeasured):
 # ## splitlab's planner, fitted: held-out shapes against every ported rule
 #
 # `splitlab.fit` fits the few constants of splitlab's wave-cost rule on the *fit* shapes only (held out: batch 2
-# or 32, context 4K or 64K, and one or two head counts per family; `splitlab.fit.held_out`). With `newer` (the
-# report passes the sixth kernel version's re-sweeps of every family's fit grids, `data/h200-kernel-v6-fit`, and
-# of 64/128-head sparse and MLA shapes), those take the place of `data`'s rows of the kernels they hold, as in the
-# fit. The ported planners are scored from the data's own choices; the fitted rule (the registered `splitlab`) and
-# the first, unfitted rule (`splitlab-v0`) by `analysis.replay` (the measured point at exactly its plan).
+# or 32, context 4K or 64K, and one or two head counts per family; `splitlab.fit.held_out`). The ported planners are
+# scored from the data's own choices; the fitted rule (the registered `splitlab`) and the first, unfitted rule
+# (`splitlab-v0`) by `analysis.replay` (the measured point at exactly its plan).
 # The goal: held-out geomean <= 1.02 and worst <= 1.10 per kernel, below every ported planner.
 
 # %%
-from splitlab import fit, results  # noqa: E402
+from splitlab import fit  # noqa: E402
 
-fit_df = df
-if newer:
-    later = report.one_per_point(results.load(*newer))
-    fit_df = fit.layered(df, later)
-    display(Markdown(f"The fit's tables: {', '.join(sorted(set(later['kernel'])))} from "
-                     f"{', '.join(f'`{p}`' for p in newer)}; the other kernels from `{data}`."))
-fit_table = fit.shootout(fit_df, allow_fake=allow_fake) if len(reg) else pd.DataFrame()
+fit_table = fit.shootout(df, allow_fake=allow_fake) if len(reg) else pd.DataFrame()
 if len(fit_table):
     display(fit_table.round(3))
     display(Markdown("**Goal on the held-out shapes** (`splitlab` = the fitted rule):"))
@@ -162,50 +153,18 @@ else:
     display(Markdown("No shape of splitlab's kernels with planner choices in these data: nothing to fit."))
 
 # %% [markdown]
-# ## Confirmation: a fresh sweep of shapes in no fit and no held-out set
+# ## Confirmation: fresh sweeps of shapes in no fit and no held-out set
 #
-# The `confirm` grids of the three splitlab cards (batches 3-192, contexts 8K/32K/96K, head counts and top-k the
-# fit never saw; every power-of-two and wave-filling split), swept after the fit; then `confirm2` (batches 5-80,
-# contexts 12K/48K, top-k 1536), swept after the rule was revised on what `confirm` showed; then `confirm3` (GQA
-# only: batches 7-96, contexts 6K/24K), swept after the GQA rule gained its partial-wave cost (`tail`); then
-# `confirm4` (sparse MLA only: 32-128 heads at BLOCK_H 16/32/64, 7-160 tokens, top-k 768/2048), swept before
-# the sparse rule picked its head tile; then `confirm5` (sparse MLA: 32-128 heads, 10/36/120 tokens, top-k
-# 1280), swept after it; then `confirm6` (GQA: batches 9-72, contexts 2.5K/20K/56K), swept after the GQA rule
-# gained its sub-wave floor (`lone`; on the third kernel version, whose combine is 0.985x the second's time on
-# average); then `confirm7` (sparse MLA: 24/32/96/128 heads, top-k 640/1792/2048), swept after the 32-row head
-# tile took the wide tile's wave width. MLA and sparse MLA's confirm sweeps were re-measured on the second kernel
-# version (BENCHMARKS.md). The fourth kernel version (the 64-row MLA tile in Gluon, faster on the H200) has
-# `h200-kernel-v4` (the confirm grids' 64/128-head shapes, re-swept on it) and `confirm8` (sparse MLA: 64/128
-# heads, 2-40 tokens, top-k 1024, both head tiles), swept before the 16-row tile's worth was refitted on it. The
-# fifth (a faster merge) has `h200-kernel-v5` (the same shapes again), `h200-kernel-v5-fit` (sparse MLA's fit
-# grids again) and two fresh sparse sets, `confirm9` (top-k 896/1664) and `confirm10` (top-k 1152/1920), both
-# head tiles at every split; the rule's constants did not change with it. The sixth (the Gluon tile's split
-# launches write bf16 partials) has `h200-kernel-v6` (the 64/128-head shapes again) and sparse MLA's BLOCK_H 16
-# against 64 at every split, which the refit on the sixth version then read as fit data (with `h200-kernel-v6-fit`,
-# every family's fit grids re-swept, and `h200-kernel-v6-fit2`, MLA's 16/32-row tiles at batches 5-40); sparse
-# MLA's fit data were re-timed in session 11 over input sets rotated by the rows a call reads
-# (`h200-kernel-v6-sparse`; `h200-kernel-v6-sparse-pool3` is the same grids over three copies of the token pool,
-# the rotation of every earlier sparse sweep, which left 1-32-token points L2-warm and shared one graph launch
-# among three calls). Its fresh sets are `confirm11` (batches 13-80, contexts
-# 3K/10K/40K, top-k 384/1408; swept before the refit, read after it, and before the split candidates gained one
-# key tile a split), `confirm12` (contexts 1.5K/5K/28K, top-k 320/704/1216; swept after that), `confirm13` (sparse
-# MLA only, 32-128 heads, top-k 448/960/1600; swept after the first sparse refit with 32 heads among the fit shapes
-# and the Gluon tile's own key-tile cost), `confirm14` (sparse MLA only, 16-128 heads, top-k 576/832/1344; swept
-# after the second, which held the merge costs physical and weighs BLOCK_K 32 at 16 heads) and `confirm15` (GQA at
-# batches 17-60 and 14K/36K keys, MLA-16/32 at batches 1-44 and 6K-56K keys, sparse MLA at 1-21 tokens and top-k
-# 736/1472; swept after the rule priced a split's partial writes per CTA on the busiest SM: the clean set of the
-# final rule), swept again as `confirm15-repeat` (run-to-run) and, sparse MLA only, over the new rotation as
-# `confirm15-sparse`. `h200-check` is no confirm set: it sweeps whole the shapes whose picks by the rule of session
-# 10 no earlier sweep timed (16 heads at top-k 1024, BLOCK_K 32), so they can be scored in one session. The older
-# sets are of older kernels: the rule now prices the sixth version's bf16 partials, so its scores there are not what
-# it was fitted for.
-# Every rule is scored as above; `splitlab` is the fitted rule, replayed. The goal table compares it with a
-# planner that plans only some shapes (FlashMLA's) on those shapes (`h2h`).
+# Each `confirm` set (by default the catalog's, `data/catalog.toml`: shapes chosen and swept after the rule was
+# final, every power-of-two and wave-filling split, on the same kernel version as the data) is scored as above;
+# `splitlab` is the fitted rule, replayed. The goal table compares it with a planner that plans only some shapes
+# (FlashMLA's) on those shapes (`h2h`). The catalog's archive sets (older kernel versions and rules) load the same
+# way, by name.
 
 # %%
 for path in confirm if len(fit_table) else []:
     cdf, cinfo = report.load_data(path, allow_fake=allow_fake)
-    name = cinfo.path.name
+    name = cinfo.name
     display(Markdown(f"### {name}\n\n" + report.describe(cinfo, cdf)))
     confirm_table = fit.shootout(cdf, allow_fake=allow_fake, part=name)
     display(confirm_table.round(3))

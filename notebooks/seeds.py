@@ -27,12 +27,13 @@
 # cards' `seed` grids), and says so plainly when they do not.
 
 # %% tags=["parameters"]
-data: str = "data/h200"  # result set: a sweep folder or a folder of sweeps (the shipped H200 data by default)
+data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
 allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
 tol: float = 0.01  # two p50s within this relative distance are a tie
 
 # %%
 import warnings
+from math import ceil
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -41,8 +42,7 @@ from IPython.display import Markdown, display
 
 from splitlab import analysis, devices, plots, report
 from splitlab.errors import SplitlabError
-from splitlab.planners import aiter, flashinfer, modular
-from splitlab.planners._math import cdiv
+from splitlab.planners import aiter, flashinfer, modular, native
 
 plots.setup()
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -68,11 +68,11 @@ PHASE0 = [  # (batch, keys, np the seed states, the seed's reason)
 ]
 rows = []
 for bs, nk, want, why in PHASE0:
-    ctas = cdiv(64, modular.BM) * bs
-    pages = cdiv(nk, modular.SPLIT_PAGE_SIZE)
+    ctas = ceil(64 / modular.BM) * bs
+    pages = ceil(nk / modular.SPLIT_PAGE_SIZE)
     got = modular.hip_mha_decoding_num_partitions(bs, nk, 64, 256, is_mla=True)
     rows.append(dict(batch=bs, keys=nk, ctas_per_partition=ctas, pages=pages, one_wave=256 // ctas,
-                     two_wave=512 // ctas, work_floor=cdiv(pages, modular.MAX_PAGES_PER_SPLIT), seed_np=want,
+                     two_wave=512 // ctas, work_floor=ceil(pages / modular.MAX_PAGES_PER_SPLIT), seed_np=want,
                      port_np=got, match=got == want, seed_reason=why))
 phase0 = pd.DataFrame(rows)
 display(phase0)
@@ -380,7 +380,7 @@ def _waves_rule(n_waves: int):
     def rule(w, dev):
         from splitlab.planners.registry import Plan
 
-        cap = min(256, cdiv(w.keys_per_request, 64))
+        cap = min(native.MAX_SPLITS["mla"], ceil(w.keys_per_request / native.MIN_KEYS_PER_SPLIT["mla"]))
         return Plan(f"{n_waves}-wave", min(cap, _pow2_floor(n_waves * dev.sm_count // w.batch)))
     return rule
 
@@ -420,10 +420,11 @@ report.record_finding(("MODELLED: " if info is not None and info.fake else "") +
 # %%
 def _cake_rule(w, dev):
     from splitlab import waves
+    from splitlab.kernels.sparse_mla import sparse_block_k
     from splitlab.planners.registry import Plan
 
     c0 = waves.ctas(w, 1)
-    chunks = cdiv(w.topk, 64 if w.head_dim_qk <= 512 else 32)
+    chunks = ceil(w.topk / sparse_block_k(w.head_dim_qk, w.dtype))
     s = 1
     while c0 * s * 2 <= 0.8 * dev.sm_count and chunks // (s * 2) >= 2:
         s *= 2

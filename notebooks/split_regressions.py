@@ -22,7 +22,7 @@
 # as each sweep tagged them (two versions' sweeps: `candidate_data` and `baseline_data`).
 
 # %% tags=["parameters"]
-data: str = "data/h200"  # result set: a sweep folder or a folder of sweeps (the shipped H200 data by default)
+data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
 allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
 candidate: str = "splitlab"  # a planner name, or oracle for the best measured point of candidate_data
 candidate_data: str = ""  # result set the candidate's times come from; empty means data

@@ -20,7 +20,7 @@
 # an H200; a rerun with the same `out` resumes and skips the finished points.
 
 # %% tags=["parameters"]
-data: str = "data/h200"  # shipped result set to compare today's numbers with (skipped when it lacks the shapes)
+data: str = "h200"  # shipped result set (a catalog name) to compare today's numbers with, where it has the shapes
 allow_fake: bool = False  # accept modelled rows in data (the fake timer)
 card: str = "sparse_mla_decode"  # kernel card: a name in kernels/ or a path to a .toml
 grid: str = "quick"  # named grid of the card

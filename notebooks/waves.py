@@ -22,7 +22,7 @@
 # same family on the same device, the measured best split (the oracle) is drawn as a black cross.
 
 # %% tags=["parameters"]
-data: str = "data/h200"  # result set for the optional oracle overlay (a sweep folder or a folder of sweeps)
+data: str = "h200"  # result set for the optional oracle overlay (a catalog name or a folder of sweeps)
 allow_fake: bool = False  # accept modelled rows (the fake timer) for the overlay; figures then say MODELLED
 workload: str = "deepseek-v3-mla"  # model preset: splitlab.workloads.names()
 num_q_heads: int = 0  # 0 keeps the preset's query heads; e.g. 64 for seed 000's Phase 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,12 +21,16 @@ import pandas as pd
 from splitlab.bench.impls import KNOB_COLUMNS
 from splitlab.errors import SplitlabError
 
+if TYPE_CHECKING:
+    from splitlab.devices import DeviceSpec
+
 SHAPE = ("kernel", "device", "kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
          "page_size", "topk", "dtype")
 KNOBS = KNOB_COLUMNS  # the knob columns of a result row
 
 
-def _shape_cols(df: pd.DataFrame) -> list[str]:
+def shape_cols(df: pd.DataFrame) -> list[str]:
+    """The ``SHAPE`` columns ``df`` has: what identifies one decode call on one device."""
     return [c for c in SHAPE if c in df.columns]
 
 
@@ -42,7 +47,7 @@ def oracle(df: pd.DataFrame, *, allow_fake: bool = False) -> pd.DataFrame:
     ok = measured(df, allow_fake=allow_fake)
     if ok.empty:
         return ok.copy()
-    idx = ok.groupby(_shape_cols(ok), dropna=False)["p50_us"].idxmin()
+    idx = ok.groupby(shape_cols(ok), dropna=False)["p50_us"].idxmin()
     return ok.loc[idx.values].reset_index(drop=True)
 
 
@@ -59,7 +64,7 @@ def planner_choices(df: pd.DataFrame) -> pd.DataFrame:
     if "finished_at" in picked.columns:
         picked = picked.assign(_t=picked["finished_at"].fillna("").astype(str)).sort_values("_t", kind="stable")
         picked = picked.drop(columns="_t")
-    keys = [*_shape_cols(picked), "planner"]
+    keys = [*shape_cols(picked), "planner"]
     picked = picked.drop_duplicates(keys, keep="last").sort_index(kind="stable")
     return picked.reset_index(drop=True)
 
@@ -72,7 +77,7 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
     rule that changed between the sweep's sessions, e.g. ``splitlab``), on the kernels they were tagged on; a
     plan that was not measured has status ``not measured``."""
     measured(df, allow_fake=allow_fake)  # refuse fake rows up front
-    keys = _shape_cols(df)
+    keys = shape_cols(df)
     best = oracle(df, allow_fake=allow_fake)[keys + ["p50_us", "num_splits"]].rename(
         columns={"p50_us": "oracle_us", "num_splits": "oracle_splits"})
     picks = planner_choices(df)[keys + ["planner", "p50_us", "num_splits", "status"]]
@@ -117,7 +122,7 @@ def compare(base: pd.DataFrame, cand: pd.DataFrame, *, base_planner: str | None 
     """Per shape present in both: the baseline's and the candidate's time (a planner's choice when a planner is
     named, else the set's oracle) and ``ratio = cand / base`` (> 1: the candidate is slower), slowest first.
     ``replayed`` as in ``regret``."""
-    keys = [c for c in _shape_cols(base) if c in cand.columns]
+    keys = [c for c in shape_cols(base) if c in cand.columns]
 
     def pick(df: pd.DataFrame, planner: str | None) -> pd.DataFrame:
         if planner is None:
@@ -262,7 +267,8 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _data_device(df: pd.DataFrame):
+def data_device(df: pd.DataFrame) -> DeviceSpec:
+    """The device preset (``DeviceSpec``) of the rows' ``device`` column; rows of several devices are refused."""
     from splitlab.devices import get as get_device
 
     names = df["device"].dropna().unique() if "device" in df.columns else []
@@ -290,7 +296,7 @@ def replay(df: pd.DataFrame | MeasuredIndex, planner, *, device=None, allow_fake
     if device is None:
         if isinstance(df, MeasuredIndex):
             raise SplitlabError("pass device= when replaying on a MeasuredIndex")
-        device = _data_device(measured(df, allow_fake=allow_fake))
+        device = data_device(measured(df, allow_fake=allow_fake))
     dev = device if isinstance(device, DeviceSpec) else get_device(str(device))
     if isinstance(planner, str):
         label = name or planner

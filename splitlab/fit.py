@@ -1,5 +1,12 @@
 """Fitting splitlab's wave-cost rule (``planners.native.fitted_plan``) to measured data, honestly.
 
+**The data.** By default the catalog's (``splitlab.catalog``): the fit reads the ``fit`` sets (``h200``: the newest
+kernel version of every family on the H200) and scores the fitted rule on their held-out shapes and on every
+``confirm`` set (fresh shapes swept after the rule was final)::
+
+    python -m splitlab.fit                    # the fitted constants, the fit / held-out table, the confirm tables
+    python -m splitlab.fit DATA ... [--confirm DATA]   # other sets: catalog names or sweep folders
+
 **The split.** A shape is *held out* when any of these holds (``held_out``), and only the other (*fit*)
 shapes are ever passed to the fit:
 
@@ -7,8 +14,8 @@ shapes are ever passed to the fit:
 - its context is 4096 or 65536 keys (other contexts; dense kernels only: sparse MLA's context is the
   token pool, fixed at 65536 in the data, and its keys are the top-k),
 - its query-head count is in ``HELD_HEADS[kind]`` (GQA 64 (Llama-3-70B, 64/8), MLA 32, sparse MLA 64 and 96;
-  sparse MLA's 32 heads were held out too until the refit on the sixth kernel version, which needs them: theirs
-  is the only default tile that is not the Gluon one, so only they price the 16-row tile against the tl kernel).
+  sparse MLA's 32 heads are fit shapes: theirs is the only default tile that is not the Gluon one on the H200,
+  so only they price the 16-row tile against the tl kernel).
 
 ``split(df)`` cuts the rows, not just the shapes, so the fit never sees a held-out measurement (not even
 through the oracle).
@@ -19,7 +26,8 @@ wave's cost; GQA also the floor under one wave) that minimises the geomean regre
 it, over the fit shapes. Every setting is evaluated at once with numpy (the rule's ``fitted_cost`` accepts
 arrays): seconds for all three families. A plan whose knobs were not measured scores the shape's *worst*
 measured time (conservative: the fit cannot gain by choosing points nobody timed). Near-ties (0.1%) go to the
-simpler model (``_grid_search``).
+simpler model (``_grid_search``). The split ranges are the cards' (``native.MAX_SPLITS``): nothing beyond them
+was swept.
 
 Sparse MLA holds its merge costs at their physical values (``PHYSICAL``: a split writes its partial rows once,
 the merge reads them back once) and adds two passes with the first pass's constants held: the head tile's
@@ -28,24 +36,10 @@ every tile and split the rule weighs was measured (``_covered``), ties to the mi
 (``_depth``). Free to fit its merge costs, with the head tiles refitted in turn, the grid found 1.006 on the
 fit shapes and 1.030 (worst 1.59) on the held-out ones: 67 shapes do not pin nine constants.
 
-    python -m splitlab.fit data/h200          # the fitted constants and the fit / held-out table
-    python -m splitlab.fit data/h200 data/h200-kernel-v6-fit data/h200-kernel-v6 data/h200-kernel-v6-fit2 \
-        data/h200-kernel-v6-sparse            # the same, each family on its sixth-kernel-version sweeps (README)
-
-**Kernel versions.** ``data/h200`` is of the second and third kernel versions. The fourth moved the 64-row head
-tile of the MLA kernels to a faster kernel on the H200 (``kernels.mla_sm90``), the fifth made the merge faster, the
-sixth has that tile write bf16 partials; each was scored on re-sweeps and fresh sets (BENCHMARKS.md). The rule now
-fits on the sixth, read as one layer that replaces ``data/h200``'s rows of the kernels it holds (``layered``;
-positional folders after the first), split by ``held_out`` like the rest: GQA's and MLA's fit grids re-swept on it
-(``data/h200-kernel-v6-fit``) with MLA's 64/128-head re-sweep (``data/h200-kernel-v6``) and its narrow tiles at
-batches 5-40 (``-v6-fit2``), and sparse MLA's fit grids, 64/128-head and head-tile sweeps timed over input sets
-rotated by the rows a call reads (``data/h200-kernel-v6-sparse``; the same grids timed over three copies of the
-token pool, as every sparse sweep before 2026-11-30 session 11, are ``data/h200-kernel-v6-sparse-pool3``). The cost
-model knows where the Gluon tile runs (``native.sm90_tile_runs``: its bf16 partials, its own key-tile cost), so
-one set of constants serves devices with and without it. Fresh sets swept after the rule was final:
-``h200-confirm15`` (all three families, after the partial writes were priced per CTA on the busiest SM; again in
-``-confirm15-repeat``, and its sparse grid re-timed by the rows a call reads in ``-confirm15-sparse``); before it
-``h200-confirm12`` (GQA, MLA) and ``h200-confirm14`` (sparse MLA) were the clean sets of the rule of the time.
+**Devices and kernel versions.** The cost model knows where the Gluon tile runs (``native.sm90_tile_runs``: its
+bf16 partials, its own key-tile cost), so one set of constants serves devices with and without it. Given several
+sets, the first is read with the later ones layered over it (``layered``: a re-sweep of some kernels on a later
+kernel version replaces the first set's rows of those kernels, and the other kernels keep theirs).
 """
 
 from __future__ import annotations
@@ -60,9 +54,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitlab import analysis
+from splitlab import analysis, catalog
 from splitlab.devices import DeviceSpec
 from splitlab.planners.native import (
+    MAX_SPLITS,
+    TILE_KEYS,
     CostConstants,
     candidates,
     fitted_cost,
@@ -76,7 +72,6 @@ KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_
 HELD_BATCHES = (2, 32)
 HELD_CTX = (4096, 65536)
 HELD_HEADS = {"gqa": (64,), "mla": (32,), "sparse_mla": (64, 96)}
-MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}  # the cards' split ranges: nothing beyond was swept
 
 OLD_NAME = "splitlab-v0"
 
@@ -222,7 +217,7 @@ def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec, tiles: str
                 return False
             pairs = [(None, bk) for bk in keys]
         else:
-            pairs = [(bh, None if w.head_dim_qk > 512 else 64) for bh in (None, *narrow_head_tiles(w))]
+            pairs = [(bh, None if w.head_dim_qk > 512 else TILE_KEYS) for bh in (None, *narrow_head_tiles(w))]
         plans = [Plan("fit", s, block_k=bk, block_h=bh) for bh, bk in pairs
                  for s in split_candidates(w, MAX_SPLITS[kind], dev.sm_count, bh, bk)]
         return all(idx.lookup(shape, p, dev)[1] is not None for p in plans)
@@ -248,7 +243,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     rows = df_fit[df_fit["kind"] == kind]
     kernel = [k for k, v in KINDS.items() if v == kind]
     rows = rows[rows["kernel"].isin(kernel)]
-    dev = analysis._data_device(analysis.measured(rows)) if device is None else (
+    dev = analysis.data_device(analysis.measured(rows)) if device is None else (
         device if isinstance(device, DeviceSpec) else get_device(device))
     idx = analysis.MeasuredIndex(rows)
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
@@ -284,7 +279,7 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
     choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners`` column;
     splitlab's rules by ``analysis.replay`` of the code: the fitted rule (with ``constants``, default
     ``native.FITTED``) as ``new_name``, the first, unfitted rule as ``splitlab-v0``. (The data's own
-    ``splitlab`` tags are left out: the rule changed between sessions of the shipped sweeps, so they mix
+    ``splitlab`` tags are left out: the rule changed while the shipped sweeps were made, so they mix its
     versions.)"""
     from splitlab.planners.native import fitted_plan, plan_splitlab_v0
 
@@ -296,11 +291,11 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
         return fitted_plan(w, dev, None if constants is None else constants[w.kind], name=new_name)
 
     idx = analysis.MeasuredIndex(df, allow_fake=allow_fake)
-    dev = analysis._data_device(analysis.measured(df, allow_fake=allow_fake))
+    dev = analysis.data_device(analysis.measured(df, allow_fake=allow_fake))
     rep = pd.concat([analysis.replay(idx, new_rule, name=new_name, device=dev),
                      analysis.replay(idx, plan_splitlab_v0, name=OLD_NAME, device=dev)], ignore_index=True)
-    both = pd.concat([reg[[*analysis._shape_cols(reg), "planner", "regret"]],
-                      rep[[*analysis._shape_cols(rep), "planner", "regret"]]], ignore_index=True)
+    both = pd.concat([reg[[*analysis.shape_cols(reg), "planner", "regret"]],
+                      rep[[*analysis.shape_cols(rep), "planner", "regret"]]], ignore_index=True)
     both["set"] = part if part is not None else np.where(held_out(both), "held-out", "fit")
     rows = []
     for (kernel, part_, planner), g in both.groupby(["kernel", "set", "planner"]):
@@ -333,7 +328,7 @@ def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Seq
         best_ported = ported.loc[ported["geomean"].idxmin()]
         if per_shape is not None:  # shapes x planners
             x = per_shape[(per_shape["kernel"] == kernel) & (per_shape["set"] == part)]
-            x = x.pivot_table(index=analysis._shape_cols(x), columns="planner", values="regret")
+            x = x.pivot_table(index=analysis.shape_cols(x), columns="planner", values="regret")
         wins, h2h = {}, []
         for name, gm in zip(others["planner"], others["geomean"], strict=True):
             mine = new["geomean"]
@@ -373,33 +368,35 @@ def _fmt(c: CostConstants) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
-    p.add_argument("data", nargs="*", default=["data/h200"],
-                   help="sweep folders: the first, and those after it read together, which replace the first's rows "
-                   "of every kernel they hold (data/h200 data/h200-kernel-v6-fit ...: every family from the sixth "
-                   "kernel version's sweeps)")
-    p.add_argument("--confirm", metavar="DIR", action="append", default=[],
-                   help="also score the fitted rule on a later sweep of shapes in no fit and no held-out set (e.g. "
-                   "data/h200-confirm, the cards' confirm grids); repeatable")
-    p.add_argument("--head-tiles", metavar="DIR",
-                   help="fit sparse MLA's head-tile pass on this sweep's fit shapes (BLOCK_H 16 against the default "
-                   "at every split the rule weighs, on a later kernel version: data/h200-kernel-v4-tiles)")
+    p.add_argument("data", nargs="*",
+                   help="result sets: catalog names or sweep folders (default: the catalog's fit sets, read together); "
+                   "the first, and those after it read together, which replace the first's rows of every kernel they "
+                   "hold")
+    p.add_argument("--confirm", metavar="DATA", action="append",
+                   help="also score the fitted rule on a set of shapes in no fit and no held-out set (a catalog name "
+                   "or a sweep folder); repeatable (default, without DATA: the catalog's confirm sets)")
+    p.add_argument("--head-tiles", metavar="DATA",
+                   help="fit sparse MLA's head-tile pass on this set's fit shapes (BLOCK_H 16 against the default "
+                   "at every split the rule weighs, e.g. a later kernel version's)")
     a = p.parse_args(argv)
-    from splitlab import report, results
-
-    df = report.one_per_point(results.load(a.data[0]))
-    if a.data[1:]:
-        df = layered(df, report.one_per_point(results.load(*a.data[1:])))
-    fitted = fit_all(df, head_tiles=None if a.head_tiles is None else report.one_per_point(results.load(a.head_tiles)))
+    if a.data:
+        df = catalog.load_points(a.data[0])
+        if a.data[1:]:
+            df = layered(df, catalog.load_points(*a.data[1:]))
+    else:
+        df = catalog.load_points(*catalog.names("fit"))
+    confirm = a.confirm if a.confirm is not None else [] if a.data else catalog.names("confirm")
+    fitted = fit_all(df, head_tiles=None if a.head_tiles is None else catalog.load_points(a.head_tiles))
     for kind, c in fitted.items():
         print(f"{kind}: CostConstants({_fmt(c)})")
     table = shootout(df, fitted)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(table.round(3).to_string(index=False))
         print(goal(table).round(3).to_string(index=False))
-        for path in a.confirm:
-            name = Path(path).name
-            conf = shootout(report.one_per_point(results.load(path)), fitted, part=name)
-            print(f"\n{name} ({path}):")
+        for data in confirm:
+            name = data if catalog.is_name(data) else Path(data).name
+            conf = shootout(catalog.load_points(data), fitted, part=name)
+            print(f"\n{name}:" if name == data else f"\n{name} ({data}):")
             print(conf.round(3).to_string(index=False))
             print(goal(conf, part=name).round(3).to_string(index=False))
     return 0

@@ -1,22 +1,27 @@
 """``splitlab report``: execute the notebooks on a result set, headlessly, into HTML.
 
     from splitlab import report
-    report.build_report(Path("data/h200"), Path("reports"))        # -> reports/index.html
+    report.build_report("h200", Path("reports"))        # a catalog name or a folder -> reports/index.html
 
 For each notebook in ``notebooks/`` (jupytext ``py:percent`` sources, each with a tagged ``parameters`` cell)
 the driver converts the source to ``.ipynb`` in a temporary folder (never beside the sources), executes it with
-papermill (kernel ``python3``, cwd the repository root, parameters ``data`` and ``allow_fake``, and ``out`` for
-the ``sweep`` notebook), writes ``<out>/<name>.ipynb`` (executed) and ``<out>/<name>.html`` (nbconvert, code
-cells left out, figures embedded as PNG), and finally ``<out>/index.html``: a link to each page with its
-one-line finding, the data's device(s) and date, and a MODELLED banner when the rows come from the fake timer.
+papermill (kernel ``python3``, cwd the repository root, the parameters of ``notebook_parameters``: ``data``,
+``allow_fake``, the confirm sets, and ``out`` for the ``sweep`` notebook), writes ``<out>/<name>.ipynb``
+(executed) and ``<out>/<name>.html`` (nbconvert, code cells left out, figures embedded as PNG), and finally
+``<out>/index.html``: a link to each page with its one-line finding, the data's device(s) and date, and a MODELLED
+banner when the rows come from the fake timer.
 
 Findings. A notebook states its finding with ``record_finding(text)``: a Markdown output ("**Finding.** ...")
 whose output metadata carries ``{"splitlab": {"finding": text, ...}}``; ``read_finding`` takes the last one
 from the executed notebook. Nothing is written beside the notebook.
 
+Which sets: the catalog's (``splitlab.catalog``, ``data/catalog.toml``): by default its current set and the confirm
+sets of that set's device; each notebook's ``parameters`` cell holds the same defaults (``tests/test_notebooks.py``
+checks that they agree), so a notebook opened in JupyterLab computes what the report shows.
+
 The notebooks use the data helpers here too: ``load_data(data, allow_fake)`` (the rows and a ``DataInfo``:
-device, SMs, date, timers, read from the sweeps' ``sweep.json`` sidecars), ``describe(info)`` (a Markdown
-provenance note) and ``cta_rule`` (seed 003's "switch at CTAs > SMs" rule scored on measured load points).
+device, SMs, date, timers, read from the sweeps' ``sweep.json`` sidecars) and ``describe(info)`` (a Markdown
+provenance note).
 
 Wiring into the CLI (``splitlab/cli.py``)::
 
@@ -40,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from splitlab import catalog
+from splitlab.catalog import one_per_point
 from splitlab.errors import SplitlabError
 
 if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
@@ -47,19 +54,6 @@ if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `split
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
-DEFAULT_DATA = "data/h200"
-#: The planner confirm sweeps of DEFAULT_DATA.
-DEFAULT_CONFIRM = ("data/h200-confirm", "data/h200-confirm2", "data/h200-confirm3", "data/h200-confirm4",
-                   "data/h200-confirm5", "data/h200-confirm6", "data/h200-confirm7", "data/h200-kernel-v4",
-                   "data/h200-confirm8", "data/h200-kernel-v5", "data/h200-kernel-v5-fit", "data/h200-confirm9",
-                   "data/h200-confirm10", "data/h200-kernel-v6-sparse-pool3", "data/h200-confirm11",
-                   "data/h200-confirm12", "data/h200-confirm13", "data/h200-confirm14", "data/h200-check",
-                   "data/h200-confirm15", "data/h200-confirm15-repeat", "data/h200-confirm15-sparse")
-#: The re-sweeps of the current (sixth) kernel version that the fit reads in place of DEFAULT_DATA's rows of the
-#: kernels they hold (``fit.layered``; all three: the fit grids, the 64/128-head MLA shapes, MLA's narrow tiles
-#: at batches 5-40, and sparse MLA's grids timed over a rotation sized by the rows a call reads).
-DEFAULT_NEWER = ("data/h200-kernel-v6-fit", "data/h200-kernel-v6", "data/h200-kernel-v6-fit2",
-                 "data/h200-kernel-v6-sparse")
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
 FINDING_KEY = "splitlab"
@@ -74,7 +68,8 @@ class DataInfo:
 
     ``device`` is the label figures carry: the GPU name torch reported (``NVIDIA H200``), or, for rows made
     without a GPU (the fake timer), the preset the points were planned for. ``fake`` is True when any sweep
-    used the fake timer: its numbers are modelled, not measured."""
+    used the fake timer: its numbers are modelled, not measured. ``name``: the catalog name, else the folder's
+    name; ``sources``: what ``results.load`` reads (a catalog set's sweep folders, else ``path``)."""
 
     path: Path
     sweeps: tuple[dict, ...]
@@ -83,6 +78,8 @@ class DataInfo:
     sm_count: int
     date: str
     timers: tuple[str, ...]
+    name: str = ""
+    sources: tuple[Path, ...] = ()
 
     @property
     def fake(self) -> bool:
@@ -103,10 +100,14 @@ class DataInfo:
 
 
 def resolve_data(data: str | Path | None) -> Path:
-    """``data`` as a path: the shipped ``data/h200`` when empty; a relative path is taken from the current
-    folder when it exists there, else from the repository root (so a notebook opened in ``notebooks/`` finds
-    ``data/h200``)."""
-    p = Path(data or DEFAULT_DATA).expanduser()
+    """``data`` as a path: a catalog set's folder (the catalog's current set when empty); a relative path is taken
+    from the current folder when it exists there, else from the repository root (so a notebook opened in
+    ``notebooks/`` finds a folder named relative to the repository)."""
+    if not data:
+        data = catalog.current().name
+    if catalog.is_name(data):
+        return catalog.get(str(data)).path
+    p = Path(data).expanduser()
     if p.is_absolute() or p.exists():
         return p.resolve() if p.exists() else p
     q = ROOT / p
@@ -127,12 +128,19 @@ def data_info(data: str | Path) -> DataInfo:
     A missing path, a file, a folder without a ``sweep.json`` or with a foreign one: one ``SplitlabError``
     naming the path."""
     p = resolve_data(data)
-    expected = "expected a folder of splitlab sweeps (made by `splitlab sweep`, e.g. data/h200)"
+    entry = catalog.get(str(data)) if catalog.is_name(data) else None
+    expected = (f"expected a catalog name ({', '.join(catalog.names()) or 'none'}) or a folder of splitlab sweeps "
+                "(made by `splitlab sweep`)")
     if not p.exists():
         raise SplitlabError(f"data={str(p)!r} does not exist; {expected}")
     if not p.is_dir():
         raise SplitlabError(f"data={str(p)!r} is a file, not a folder; {expected}")
-    sides = [p / "sweep.json"] if (p / "sweep.json").is_file() else sorted(p.rglob("sweep.json"))
+    sources = tuple(entry.sources()) if entry else (p,)
+    for s in sources:
+        if not s.is_dir():
+            raise SplitlabError(f"data={str(data)!r}: {s} does not exist; {expected}")
+    sides = [side for s in sources
+             for side in ([s / "sweep.json"] if (s / "sweep.json").is_file() else sorted(s.rglob("sweep.json")))]
     if not sides:
         raise SplitlabError(f"data={str(p)!r} holds no splitlab sweep (no sweep.json under it); {expected}")
     from splitlab.results import SUPPORTED_SCHEMAS
@@ -169,7 +177,8 @@ def data_info(data: str | Path) -> DataInfo:
     dates_ = sorted(d for d in dates if d)
     date = (dates_[-1] if dates_[0] == dates_[-1] else f"{dates_[0]} to {dates_[-1]}") if dates_ else "undated"
     return DataInfo(path=p, sweeps=tuple(sweeps), gpus=_uniq(gpus), presets=_uniq(presets),
-                    sm_count=max(set(sms), key=sms.count) if sms else 0, date=date, timers=_uniq(timers))
+                    sm_count=max(set(sms), key=sms.count) if sms else 0, date=date, timers=_uniq(timers),
+                    name=entry.name if entry else p.name, sources=sources)
 
 
 def load_data(data: str | Path, *, allow_fake: bool = False) -> tuple[pd.DataFrame, DataInfo]:
@@ -182,30 +191,17 @@ def load_data(data: str | Path, *, allow_fake: bool = False) -> tuple[pd.DataFra
     from splitlab import results
 
     try:
-        df = results.load(info.path)
+        df = results.load(*info.sources)
     except SplitlabError as e:
         raise SplitlabError(f"data={str(info.path)!r}: {e}") from None
     return one_per_point(df), info
 
 
-def one_per_point(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per ``point_id``: a point measured by two sweeps (a ``quick`` grid is a subset of ``default``) is
-    kept from the sweep with more rows (the later one on a tie), so no shape or planner choice counts twice. The
-    number dropped is in ``df.attrs["duplicates"]``."""
-    if df.empty or "point_id" not in df.columns:
-        return df
-    size = df.groupby("sweep_id")["point_id"].transform("size")
-    order = df.assign(_n=size, _t=df["finished_at"].fillna("")).sort_values(["_n", "_t"], ascending=False)
-    out = order.drop_duplicates("point_id", keep="first").drop(columns=["_n", "_t"]).sort_index()
-    out = out.reset_index(drop=True)
-    out.attrs["duplicates"] = len(df) - len(out)
-    return out
-
-
 def describe(info: DataInfo, df: pd.DataFrame | None = None) -> str:
     """A Markdown note on where the numbers come from (shown at the top of each notebook); with the rows
     ``load_data`` returned, also how many points two sweeps shared."""
-    lines = [f"**Data:** `{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sm_count} SMs), "
+    name = f"`{info.name}` " if info.name and info.name != info.path.name else ""
+    lines = [f"**Data:** {name}`{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sm_count} SMs), "
              f"**{info.date}**."]
     dup = df.attrs.get("duplicates", 0) if df is not None else 0
     if dup:
@@ -349,16 +345,33 @@ def to_html(nb: Any, title: str) -> str:
     return body[: i + 1] + back + body[i + 1:] if i > 0 else back + body
 
 
-def build_report(data: Path, out: Path, only: list[str] | None = None, progress: bool = True, *,
+def notebook_parameters(data: str | Path | None = None, *, allow_fake: bool = False,
+                        out: str | Path = "reports") -> dict[str, Any]:
+    """The parameters ``build_report`` passes every notebook (each takes those its ``parameters`` cell declares):
+    ``data`` (a catalog name as given, else the resolved path; the catalog's current set when empty),
+    ``allow_fake``, ``confirm`` (the names of the catalog's confirm sets of that set's device when ``data`` is a
+    current set, else none: confirm sweeps belong to the data they confirm) and ``out`` (``<out>/sweep-runs``,
+    where the ``sweep`` notebook sweeps)."""
+    if not data:
+        data = catalog.current().name
+    if catalog.is_name(data):
+        entry, data = catalog.get(str(data)), str(data)
+    else:
+        data = str(resolve_data(data))
+        entry = next((e for e in catalog.entries("current") if not e.sweeps and str(e.path) == data), None)
+    confirm = [e.name for e in catalog.confirm_for(entry)] if entry and "current" in entry.roles else []
+    return dict(data=data, allow_fake=bool(allow_fake), confirm=confirm, out=str(Path(out).resolve() / "sweep-runs"))
+
+
+def build_report(data: str | Path | None, out: Path, only: list[str] | None = None, progress: bool = True, *,
                  allow_fake: bool = False, notebooks: Path | None = None, cell_timeout: int | None = None,
                  parameters: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
-    """Execute the notebooks (``only`` those named) on ``data`` into ``out``; return ``out/index.html``.
+    """Execute the notebooks (``only`` those named) on ``data`` (a catalog name or a folder; None: the catalog's
+    current set) into ``out``; return ``out/index.html``.
 
-    Each notebook gets ``data`` and ``allow_fake`` (and the ``sweep`` notebook ``out=<out>/sweep-runs``; the
-    ``planner_shootout`` notebook ``confirm=DEFAULT_CONFIRM`` (data/h200-confirm to -confirm15, data/h200-check,
-    and the fourth to sixth kernel versions' re-sweeps) and ``newer=DEFAULT_NEWER`` (the sixth version's re-sweeps
-    that the fit reads) when ``data`` is the shipped ``data/h200``, else none), plus ``parameters[name]`` when given
-    (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
+    Each notebook gets the ``notebook_parameters`` it declares (``data``, ``allow_fake``; the confirm sets for
+    ``planner_shootout`` when ``data`` is the current set; ``out=<out>/sweep-runs`` for ``sweep``), plus
+    ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
 
     Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
     missing or foreign ``data`` raises ``SplitlabError`` naming the path before anything runs; so does data
@@ -368,12 +381,8 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
     import nbformat
     import papermill
 
-    data_path = resolve_data(data)
-    info = data_info(data_path)
-    # The confirm sweeps belong to the shipped data; another result set gets none.
-    shipped = info.path == resolve_data(DEFAULT_DATA)
-    confirm = [str(p) for p in map(resolve_data, DEFAULT_CONFIRM) if shipped and p.exists()]
-    newer = [str(p) for p in map(resolve_data, DEFAULT_NEWER) if shipped and p.exists()]
+    info = data_info(data or catalog.current().name)
+    injected = notebook_parameters(data, allow_fake=allow_fake, out=out)
     if info.fake and not allow_fake:
         raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'), not measurements; pass "
                             "--allow-fake (allow_fake=True) to report them anyway, labelled MODELLED")
@@ -399,9 +408,7 @@ def build_report(data: Path, out: Path, only: list[str] | None = None, progress:
             inp = tmp / f"{name}.ipynb"
             nbformat.write(nb, inp)
             declared = papermill.inspect_notebook(str(inp))
-            params = {k: v for k, v in dict(data=str(info.path), allow_fake=bool(allow_fake),
-                                            out=str(out / "sweep-runs"), confirm=confirm, newer=newer).items()
-                      if k in declared}
+            params = {k: v for k, v in injected.items() if k in declared}
             extra = dict((parameters or {}).get(name, {}))
             unknown = [k for k in extra if k not in declared]
             if unknown:
@@ -489,8 +496,8 @@ th {{ background: #f4f4f4; }}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``splitlab report`` flags."""
-    p.add_argument("--data", default=DEFAULT_DATA, help="result set: a sweep folder or a folder of sweeps "
-                   f"(default {DEFAULT_DATA}, the shipped H200 data)")
+    p.add_argument("--data", help="result set: a catalog name (data/catalog.toml) or a folder of sweeps (default: "
+                   "the catalog's current set, the newest kernel version of every family)")
     p.add_argument("--out", default="reports", help="folder for the executed notebooks and HTML (default reports/)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only these notebooks (repeat or comma-separate): {', '.join(NOTEBOOKS)}")
@@ -501,7 +508,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cli(args: argparse.Namespace) -> int:
     """Run ``splitlab report`` from parsed arguments (``add_arguments``); prints the index path."""
-    index = build_report(Path(args.data), Path(args.out), only=getattr(args, "only", None),
+    index = build_report(args.data, Path(args.out), only=getattr(args, "only", None),
                          progress=not getattr(args, "quiet", False), allow_fake=getattr(args, "allow_fake", False))
     print(index)
     return 0

@@ -9,9 +9,9 @@ folder (made by ``splitlab sweep``) holds::
                                sweep may drop its journals: the Parquet then holds everything
     results.csv                the same, for eyes
 
-``load(path, ...)`` takes sweep folders, folders holding sweep folders (``data/h200``), Parquet files or
-journals; it reads a sweep's Parquet when it is up to date with the journals, else the journals, and
-refuses data of a schema version it does not know.
+``load(path, ...)`` takes sweep folders, folders holding sweep folders, Parquet files, journals or the names
+of catalogued sets (``load("h200")``, ``splitlab.catalog``); it reads a sweep's Parquet when it is up to date
+with the journals, else the journals, and refuses data of a schema version it does not know.
 """
 
 from __future__ import annotations
@@ -281,14 +281,17 @@ def _sources(path: Path) -> list[Path]:
 
 
 def load(*paths: str | Path) -> pd.DataFrame:
-    """Read any number of sweeps (folders, folders of folders, Parquet files, journals) into one DataFrame.
+    """Read any number of sweeps (folders, folders of folders, Parquet files, journals, or the name of a set in
+    the catalog, ``splitlab.catalog``: ``load("h200")``) into one DataFrame.
 
     Refuses (``SchemaError``) data of a schema version this splitlab does not know. Rows are unique per
     (sweep_id, point_id)."""
+    from splitlab import catalog
+
     if not paths:
         raise SplitlabError("load() needs at least one path")
     frames = []
-    for p in map(Path, paths):
+    for p in [src for x in paths for src in catalog.sources(x)]:
         srcs = _sources(p)
         if not srcs:
             raise SplitlabError(f"{p}: no sweep results under it (no sweep.json, no .parquet)")

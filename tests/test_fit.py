@@ -241,3 +241,35 @@ def test_the_lone_floor_prices_a_narrow_launch_under_one_wave():
     mqa = workloads.get("mqa-128", batch=6, ctx_len=32768)
     assert fitted_cost(mqa, 4, 132, c) == fitted_cost(mqa, 4, 132, replace(c, lone=-1.0))
     assert fitted_plan(w, devices.get("h200-sxm")).num_splits in (5, 8)  # one wave, not 11 (1.33 real waves)
+
+
+def test_the_split_limits_are_the_cards_ranges():
+    """``native.MAX_SPLITS`` is the split range the cards sweep (what the fit and the fitted rule search); the
+    first rule keeps its own GQA cap, the card's range when it was written."""
+    import tomllib
+    from pathlib import Path
+
+    from splitlab.planners import native
+
+    cards = Path(__file__).resolve().parents[1] / "kernels"
+    for kind, card in (("gqa", "gqa_decode"), ("mla", "mla_decode"), ("sparse_mla", "sparse_mla_decode")):
+        knob = tomllib.loads((cards / f"{card}.toml").read_text())["knobs"]["num_splits"]
+        assert (knob["min"], knob["max"]) == (1, native.MAX_SPLITS[kind]), card
+        assert FITTED[kind].max_splits == native.MAX_SPLITS[kind]
+    assert fit.MAX_SPLITS is native.MAX_SPLITS  # one definition, imported
+    assert native.V0_MAX_SPLITS == native.MAX_SPLITS | {"gqa": 64}
+    w = workloads.get("mqa-128", batch=1, ctx_len=131072)  # one CTA: the most splits win in both rules
+    assert native.splitlab_num_splits(w, 132) == 64 and fitted_plan(w, devices.get("h200")).num_splits == 128
+
+
+def test_the_fit_with_no_arguments_reproduces_the_registered_constants(capsys):
+    """``python -m splitlab.fit``: the catalog's fit sets give ``FITTED``, and every confirm set gets its table."""
+    from splitlab import catalog
+
+    assert fit.main([]) == 0
+    out = capsys.readouterr().out
+    for kind, c in FITTED.items():
+        assert f"{kind}: CostConstants({fit._fmt(c)})" in out, kind
+    for name in catalog.names("confirm"):
+        assert f"\n{name}:\n" in out
+    assert out.count("goal_met") == 1 + len(catalog.names("confirm"))

@@ -23,7 +23,7 @@ pytest.importorskip("nbconvert")
 import nbformat  # noqa: E402
 from sweep_fixtures import tiny_card  # noqa: E402
 
-from splitlab import analysis, planners, plots, report  # noqa: E402
+from splitlab import analysis, catalog, planners, plots, report  # noqa: E402
 from splitlab.errors import SplitlabError  # noqa: E402
 
 FIXTURE = Path(os.environ.get("SPLITLAB_NOTEBOOK_FIXTURE") or Path(__file__).parent / "fixtures" / "sweeps")
@@ -90,7 +90,7 @@ def test_parameters_cells_are_tagged_and_typed(tmp_path):
         tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, name
         src = tagged[0].source
-        assert re.search(r"^data: str = \"data/h200\"  # ", src, re.M), name
+        assert re.search(r"^data: str = \"[\w-]+\"  # ", src, re.M), name  # a catalog name
         assert re.search(r"^allow_fake: bool = False  # ", src, re.M), name
         # every line of the cell is a typed, commented parameter papermill can read
         lines = [x for x in src.splitlines() if x.strip()]
@@ -99,6 +99,23 @@ def test_parameters_cells_are_tagged_and_typed(tmp_path):
         declared = papermill.inspect_notebook(str(tmp_path / f"{name}.ipynb"))
         assert {"data", "allow_fake"} <= set(declared), name
         assert len(declared) == len(lines), (name, sorted(declared))  # papermill parsed every line
+
+
+def test_notebook_defaults_are_what_the_report_injects():
+    """A notebook opened in JupyterLab computes what ``splitlab report`` shows: the defaults of its parameters cell
+    equal the parameters the report injects by default, both the catalog's (``out`` aside: the report's folder)."""
+    import jupytext
+
+    injected = report.notebook_parameters()
+    assert injected["data"] == catalog.current().name and injected["confirm"] == catalog.names("confirm")
+    for name in report.NOTEBOOKS:
+        nb = jupytext.read(report.NOTEBOOK_DIR / f"{name}.py")
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        defaults: dict = {}
+        exec(cell.source, {}, defaults)
+        shared = {k: v for k, v in injected.items() if k in defaults and k != "out"}
+        assert {"data", "allow_fake"} <= set(shared), name
+        assert {k: defaults[k] for k in shared} == shared, name
 
 
 TINY_CARD = tiny_card("t_notebook", splits="[1, 2, 4]", block_n=False)

@@ -11,12 +11,12 @@ First rule (one line): pick the split count ``s`` that minimises the modelled ti
 
 in units of "keys streamed by one CTA", where ``c0`` is the CTAs of the unsplit launch (``waves.ctas``),
 ``L`` the longest request's keys (``topk`` for sparse MLA) and ``KEYS_FIXED`` the per-CTA start-up cost
-(launch, Q load, epilogue) expressed in keys. Candidates are powers of two up to ``MAX_SPLITS`` and never
+(launch, Q load, epilogue) expressed in keys. Candidates are powers of two up to ``V0_MAX_SPLITS`` and never
 more splits than ``ceil(L / MIN_KEYS_PER_SPLIT)``; ties go to fewer splits.
 
-The constants below are a first, reasoned setting (one CTA per SM for the large-tile MLA kernels, two for
-GQA; a CTA's fixed cost of about one 128-key tile); issue 6 fits them to the measured H200 data. Source:
-splitlab (this repository), no upstream.
+Its constants are a reasoned setting, not a fit (one CTA per SM for the large-tile MLA kernels, two for GQA; a
+CTA's fixed cost of about one 128-key tile); the fitted rule below replaces them with constants fitted on
+measured data (``splitlab.fit``). Source: splitlab (this repository), no upstream.
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ from splitlab.planners._math import cdiv
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 
-MAX_SPLITS = {"gqa": 64, "mla": 256, "sparse_mla": 64}
+#: The split range per family: the kernel cards' ``num_splits`` range (``kernels/*.toml``; a test holds them equal),
+#: what the sweeps time. The fitted rule and ``splitlab.fit`` search up to it: nothing beyond it was measured.
+MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}
+#: The first rule's own range: GQA to 64 splits, the GQA card's range when that rule was written (MQA-128 at one
+#: request and 64K-128K keys, fastest at 128 splits, widened the card later). Kept so that ``plan_splitlab_v0``
+#: still makes the choices the shipped sweeps tag it with.
+V0_MAX_SPLITS = MAX_SPLITS | {"gqa": 64}
 MIN_KEYS_PER_SPLIT = {"gqa": 64, "mla": 64, "sparse_mla": 64}
 CTAS_PER_SM = {"gqa": 2, "mla": 1, "sparse_mla": 1}
 KEYS_FIXED = {"gqa": 128, "mla": 128, "sparse_mla": 128}
@@ -52,7 +58,7 @@ def modelled_cost(w: DecodeWorkload, num_splits: int, sm_count: int) -> float:
 def splitlab_num_splits(w: DecodeWorkload, sm_count: int) -> int:
     """The split count the rule picks for ``w`` on ``sm_count`` SMs."""
     keys = w.keys_per_request
-    limit = max(1, min(MAX_SPLITS[w.kind], cdiv(keys, MIN_KEYS_PER_SPLIT[w.kind])))
+    limit = max(1, min(V0_MAX_SPLITS[w.kind], cdiv(keys, MIN_KEYS_PER_SPLIT[w.kind])))
     best, best_cost = 1, modelled_cost(w, 1, sm_count)
     s = 2
     while s <= limit:
@@ -64,16 +70,17 @@ def splitlab_num_splits(w: DecodeWorkload, sm_count: int) -> int:
 
 
 def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
-    """splitlab's first, unfitted wave-cost rule (the ``splitlab`` planner of the shipped H200 data; no longer
-    registered: ``splitlab`` is now the fitted rule below). Tiles are left to the kernel's defaults."""
+    """splitlab's first, unfitted wave-cost rule (what the older shipped sweeps tag ``splitlab``; not registered:
+    ``splitlab`` is the fitted rule below, scored against this one by ``splitlab.fit``). Tiles are left to the
+    kernel's defaults."""
     return Plan("splitlab-v0", splitlab_num_splits(w, dev.sm_count),
                 note=f"wave-cost model over powers of two, {CTAS_PER_SM[w.kind]} CTA(s) per SM")
 
 
 # =====================================================================================================
 # splitlab (registered): the same wave-cost model with its constants fitted on the H200 data (splitlab.fit).
-# It replaced the rule above as ``splitlab`` because it beat it and every ported planner on the held-out
-# geomean regret of all three families (BENCHMARKS.md, "splitlab's planner, fitted").
+# It is the registered ``splitlab`` because it beats the rule above and every ported planner on the held-out
+# geomean regret of all three families (BENCHMARKS.md, the planner regret table).
 # =====================================================================================================
 #
 # Rule, per family, in "key tiles streamed by one CTA" (a tile = TILE_KEYS keys):
@@ -90,10 +97,10 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # MLA BLOCK_H 64 tile 1.8 in fp32, 0.9 where the Gluon tile runs, whose partials are bf16: ``partial_bytes``). It
 # is what makes many splits costly when the tile has many rows: a split writes, and the merge reads back, as many
 # bytes as it streamed. The writes are counted per CTA on the busiest SM, not per wave: two narrow CTAs that share
-# an SM in one wave write twice the rows. (Counted per wave until session 11 of 2026-11-30, which read the second
-# CTA's write as free: MLA-16/32 at 1 request took 256 splits, two CTAs per SM, where 128 run 1.08-1.11x faster.)
-# For a wide tile (one CTA per SM, whole waves) the two counts agree. KEYS is the key tile (TILE_KEYS, 64; sparse
-# MLA's BLOCK_K 32 where the rule weighs it) and RATE its cost in 64-key tiles of the tl kernel: 1, but SM90_TILE
+# an SM in one wave write twice the rows (counted per wave, the second CTA's write is free, and MLA-16/32 at one
+# request takes 256 splits, two CTAs per SM, where 128 run 1.08-1.11x faster). For a wide tile (one CTA per SM,
+# whole waves) the two counts agree. KEYS is the key tile (TILE_KEYS, 64; sparse MLA's BLOCK_K 32 where the rule
+# weighs it) and RATE its cost in 64-key tiles of the tl kernel: 1, but SM90_TILE
 # for the Gluon 64-row tile (``sm90_tile_runs``: sm_90, a 16-bit cache, 64 keys), NARROW for sparse MLA's 16-row
 # tile in place of a wider one and SMALL_KEY_TILE for a 32-key tile.
 #
@@ -121,19 +128,13 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
 # shapes, where replay could not score a rule that picks them.
 #
-# The numbers below are the output of ``python -m splitlab.fit data/h200 data/h200-kernel-v6-fit
-# data/h200-kernel-v6 data/h200-kernel-v6-fit2 data/h200-kernel-v6-sparse`` (grid searches minimising the geomean
-# regret of ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), on H200 sweeps of the
-# sixth kernel version: the quick, default and seed grids of GQA and MLA re-swept (data/h200-kernel-v6-fit,
-# 2026-11-30), with MLA's 64/128-head shapes (data/h200-kernel-v6) and 16/32-row tiles at batches 5-40 (-v6-fit2),
-# and sparse MLA's fit, 64/128-head and head-tile grids (-v6-sparse, re-timed in session 11 over input sets rotated
-# by the rows a call reads; the same constants came out of the earlier timing). GQA returns the
-# constants first fitted on data/h200 (the second kernel version), MLA too but for the merge per split (0.3 P, P in
-# bf16 where the Gluon tile runs); sparse MLA refitted twice on these data (the second time with its merge costs
-# held physical and its head- and key-tile passes: ``splitlab.fit``); pricing the partial writes per CTA on the
-# busiest SM changed no constant. Held-out shapes never entered the fit; the confirm sweeps (data/h200-confirm*,
-# shapes in no fit and no held-out set) score it afterwards: h200-confirm15 was chosen and swept after the rule was
-# final.
+# The numbers below are the output of ``python -m splitlab.fit`` (grid searches minimising the geomean regret of
+# ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``) on the catalog's fit set
+# (``data/catalog.toml``: ``h200``, the sixth kernel version of all three families on the H200, sparse MLA timed
+# over input sets rotated by the rows a call reads). GQA's and MLA's first pass and sparse MLA's head- and key-tile
+# passes are ``splitlab.fit``'s; sparse MLA's merge costs are held physical (``fit.PHYSICAL``). Held-out shapes never
+# entered the fit; the catalog's confirm set (``h200-confirm``: shapes in no fit and no held-out set, chosen and
+# swept after the rule was final) scores it afterwards (``tests/test_readme.py`` runs the command).
 
 TILE_KEYS = 64
 SMALL_TILE_KEYS = 32  # sparse MLA's other key tile (BLOCK_K 32)
@@ -163,29 +164,23 @@ FITTED: dict[str, CostConstants] = {
     # under one wave of 16-row CTAs costs its fill, but at least 0.6 of a wave (``lone``: the bandwidth is not
     # saturated below about two CTAs per SM); a partly filled last wave after full ones costs half a wave plus
     # its filled part (tail 0.5). A CTA costs half a key tile of fixed start-up, a split half its partial-row
-    # write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows), the merge 0.3 P per split and SM. (Before
-    # ``lone`` joined the grid: one CTA per SM for both tiles, no fixed cost, merge 1 P; before ``tail``: two
-    # CTAs per SM, whole waves, partial 2.)
+    # write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows), the merge 0.3 P per split and SM.
     "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=3, fixed=0.5, combine=0.0, combine_per_split=0.3,
-                         max_splits=128, partial=0.5, tail=0.5, lone=0.6),
+                         max_splits=MAX_SPLITS["gqa"], partial=0.5, tail=0.5, lone=0.6),
     # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
     # for few heads); a split costs twice its partial-row write (written, then read back by the merge), the merge
-    # 0.3 P per split and SM (P of the Gluon tile's bf16 partials; 0 when P counted fp32 there).
+    # 0.3 P per split and SM (P in the partials' own bytes: bf16 where the Gluon tile runs).
     "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
-                         max_splits=256, partial=2.0),
+                         max_splits=MAX_SPLITS["mla"], partial=2.0),
     # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``); a split
     # writes its partial rows once (P) and the merge reads them back once at full bandwidth (1 P per split and
     # SM): both held at these physical values, not fitted (``fit.PHYSICAL``). The head tile: a 16-row tile streams
-    # a key tile in 0.8 of the tl 32/64-row tile's time and the Gluon 64-row tile in 0.6 (the fourth kernel
-    # version measured it at 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of the
-    # partial rows per split) replaces the 32-row tile of 32 heads, and the Gluon tile in the smallest launches
-    # (1-4 tokens). BLOCK_K 32 at 16 heads: a 32-key tile costs 0.6 of a 64-key one. (Before the second refit on the
-    # sixth version: partial 2 and no merge term, which overpriced the Gluon tile's writes in launches under a
-    # wave, sm90_tile 0.5, BLOCK_K 64 always; before the first: 0.9 against whichever tile was the default,
-    # fitted on 128 heads only, 32 heads held out, which left 32 heads at few tokens 1.2-1.6x off; merge launch 4
-    # tiles, partial 1, P in fp32.)
+    # a key tile in 0.8 of the tl 32/64-row tile's time and the Gluon 64-row tile in 0.6 (timed alone on the
+    # H200, the Gluon tile runs at 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of
+    # the partial rows per split) replaces the 32-row tile of 32 heads, and the Gluon tile in the smallest launches
+    # (1-4 tokens). BLOCK_K 32 at 16 heads: a 32-key tile costs 0.6 of a 64-key one.
     "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
-                                combine_per_split=1.0, max_splits=64, partial=1.0,
+                                combine_per_split=1.0, max_splits=MAX_SPLITS["sparse_mla"], partial=1.0,
                                 narrow_tile=0.8, sm90_tile=0.6, small_key_tile=0.6),
 }
 
@@ -237,13 +232,11 @@ def wide_tile(w: DecodeWorkload, rows: int) -> bool:
     Sparse MLA's 32-row tile is the 64-row tile's program with half the rows: the same 8 warps
     (``kernels.sparse_mla.SPARSE_MLA_TILES``) and nearly its shared memory (180 KB against 216 KB at BLOCK_K 64,
     2 stages, 576/512: both one CTA per SM), whose footprint is the gathered latent tiles, not the rows; it is
-    the 16-row tile (4 warps) that the fit found to run two to an SM. Counted as narrow before, 32 heads'
-    default tile was modelled with twice the slots it has, so the rule split it to fill a wave that was already
-    full and kept it against the 16-row tile, which is faster at equal splits on 217 of the 221 (32-head shape,
-    split) pairs swept at both (median 0.92x the 32-row time, down to 0.67x; the 4 others within 6%, at 16-64
-    splits of 2-8 tokens); held-out B=128 top-k 2048: 32 rows at 2 splits, 1.32x the best, now 16 rows at 1. No fit
-    shape has a 32-row default tile (16/64/128 heads), so the fitted constants are unchanged by it; MLA keeps
-    its 32-row tile narrow (2 CTAs per SM fitted on MLA-32)."""
+    the 16-row tile (4 warps) that the fit found to run two to an SM. Counted as narrow, 32 heads' default tile
+    would be modelled with twice the slots it has, so the rule would split it to fill a wave that is already full
+    and keep it against the 16-row tile, which is faster at equal splits on 217 of the 221 (32-head shape, split)
+    pairs swept at both (median 0.92x the 32-row time, down to 0.67x; the 4 others within 6%, at 16-64 splits of
+    2-8 tokens). MLA keeps its 32-row tile narrow (2 CTAs per SM fitted on MLA-32)."""
     return rows >= 64 or (w.kind == "sparse_mla" and rows >= 32)
 
 
@@ -279,8 +272,8 @@ def sm90_tile_runs(w: DecodeWorkload, rows: int, arch: str, block_k: int | None 
 
 def partial_bytes(w: DecodeWorkload, rows: int, arch: str, block_k: int | None = None) -> int:
     """Bytes of one partial value a split launch of ``rows``-row tiles writes on ``arch``: 2 where it runs the
-    Gluon tile, which writes its partials in the cache's 16-bit dtype (kernel version 6: ``kernels.mla_sm90``,
-    ``PARTIALS_16BIT``), else 4 (fp32: the tl kernels, GQA's, other GPUs)."""
+    Gluon tile, which writes its partials in the cache's 16-bit dtype (``kernels.mla_sm90.PARTIALS_16BIT``), else
+    4 (fp32: the tl kernels, GQA's, other GPUs)."""
     return 2 if sm90_tile_runs(w, rows, arch, block_k) else 4
 
 
@@ -288,7 +281,7 @@ def narrow_head_tiles(w: DecodeWorkload) -> tuple[int, ...]:
     """The head tiles narrower than the kernel's default that the sparse rule can weigh: BLOCK_H 16 for
     sparse MLA with a wider default and a 16-bit pool (the fit's data), else none. An fp8 pool keeps the
     default: its 64-row tile computes QK in fp8 while a 16-row tile widens the rows to 16 bits, 2.7x slower
-    (H200, 128 heads 576/512, 32 tokens: 273 us against 101; data/bench/h200-2026-11-29d/fp8)."""
+    (H200, 128 heads 576/512, 32 tokens: 273 us against 101; the catalog's bench run ``h200-fp8``)."""
     if w.kind != "sparse_mla" or w.dtype == "fp8_e4m3":
         return ()
     return (16,) if waves.default_block_h(w.num_q_heads) > 16 else ()

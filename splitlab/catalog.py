@@ -1,0 +1,177 @@
+"""The shipped result sets, by name: the catalog ``data/catalog.toml``, and reading a set one row per point.
+
+Every shipped set has an entry there: its folder, its sweeps, its roles (``current``: what ``splitlab report``
+shows by default; ``fit`` / ``held-out``: what ``splitlab.fit`` fits on and scores; ``confirm``: fresh shapes swept
+after the rule was final; ``archive``: superseded), device, kernel version, timer and rotation, the command that
+made it and its purpose. The rest of splitlab takes its default sets from here, so adding a set is one entry::
+
+    from splitlab import catalog, results
+    catalog.names("confirm")          # ['h200-confirm']
+    catalog.current().name            # 'h200': the newest kernel version of every family on the H200
+    results.load("h200")              # a catalog name loads the set's sweeps; a path loads the path
+
+A name is a string without a path separator that the catalog holds; anything else is a path (``./h200`` is the
+folder ``h200`` of the current directory even where a set has that name).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from splitlab.errors import SplitlabError
+
+if TYPE_CHECKING:  # pandas loads with the data, not with every `splitlab` command
+    import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT / "data"
+CATALOG = DATA_DIR / "catalog.toml"
+ROLES = ("current", "fit", "held-out", "confirm", "archive")
+_SET_KEYS = {"path", "sweeps", "roles", "device", "gpu", "kernel_version", "timer", "rotation", "command", "purpose"}
+_BENCH_KEYS = {"path", "roles", "gpu", "kernel_version", "commit", "command", "purpose"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One result set of the catalog (``[sets.NAME]``) or one bench run (``[bench.NAME]``)."""
+
+    name: str
+    path: Path  # absolute
+    roles: tuple[str, ...]
+    kernel_version: int
+    command: str
+    purpose: str
+    sweeps: tuple[str, ...] = ()  # the set's sweep folders in ``path``; empty: every sweep under it
+    device: str = ""  # the device preset the sweeps name (sweep.json: device.name)
+    gpu: str = ""
+    timer: tuple[str, ...] = ()
+    rotation: str = ""
+    commit: str = ""
+
+    def sources(self) -> list[Path]:
+        """The folders ``results.load`` reads for this set: its sweep folders, or its folder."""
+        return [self.path / s for s in self.sweeps] if self.sweeps else [self.path]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The parsed catalog: result sets and bench runs by name, in file order."""
+
+    sets: dict[str, Entry]
+    bench: dict[str, Entry]
+
+
+def _entry(name: str, raw: dict, where: Path, table: str, allowed: set[str], data_dir: Path) -> Entry:
+    def bad(key: str, what: str) -> SplitlabError:
+        return SplitlabError(f"{where}: [{table}.{name}] {key} {what}")
+
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise bad(unknown[0], f"is not allowed; expected keys among {', '.join(sorted(allowed))}")
+    for key in ("path", "command", "purpose"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise bad(key, "is missing or not a string; every entry names its folder, command and purpose")
+    roles = raw.get("roles")
+    if not isinstance(roles, list) or not roles or any(r not in ROLES for r in roles):
+        raise bad("roles", f"= {roles!r} is not allowed; expected a list of {', '.join(ROLES)}")
+    if not isinstance(raw.get("kernel_version"), int):
+        raise bad("kernel_version", "is missing or not an integer")
+    if "/" in name or os.sep in name:
+        raise SplitlabError(f"{where}: [{table}.{name!r}] is not allowed; a name has no path separator")
+    return Entry(name=name, path=data_dir / raw["path"], roles=tuple(roles), kernel_version=raw["kernel_version"],
+                 command=raw["command"], purpose=" ".join(raw["purpose"].split()), sweeps=tuple(raw.get("sweeps", ())),
+                 device=raw.get("device", ""), gpu=raw.get("gpu", ""), timer=tuple(raw.get("timer", ())),
+                 rotation=raw.get("rotation", ""), commit=raw.get("commit", ""))
+
+
+def read(path: str | Path | None = None) -> Catalog:
+    """The catalog at ``path`` (default ``CATALOG``, ``data/catalog.toml``); empty when the file does not exist
+    (splitlab installed without its data). A malformed catalog is one ``SplitlabError`` naming the file and the
+    key."""
+    path = Path(path) if path is not None else CATALOG
+    if not path.is_file():
+        return Catalog({}, {})
+    st = path.stat()
+    return _read(path, st.st_mtime_ns, st.st_size)  # read again once the file changed
+
+
+@cache
+def _read(path: Path, mtime_ns: int, size: int) -> Catalog:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise SplitlabError(f"{path}: not a readable TOML catalog ({e})") from None
+    sets = {n: _entry(n, v, path, "sets", _SET_KEYS, path.parent) for n, v in raw.get("sets", {}).items()}
+    bench = {n: _entry(n, v, path, "bench", _BENCH_KEYS, path.parent) for n, v in raw.get("bench", {}).items()}
+    return Catalog(sets, bench)
+
+
+def entries(role: str | None = None) -> list[Entry]:
+    """The result sets (``role``: those with that role), in catalog order."""
+    if role is not None and role not in ROLES:
+        raise SplitlabError(f"role={role!r} is not allowed; expected one of {', '.join(ROLES)}")
+    return [e for e in read().sets.values() if role is None or role in e.roles]
+
+
+def names(role: str | None = None) -> list[str]:
+    """The names of ``entries(role)``."""
+    return [e.name for e in entries(role)]
+
+
+def get(name: str) -> Entry:
+    """The result set called ``name``; an unknown name is one ``SplitlabError`` listing the known ones."""
+    sets = read().sets
+    if name not in sets:
+        known = ", ".join(sets) or f"none: {CATALOG} does not exist"
+        raise SplitlabError(f"data set {name!r} is not in the catalog; expected a path or one of {known}")
+    return sets[name]
+
+
+def current(device: str | None = None) -> Entry:
+    """The current set (of ``device``, a preset name, when the catalog holds several devices' current sets)."""
+    found = [e for e in entries("current") if device is None or e.device == device]
+    if len(found) != 1:
+        where = f" for device={device!r}" if device else ""
+        raise SplitlabError(f"{CATALOG}: {len(found)} sets have the role current{where}; expected one")
+    return found[0]
+
+
+def confirm_for(entry: Entry) -> list[Entry]:
+    """The confirm sets of ``entry``'s device, in catalog order."""
+    return [e for e in entries("confirm") if e.device == entry.device]
+
+
+def is_name(data: object) -> bool:
+    """Whether ``data`` names a catalog set (a string without a path separator that the catalog holds)."""
+    return isinstance(data, str) and "/" not in data and os.sep not in data and data in read().sets
+
+
+def sources(data: str | Path) -> list[Path]:
+    """What ``results.load`` reads for ``data``: a catalog set's sweep folders, else ``data`` as a path."""
+    return get(data).sources() if is_name(data) else [Path(data)]
+
+
+def one_per_point(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per ``point_id``: a point measured by two sweeps (a ``quick`` grid is a subset of ``default``) is
+    kept from the sweep with more rows (the later one on a tie), so no shape or planner choice counts twice. The
+    number dropped is in ``df.attrs["duplicates"]``."""
+    if df.empty or "point_id" not in df.columns:
+        return df
+    size = df.groupby("sweep_id")["point_id"].transform("size")
+    order = df.assign(_n=size, _t=df["finished_at"].fillna("")).sort_values(["_n", "_t"], ascending=False)
+    out = order.drop_duplicates("point_id", keep="first").drop(columns=["_n", "_t"]).sort_index()
+    out = out.reset_index(drop=True)
+    out.attrs["duplicates"] = len(df) - len(out)
+    return out
+
+
+def load_points(*data: str | Path) -> pd.DataFrame:
+    """The rows of ``data`` (catalog names or paths, read together by ``results.load``), one per point."""
+    from splitlab import results
+
+    return one_per_point(results.load(*data))
