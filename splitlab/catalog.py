@@ -9,9 +9,10 @@ made it and its purpose. The rest of splitlab takes its default sets from here, 
     catalog.names("confirm")          # ['h200-confirm']
     catalog.current().name            # 'h200': the newest kernel version of every family on the H200
     results.load("h200")              # a catalog name loads the set's sweeps; a path loads the path
+    results.load("confirm")           # a role loads every set with that role
 
-A name is a string without a path separator that the catalog holds; anything else is a path (``./h200`` is the
-folder ``h200`` of the current directory even where a set has that name).
+A name is a string without a path separator that the catalog holds as a set's name or a role; anything else is a
+path (``./h200`` is the folder ``h200`` of the current directory even where a set has that name).
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ def _entry(name: str, raw: dict, where: Path, table: str, allowed: set[str], dat
         raise bad("roles", f"= {roles!r} is not allowed; expected a list of {', '.join(ROLES)}")
     if not isinstance(raw.get("kernel_version"), int):
         raise bad("kernel_version", "is missing or not an integer")
-    if "/" in name or os.sep in name:
-        raise SplitlabError(f"{where}: [{table}.{name!r}] is not allowed; a name has no path separator")
+    if "/" in name or os.sep in name or name in ROLES:
+        raise SplitlabError(f"{where}: [{table}.{name!r}] is not allowed; a name has no path separator and is no "
+                            f"role ({', '.join(ROLES)})")
     return Entry(name=name, path=data_dir / raw["path"], roles=tuple(roles), kernel_version=raw["kernel_version"],
                  command=raw["command"], purpose=" ".join(raw["purpose"].split()), sweeps=tuple(raw.get("sweeps", ())),
                  device=raw.get("device", ""), gpu=raw.get("gpu", ""), timer=tuple(raw.get("timer", ())),
@@ -147,13 +149,18 @@ def confirm_for(entry: Entry) -> list[Entry]:
 
 
 def is_name(data: object) -> bool:
-    """Whether ``data`` names a catalog set (a string without a path separator that the catalog holds)."""
-    return isinstance(data, str) and "/" not in data and os.sep not in data and data in read().sets
+    """Whether ``data`` names catalog sets: a string without a path separator that is a set's name or a role
+    (``ROLES``: every set with that role)."""
+    return (isinstance(data, str) and "/" not in data and os.sep not in data
+            and (data in read().sets or data in ROLES))
 
 
 def sources(data: str | Path) -> list[Path]:
-    """What ``results.load`` reads for ``data``: a catalog set's sweep folders, else ``data`` as a path."""
-    return get(data).sources() if is_name(data) else [Path(data)]
+    """What ``results.load`` reads for ``data``: a catalog set's sweep folders, those of every set with a role
+    (``"confirm"``), else ``data`` as a path."""
+    if not is_name(data):
+        return [Path(data)]
+    return [src for e in (entries(str(data)) if data in ROLES else [get(str(data))]) for src in e.sources()]
 
 
 def one_per_point(df: pd.DataFrame) -> pd.DataFrame:

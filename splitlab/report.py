@@ -106,7 +106,7 @@ def resolve_data(data: str | Path | None) -> Path:
     if not data:
         data = catalog.current().name
     if catalog.is_name(data):
-        return catalog.get(str(data)).path
+        return catalog.DATA_DIR if data in catalog.ROLES else catalog.get(str(data)).path
     p = Path(data).expanduser()
     if p.is_absolute() or p.exists():
         return p.resolve() if p.exists() else p
@@ -128,14 +128,14 @@ def data_info(data: str | Path) -> DataInfo:
     A missing path, a file, a folder without a ``sweep.json`` or with a foreign one: one ``SplitlabError``
     naming the path."""
     p = resolve_data(data)
-    entry = catalog.get(str(data)) if catalog.is_name(data) else None
+    name = str(data) if catalog.is_name(data) else None
     expected = (f"expected a catalog name ({', '.join(catalog.names()) or 'none'}) or a folder of splitlab sweeps "
                 "(made by `splitlab sweep`)")
     if not p.exists():
         raise SplitlabError(f"data={str(p)!r} does not exist; {expected}")
     if not p.is_dir():
         raise SplitlabError(f"data={str(p)!r} is a file, not a folder; {expected}")
-    sources = tuple(entry.sources()) if entry else (p,)
+    sources = tuple(catalog.sources(name)) if name else (p,)
     for s in sources:
         if not s.is_dir():
             raise SplitlabError(f"data={str(data)!r}: {s} does not exist; {expected}")
@@ -178,7 +178,7 @@ def data_info(data: str | Path) -> DataInfo:
     date = (dates_[-1] if dates_[0] == dates_[-1] else f"{dates_[0]} to {dates_[-1]}") if dates_ else "undated"
     return DataInfo(path=p, sweeps=tuple(sweeps), gpus=_uniq(gpus), presets=_uniq(presets),
                     sm_count=max(set(sms), key=sms.count) if sms else 0, date=date, timers=_uniq(timers),
-                    name=entry.name if entry else p.name, sources=sources)
+                    name=name or p.name, sources=sources)
 
 
 def load_data(data: str | Path, *, allow_fake: bool = False) -> tuple[pd.DataFrame, DataInfo]:
@@ -355,7 +355,8 @@ def notebook_parameters(data: str | Path | None = None, *, allow_fake: bool = Fa
     if not data:
         data = catalog.current().name
     if catalog.is_name(data):
-        entry, data = catalog.get(str(data)), str(data)
+        data = str(data)
+        entry = catalog.get(data) if data not in catalog.ROLES else None
     else:
         data = str(resolve_data(data))
         entry = next((e for e in catalog.entries("current") if not e.sweeps and str(e.path) == data), None)

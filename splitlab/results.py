@@ -281,8 +281,8 @@ def _sources(path: Path) -> list[Path]:
 
 
 def load(*paths: str | Path) -> pd.DataFrame:
-    """Read any number of sweeps (folders, folders of folders, Parquet files, journals, or the name of a set in
-    the catalog, ``splitlab.catalog``: ``load("h200")``) into one DataFrame.
+    """Read any number of sweeps (folders, folders of folders, Parquet files, journals, or the name of a set or a
+    role in the catalog, ``splitlab.catalog``: ``load("h200")``, ``load("confirm")``) into one DataFrame.
 
     Refuses (``SchemaError``) data of a schema version this splitlab does not know. Rows are unique per
     (sweep_id, point_id)."""

@@ -101,6 +101,14 @@ def test_a_name_loads_its_set_and_a_path_stays_a_path(monkeypatch):
         catalog.get("h300")
 
 
+def test_a_role_loads_every_set_with_that_role():
+    assert catalog.is_name("confirm") and catalog.sources("confirm") == catalog.sources("h200-confirm")
+    assert len(results.load("archive")) == sum(len(results.load(e.name)) for e in catalog.entries("archive"))
+    info = report.data_info("confirm")
+    assert info.name == "confirm" and info.path == catalog.DATA_DIR and len(info.sweeps) == 3
+    assert report.notebook_parameters("confirm") == report.notebook_parameters("confirm") | dict(confirm=[])
+
+
 def test_the_report_reads_names_and_injects_the_catalog_s_sets():
     info = report.data_info("h200-v6-confirm12")
     assert info.name == "h200-v6-confirm12" and len(info.sweeps) == 3
@@ -143,6 +151,10 @@ def test_a_malformed_catalog_is_one_error_naming_the_file_and_key(tmp_path, chan
         catalog.read(path)
     path.write_text("[sets.x]\n" + "".join(f"{k} = {v}\n" for k, v in GOOD.items()))
     assert catalog.read(path).sets["x"].path == tmp_path / "x"
+    path.write_text("[sets.fit]\n" + "".join(f"{k} = {v}\n" for k, v in GOOD.items()))
+    with pytest.raises(SplitlabError, match=r"\[sets.'fit'\] is not allowed; a name has no path separator and is no "
+                       "role"):
+        catalog.read(path)
     path.write_text("[sets.x\n")
     with pytest.raises(SplitlabError, match="not a readable TOML catalog"):
         catalog.read(path)
