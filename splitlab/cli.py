@@ -70,7 +70,7 @@ def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.Dev
                 p = planners.plan(w, dev, name)
                 ws_ = waves.wave_stats(w, p.num_splits, dev.sm_count, block_h=p.block_h)
                 rows.append(row | dict(num_splits=p.num_splits, block_n=p.block_n, block_k=p.block_k,
-                                       block_h=p.block_h, ctas=ws_.ctas, waves=round(ws_.waves, 3),
+                                       block_h=p.block_h, kv_chunk=p.kv_chunk, ctas=ws_.ctas, waves=round(ws_.waves, 3),
                                        last_wave_fill=round(ws_.last_wave_fill, 3), note=p.note))
     return rows
 
