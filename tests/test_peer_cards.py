@@ -155,5 +155,10 @@ def test_comparison_table_arithmetic():
     assert s.loc[0, "worst_shape"] == "32/8 B=64 N=8K" and s.loc[0, "wins_planner"] == 0
     md = peer_table.markdown(r, c)
     assert "| 32/8 B=64 N=8K | 600.0 (" in md and "FlashInfer (best split)" in md
+    # A shape without any peer measured is left out of the comparison (nothing to compare with).
+    alone = _row("gqa_decode", w.with_(batch=2), 90.0, splits=1, planners="splitlab")
+    c2 = peer_table.comparison(peer_table.roles(pd.DataFrame([*rows, alone])))
+    assert len(c2) == 1 and c2.loc[0, "batch"] == 64
+    assert peer_table.comparison(peer_table.roles(pd.DataFrame([alone]))).empty
     with pytest.raises(SplitlabError, match="modelled"):
         peer_table.roles(pd.DataFrame(rows).assign(timing="fake"))

@@ -68,11 +68,12 @@ def _pick(ok: pd.DataFrame, how: str) -> pd.DataFrame:
     return ok.loc[ok.groupby(SHAPE, dropna=False)["p50_us"].idxmin().values]
 
 
-def roles(df: pd.DataFrame, *, device: str = "h200") -> pd.DataFrame:
+def roles(df: pd.DataFrame, *, device: str = "h200", allow_fake: bool = False) -> pd.DataFrame:
     """One row per (shape, role) of every family whose splitlab card is in ``df`` (measured ``ok`` rows only):
     the shape columns, ``family``, ``role``, ``kernel``, ``num_splits``, ``p50_us``, ``gbps``, ``tflops``,
-    ``roofline``. Ceilings: the ``device`` preset's (``roofline_gbps``, ``roofline_tflops``)."""
-    if "timing" in df.columns and (df["timing"] == "fake").any():
+    ``roofline``. Ceilings: the ``device`` preset's (``roofline_gbps``, ``roofline_tflops``). Modelled rows (the
+    fake timer) are refused unless ``allow_fake``."""
+    if not allow_fake and "timing" in df.columns and (df["timing"] == "fake").any():
         raise SplitlabError("the result set holds modelled (timing='fake') rows; a kernel comparison needs "
                             "measurements")
     dev = devices.get(device)
@@ -101,8 +102,8 @@ def roles(df: pd.DataFrame, *, device: str = "h200") -> pd.DataFrame:
 
 
 def comparison(r: pd.DataFrame) -> pd.DataFrame:
-    """One line per (family, shape): each role's ``p50_us`` (a column per role), the best peer and its time,
-    and splitlab's speed-up over it at its planner's default (``speedup_planner``) and at its best
+    """One line per (family, shape with a peer measured): each role's ``p50_us`` (a column per role), the best peer
+    and its time, and splitlab's speed-up over it at its planner's default (``speedup_planner``) and at its best
     (``speedup_best``): the best peer's time over splitlab's (above 1: splitlab is faster)."""
     if r.empty:
         return pd.DataFrame()
@@ -111,7 +112,8 @@ def comparison(r: pd.DataFrame) -> pd.DataFrame:
         peers = [role for role, _, _ in FAMILIES[family][1]]
         wide = g.pivot_table(index=SHAPE, columns="role", values="p50_us", aggfunc="min")
         have = [p for p in peers if p in wide.columns]
-        if not have:
+        wide = wide[wide[have].notna().any(axis=1)] if have else wide.iloc[:0]
+        if wide.empty:  # no shape of this family with a peer measured
             continue
         best = wide[have].idxmin(axis=1)
         wide["best_peer"] = best
@@ -126,7 +128,7 @@ def comparison(r: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _shape_label(row: pd.Series) -> str:
+def shape_label(row: pd.Series) -> str:
     heads = f"{row['num_q_heads']}/{row['num_kv_heads']}" if row["kind"] == "gqa" else f"{row['num_q_heads']}h"
     n = int(row["ctx_len"])
     return f"{heads} B={row['batch']} N={n // 1024}K" if n % 1024 == 0 else f"{heads} B={row['batch']} N={n}"
@@ -142,7 +144,7 @@ def summary(cmp: pd.DataFrame) -> pd.DataFrame:
         rows.append(dict(family=family, shapes=len(g), geomean_planner=geomean(g["speedup_planner"]),
                          geomean_best=geomean(g["speedup_best"]), wins_planner=int((s > 1).sum()),
                          worst=float(s.min()) if len(s) else math.nan,
-                         worst_shape=_shape_label(worst) if worst is not None else "",
+                         worst_shape=shape_label(worst) if worst is not None else "",
                          worst_peer=worst["best_peer"] if worst is not None else ""))
     return pd.DataFrame(rows)
 
@@ -166,7 +168,7 @@ def markdown(r: pd.DataFrame, cmp: pd.DataFrame) -> str:
                 us = row[role]
                 fr = frac.get((*key, role), np.nan)
                 cells.append("" if pd.isna(us) else f"{us:.1f} ({fr:.2f})")
-            out.append(f"| {_shape_label(row)} | " + " | ".join(cells) + f" | {row['best_peer']} | "
+            out.append(f"| {shape_label(row)} | " + " | ".join(cells) + f" | {row['best_peer']} | "
                        f"{row['speedup_planner']:.2f} | {row['speedup_best']:.2f} |")
         out.append("")
     out.append("<details><summary>Every implementation per shape: us, GB/s, TFLOP/s, roofline fraction, split</summary>"
@@ -175,7 +177,7 @@ def markdown(r: pd.DataFrame, cmp: pd.DataFrame) -> str:
     out.append("|---|---|---|---|---|---|---|---|")
     for _, row in r.iterrows():
         split = "" if pd.isna(row.get("num_splits")) else str(int(row["num_splits"]))
-        out.append(f"| {row['family']} | {_shape_label(row)} | {row['role']} | {split} | {row['p50_us']:.1f} | "
+        out.append(f"| {row['family']} | {shape_label(row)} | {row['role']} | {split} | {row['p50_us']:.1f} | "
                    f"{row['gbps']:.0f} | {row['tflops']:.1f} | {row['roofline']:.2f} |")
     out.append("\n</details>")
     return "\n".join(out)
