@@ -581,7 +581,12 @@ def sweep_frame(sweep_dir: Path) -> pd.DataFrame:
         except OSError:
             built_from, sizes = None, {}  # a journal vanished while listed: read them again
         if built_from == sizes:
-            return _read_parquet(pq_path)
+            try:
+                return _read_parquet(pq_path)
+            except SchemaError:
+                raise
+            except SplitlabError:
+                pass  # damaged past its footer: rebuild says so and reads the journals
     if not js:
         raise SplitlabError(f"{sweep_dir}: no results.parquet and no journal; expected a sweep folder")
     return rebuild(sweep_dir)[0]

@@ -241,10 +241,13 @@ def test_damaged_inputs_are_one_splitlab_error_naming_the_file(tmp_path, damage)
 
 def test_a_damaged_parquet_beside_intact_journals_is_read_from_them(tmp_path):
     d = sweep_folder(tmp_path, "s", [row(i) for i in range(3)])
-    (d / "results.parquet").write_bytes(b"PAR1 not really")
-    with pytest.warns(UserWarning, match="results.parquet: not a readable Parquet file.*reading the sweep from its"):
-        df = results.load(d)
-    assert len(df) == 3
+    good = (d / "results.parquet").read_bytes()
+    pages = len(good) - 8 - int.from_bytes(good[-8:-4], "little")  # where the footer (schema, metadata) starts
+    for damaged in (b"PAR1 not really", good[:4] + bytes(pages - 4) + good[pages:]):  # footer intact, pages not
+        (d / "results.parquet").write_bytes(damaged)
+        with pytest.warns(UserWarning, match="results.parquet: not a readable Parquet file.*reading the sweep from"):
+            df = results.load(d)
+        assert len(df) == 3
     with pytest.raises(SplitlabError, match="results.parquet: not a readable Parquet file"):
         results.load(d / "results.parquet")
 
