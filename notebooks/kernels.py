@@ -71,7 +71,8 @@ for ax, fam in zip(axes[:, 0], fams or [None], strict=True):
         ax.plot(np.asarray(xs)[order], h["roofline"].to_numpy()[order], marker=markers[k % len(markers)], ms=4,
                 lw=0.8, label=role)
     ax.set_xticks(range(len(shapes)))
-    ax.set_xticklabels([peer_table.shape_label(r) for _, r in shapes.iterrows()], rotation=70, fontsize=7)
+    ax.set_xticklabels([peer_table.shape_label(r) for _, r in shapes.iterrows()], rotation=70,
+                       fontsize=plots.MIN_FONT_PT)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("roofline fraction")
     plots.title(ax, f"{fam.upper()}: floor / measured time", info)

@@ -134,11 +134,13 @@ else:
 # %%
 if len(valid):
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
-    for key, g in valid.groupby(["kernel", *(["device", "sm_count"] if multi_device else [])], dropna=False):
+    groups = list(valid.groupby(["kernel", *(["device", "sm_count"] if multi_device else [])], dropna=False))
+    looks = plots.series_styles(range(len(groups)))
+    for n, (key, g) in enumerate(groups):
         kernel = key[0] if isinstance(key, tuple) else key
         on = f" on {dev_label(g.iloc[0].to_dict())}" if multi_device else ""
         v = np.sort(g["ratio"].to_numpy(dtype=float))
-        ax.plot(np.arange(1, len(v) + 1) / len(v), v, marker="o", ms=3, lw=1, label=f"{kernel}{on} ({len(v)})")
+        ax.plot(np.arange(1, len(v) + 1) / len(v), v, ms=3.5, lw=1.2, label=f"{kernel}{on} ({len(v)})", **looks[n])
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
     ax.set_yscale("log", base=2)
@@ -152,8 +154,8 @@ if len(valid):
 # %% [markdown]
 # ## Over batch and context
 #
-# The ratio candidate / baseline per shape (red: the candidate is slower; blue: faster). For sparse MLA the
-# context is the token pool and fixed, so top-k takes its place.
+# The ratio candidate / baseline per shape (orange: the candidate is slower; blue: faster; hatched: not measured).
+# For sparse MLA the context is the token pool and fixed, so top-k takes its place.
 
 # %%
 fam_cols = [c for c in keys if c not in ("batch", "ctx_len", "topk")]
@@ -165,21 +167,22 @@ for fam, g in valid.groupby(fam_cols, dropna=False):
     panels.append((dict(zip(fam_cols, fam, strict=True)), xcol, g))
 panels = sorted(panels, key=lambda p: (p[0]["kernel"], -len(p[2])))[:12]
 if panels:
-    ncol = min(3, len(panels))
+    ncol = min(2, len(panels))
     nrow = int(np.ceil(len(panels) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol, 3.3 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(4.8 * ncol, 3.4 * nrow + 0.8), squeeze=False)
     lim = float(np.nanmax(np.abs(np.log2(valid["ratio"].astype(float))))) if len(valid) else 1.0
     lim = max(lim, 0.05)
     for ax, (fam, xcol, g) in zip(axes.flat, panels, strict=False):
         t = g.pivot_table(index="batch", columns=xcol, values="ratio", aggfunc="max")
-        plots.log2_heatmap(ax, t, cmap="RdBu_r", log_color=True, ratio_ticks=True, vmin=2**-lim, vmax=2**lim, annot=t,
-                           fmt="{:.2f}",
-                           cbar_label="cand / base", xlabel=("context" if xcol == "ctx_len" else "top-k") + " (log2)",
-                           ylabel="batch (log2)")
+        hm = plots.log2_heatmap(ax, t, cmap=plots.RATIO_CMAP, log_color=True, vmin=2**-lim, vmax=2**lim, annot=t,
+                                fmt="{:.2f}", colorbar=False,
+                                xlabel=("context" if xcol == "ctx_len" else "top-k") + " (log2)", ylabel="batch (log2)")
         ax.set_title(f"{fam['kernel']}: H{fam['num_q_heads']}/{fam['num_kv_heads']} D{fam['head_dim_qk']}"
                      + (f" on {dev_label(fam)}" if multi_device else ""))
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
+    plots.colorbar(hm, axes, label=f"{candidate} / {baseline} (p50)", ratio_ticks=True, location="top", shrink=0.5,
+                   aspect=40)
     plots.title(fig, f"{cand_label} / {base_label} over batch and context", info, device=where)
     plt.show()
 
