@@ -645,24 +645,15 @@ def colorbar(hm: HeatmapAxes, ax: Any, *, label: str = "", ratio_ticks: bool = F
     return cb
 
 
-def missing_patch(label: str = "no data") -> Any:
-    """A legend handle for a heatmap's hatched missing cells."""
-    from matplotlib.patches import Patch
-
-    return Patch(facecolor=MISSING_FACE, hatch=MISSING_HATCH, edgecolor=MISSING_EDGE, linewidth=0, label=label)
-
-
 def ecdf(ax: Any, values: Mapping[str, Iterable[float]], *, xlabel: str = "regret (p50 / oracle)") -> None:
-    """Empirical CDFs, one per planner label, each in its own colour (``planner_styles``), each drawn a little
-    thinner than the one before so that identical curves still show both colours; log2 x axis."""
-    styles = planner_styles(values)
-    for k, (label, st) in enumerate(styles.items()):
+    """Empirical CDFs, one per planner label, each in its own colour (``planner_styles``); log2 x axis."""
+    for label, st in planner_styles(values).items():
         v = np.sort(np.asarray([x for x in values[label] if x is not None and np.isfinite(x)], dtype=float))
         if not len(v):
             continue
         y = np.arange(1, len(v) + 1) / len(v)
         ax.step(v, y, where="post", color=st["color"], linestyle=st["linestyle"], label=f"{label} (n={len(v)})",
-                lw=1.2 + 0.4 * (len(styles) - 1 - k))
+                lw=1.6)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _p: f"{v:g}x"))
     ax.set_xlabel(xlabel)

@@ -318,7 +318,7 @@ def _lab_server(root: Path, home: Path, *, with_setting: bool):
         env["JUPYTER_CONFIG_PATH"] = str(root / ".jupyter")
     port = _free_port()
     cmd = [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
-           "--ServerApp.token=t", f"--ServerApp.root_dir={root}"]
+           "--IdentityProvider.token=t", f"--ServerApp.root_dir={root}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
