@@ -28,3 +28,11 @@ test: lint
 demo: setup
 	$(VENV)/bin/splitlab plan --workload deepseek-v3-mla --batch 8 --ctx 81920 --device mi355x,h200,rtx5090
 	$(VENV)/bin/splitlab report --out reports
+
+# JupyterLab opens notebooks/*.py as notebooks (the Jupytext Notebook viewer): the lab setting in
+# .jupyter/labconfig/default_setting_overrides.json, read through JUPYTER_CONFIG_PATH (before any given);
+# LAB_ARGS go to jupyter lab (e.g. LAB_ARGS="--no-browser --port 8899").
+LAB_ARGS ?=
+.PHONY: lab
+lab: setup
+	JUPYTER_CONFIG_PATH="$(CURDIR)/.jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab $(LAB_ARGS)

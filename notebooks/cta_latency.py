@@ -83,7 +83,8 @@ for kernel in todo:
     sm = int(kd["sm_count"].dropna().iloc[0]) if kd["sm_count"].notna().any() else info.sm_count
     fams = kd.groupby(family_cols, dropna=False).size().sort_values(ascending=False).index[:max_families]
     two_bk = kd["block_k"].dropna().nunique() >= 2
-    fig, axes = plt.subplots(2, len(fams), figsize=(3.9 * len(fams) + 1.3, 6.0), squeeze=False, sharex="col")
+    fig, axes = plt.subplots(2, len(fams), figsize=plots.figsize(3.9 * len(fams) + 1.3, 6.4), squeeze=False,
+                             sharex="col")
     for j, fam in enumerate(fams):
         g = kd[(kd[family_cols].astype(str) == pd.Series(fam, index=family_cols).astype(str)).all(axis=1)]
         g = default_tile(g, ("num_splits", "block_k") if two_bk else ("num_splits",))
@@ -152,9 +153,9 @@ else:
     display(Markdown(f"**Seed 003's rule** (32 once CTAs > {sm}) predicts **{hit} of {len(dec)}** decisive load "
                      f"points ({len(rule) - len(dec)} ties within {tol:.0%}). In hindsight, {hindsight}."))
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    for pred, color, lab in ((True, "#2ca02c", "rule right"), (False, "#d62728", "rule wrong")):
+    for pred, color, marker, lab in ((True, "#0072B2", "o", "rule right"), (False, "#D55E00", "X", "rule wrong")):
         h = dec[dec["predicted"] == pred]
-        ax.scatter(h["ctas"], h["gain_small"], s=18, color=color, label=f"{lab} ({len(h)})")
+        ax.scatter(h["ctas"], h["gain_small"], s=20, color=color, marker=marker, label=f"{lab} ({len(h)})")
     ties = rule[~rule["decisive"]]
     ax.scatter(ties["ctas"], ties["gain_small"], s=12, color="#999999", label=f"tie within {tol:.0%} ({len(ties)})")
     ax.axhline(1.0, color="black", lw=0.8)
@@ -203,8 +204,9 @@ if splits_rule.empty:
 else:
     splits_rule["predicted"] = splits_rule["rule_regret"] <= 1 + tol
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    looks = plots.series_styles(sorted(splits_rule["kernel"].unique()))
     for kernel, g in splits_rule.groupby("kernel"):
-        ax.scatter(g["c0"], g["best_ctas"], s=18, label=f"{kernel} ({len(g)} shapes)", alpha=0.8)
+        ax.scatter(g["c0"], g["best_ctas"], s=20, label=f"{kernel} ({len(g)} shapes)", alpha=0.8, **looks[kernel])
     lim = max(splits_rule["best_ctas"].max(), splits_rule["c0"].max()) * 1.5
     ax.plot([1, lim], [1, lim], color="#999999", lw=0.8, label="unsplit")
     plots.log2_axis(ax, "both")

@@ -67,12 +67,12 @@ display(Markdown(f"{reg[['kernel', 'shape']].drop_duplicates().shape[0]} shapes 
 if todo:
     ncol = min(3, len(todo))
     nrow = int(np.ceil(len(todo) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol + 1.2, 3.5 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(4.4 * ncol + 1.2, 3.8 * nrow), squeeze=False)
     for ax, kernel in zip(axes.flat, todo, strict=False):
         g = reg[reg["kernel"] == kernel]
         plots.ecdf(ax, {p: g.loc[g["planner"] == p, "regret"] for p in g["planner"].unique()})
         ax.set_title(kernel)
-        ax.legend(loc="lower right", fontsize=7, frameon=True)
+        ax.legend(loc="lower right", frameon=True)
     for ax in list(axes.flat)[len(todo):]:
         ax.axis("off")
     plots.title(fig, "Regret of each planner's choice against the measured best (ECDF)", info)
@@ -82,9 +82,9 @@ if todo:
 if len(reg.dropna(subset=["regret"])):
     r = reg.dropna(subset=["regret"])
     order = plots.planner_order(r["planner"])
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(todo) * len(order) / 2.5), 3.8))
+    fig, ax = plt.subplots(figsize=plots.figsize(max(6.0, 1.0 * len(todo) * len(order) / 2.5), 3.8))
     sns.boxplot(data=r, x="kernel", y="regret", hue="planner", hue_order=order, order=todo, ax=ax,
-                palette={p: plots.planner_color(p) for p in order}, fliersize=2, linewidth=0.8)
+                palette=plots.planner_palette(order), fliersize=2, linewidth=0.8)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
     ax.axhline(1.0, color="black", lw=0.8)
@@ -106,14 +106,14 @@ for kernel in todo:
 per_kernel = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 if len(per_kernel):
     display(per_kernel.round(3))
-    fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(3, len(todo)) + 1.2))
+    fig, ax = plt.subplots(figsize=plots.figsize(8.5, 0.6 * max(3, len(todo)) + 1.4))
     t = per_kernel.pivot(index="kernel", columns="planner", values="geomean")
     t = t[plots.planner_order(t.columns)]
-    sns.heatmap(t, annot=True, fmt=".2f", cmap="rocket_r", ax=ax, cbar_kws={"label": "geomean regret"},
-                linewidths=0.5)
+    plots.heatmap(ax, t, annot=t, fmt="{:.2f}", cmap=plots.REGRET_CMAP, log_color=True, vmin=1.0, ratio_ticks=True,
+                  cbar_label="geomean regret")
     ax.set_xlabel("")
     ax.set_ylabel("")
-    plots.title(fig, "Geomean regret per kernel (blank: the planner does not cover the kind)", info)
+    plots.title(fig, "Geomean regret per kernel (hatched: the planner does not cover the kind)", info)
     plt.show()
     overall = analysis.summary(reg)
     display(Markdown("**All kernels together** (different planners cover different shapes):"))

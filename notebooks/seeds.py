@@ -135,12 +135,12 @@ claims["001"] = f"cake examples: {int(ex001['match'].sum())} of {len(ex001)} rep
 display(Markdown(f"**{claims['001']}**."))
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(11.5, 3.4), sharey=True)
+fig, axes = plt.subplots(1, 3, figsize=plots.figsize(11.5, 3.6), sharey=True)
 tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 for ax, (dev, sms) in zip(axes, (("RTX PRO 6000", PRO), ("RTX 5090", R5090), ("GB10", GB10)), strict=True):
-    for heads, color in ((16, "#1f77b4"), (64, "#2ca02c"), (128, "#d62728")):
+    for heads, look in plots.series_styles((16, 64, 128)).items():
         s = [flashinfer.plan_splits(num_tokens=t, num_heads=heads, topk=2048, num_sms=sms)[0] for t in tokens]
-        ax.plot(tokens, s, marker="o", ms=3.5, color=color, label=f"{heads} heads")
+        ax.plot(tokens, s, ms=4.5, label=f"{heads} heads", **look)
     plots.log2_axis(ax, "both")
     ax.set_xlabel("query tokens (log2)")
     ax.set_title(f"{dev} ({sms} SMs)")
@@ -265,7 +265,8 @@ if df is not None:
                                                  ("regret_modular_h200", "modular on H200 (1 split)", "#7f7f7f"))):
             ax.bar(x + (k - 1) * 0.27, m000[col].fillna(0), width=0.27, color=color, label=label)
             for xi in x[m000[col].isna().to_numpy()]:
-                ax.text(xi + (k - 1) * 0.27, 1.0, "not\nmeasured", rotation=90, fontsize=6, ha="center", va="bottom")
+                ax.text(xi + (k - 1) * 0.27, 1.0, "not\nmeasured", rotation=90, fontsize=plots.MIN_FONT_PT, ha="center",
+                        va="bottom")
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xticks(x, [f"B{b}\n{plots.fmt_pow2(n)}" for b, n in zip(m000["batch"], m000["keys"], strict=True)])
         ax.set_yscale("log", base=2)
@@ -312,7 +313,7 @@ if df is not None:
                                   f"(worst {own['worst'].iloc[0]:.2f}x) over {int(own['measured'].iloc[0])} shapes")
         fig, ax = plt.subplots(figsize=(7.0, 3.3))
         plots.ecdf(ax, {p: r001.loc[r001["planner"] == p, "regret"] for p in r001["planner"].unique()})
-        ax.legend(loc="lower right", fontsize=7)
+        ax.legend(loc="lower right")
         plots.title(fig, "Seed 001 on the H200: regret of cake's choices (sparse_mla_decode)", info)
         plt.show()
 
@@ -345,8 +346,9 @@ if df is not None:
                               f"{int(d_all['predicted'].sum())} of {len(d_all)} decisive load points "
                               f"({len(rule) - len(d_all)} ties)")
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
+        looks = plots.series_styles(sorted(rule["num_q_heads"].unique()))
         for heads, g in rule.groupby("num_q_heads"):
-            ax.scatter(g["ctas"], g["gain_small"], s=16, label=f"{heads} heads")
+            ax.scatter(g["ctas"], g["gain_small"], s=18, label=f"{heads} heads", **looks[heads])
         ax.axhline(1.0, color="black", lw=0.8)
         ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
         plots.log2_axis(ax, "x", label="CTAs of the partial launch (log2)")

@@ -19,7 +19,8 @@
 # how much, and the ratio as a heatmap over batch and context. The default compares splitlab's own planner with
 # FlashInfer's, the one other planner that covers every kernel. `splitlab` is replayed (today's rule on the measured
 # points) since the shipped sweeps tagged more than one version of it; `replay_splitlab=False` compares the choices
-# as each sweep tagged them (two versions' sweeps: `candidate_data` and `baseline_data`).
+# as each sweep tagged them (two versions' sweeps: `candidate_data` and `baseline_data`). A shape is one call on one
+# device (and SM count): data from several devices compare each device's shapes with themselves.
 
 # %% tags=["parameters"]
 data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
@@ -49,6 +50,20 @@ df, info = report.load_data(data, allow_fake=allow_fake)
 cand_df = report.load_data(candidate_data, allow_fake=allow_fake)[0] if candidate_data else df
 base_df = report.load_data(baseline_data, allow_fake=allow_fake)[0] if baseline_data else df
 display(Markdown(report.describe(info, df)))
+dev_cols = [c for c in ("device", "sm_count") if c in df.columns]
+devs = df[dev_cols].drop_duplicates().to_dict("records") if dev_cols else []
+multi_device = len(devs) > 1
+
+
+def dev_label(r) -> str:
+    name = r.get("device") if isinstance(r, dict) else getattr(r, "device", None)
+    sms = r.get("sm_count") if isinstance(r, dict) else getattr(r, "sm_count", None)
+    return f"{name}" + (f" ({sms} SMs)" if sms is not None and not pd.isna(sms) else "")
+
+
+where = ", ".join(dev_label(d) for d in devs) if multi_device else None  # figure titles name every device
+if multi_device:
+    display(Markdown(f"**{len(devs)} devices:** {where}. Each shape is compared on its own device."))
 
 
 def who(name: str, path: str) -> str:
@@ -77,12 +92,14 @@ for kernel in sorted(set(cand_df["kernel"]) & set(base_df["kernel"])):
     frames.append(m)
 if notes:
     display(Markdown("Kernels left out:\n" + "\n".join(notes)))
-cmp = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys + ["ratio"])
+cmp_cols = keys + ["p50_us_base", "num_splits_base", "p50_us_cand", "num_splits_cand", "ratio"]
+cmp = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cmp_cols)
 cmp = cmp.merge(best, on=keys, how="left")
-cmp["regret_cand"] = cmp["p50_us_cand"] / cmp["oracle_us"]
-cmp["regret_base"] = cmp["p50_us_base"] / cmp["oracle_us"]
+cmp["regret_cand"] = pd.to_numeric(cmp["p50_us_cand"], errors="coerce") / cmp["oracle_us"]
+cmp["regret_base"] = pd.to_numeric(cmp["p50_us_base"], errors="coerce") / cmp["oracle_us"]
 cmp["shape"] = [f"{r.kind} H{r.num_q_heads}/{r.num_kv_heads} B{r.batch} N{plots.fmt_pow2(r.ctx_len)}"
-                + (f" top-k {r.topk}" if r.topk else "") for r in cmp.itertuples()]
+                + (f" top-k {r.topk}" if r.topk else "") + (f" on {dev_label(r)}" if multi_device else "")
+                for r in cmp.itertuples()]
 valid = cmp.dropna(subset=["ratio"])
 display(Markdown(f"{len(cmp)} shapes in common, {len(valid)} with both choices measured correctly."))
 
@@ -90,7 +107,7 @@ display(Markdown(f"{len(cmp)} shapes in common, {len(valid)} with both choices m
 # ## Per kernel
 
 # %%
-summary = valid.groupby("kernel").agg(
+summary = valid.groupby(["kernel", *(["device", "sm_count"] if multi_device else [])], dropna=False).agg(
     shapes=("ratio", "size"), slower=("ratio", lambda r: int((r > 1 + tol).sum())),
     faster=("ratio", lambda r: int((r < 1 - tol).sum())), geomean_ratio=("ratio", analysis.geomean),
     worst_ratio=("ratio", "max"), regret_candidate=("regret_cand", analysis.geomean),
@@ -117,9 +134,13 @@ else:
 # %%
 if len(valid):
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
-    for kernel, g in valid.groupby("kernel"):
+    groups = list(valid.groupby(["kernel", *(["device", "sm_count"] if multi_device else [])], dropna=False))
+    looks = plots.series_styles(range(len(groups)))
+    for n, (key, g) in enumerate(groups):
+        kernel = key[0] if isinstance(key, tuple) else key
+        on = f" on {dev_label(g.iloc[0].to_dict())}" if multi_device else ""
         v = np.sort(g["ratio"].to_numpy(dtype=float))
-        ax.plot(np.arange(1, len(v) + 1) / len(v), v, marker="o", ms=3, lw=1, label=f"{kernel} ({len(v)})")
+        ax.plot(np.arange(1, len(v) + 1) / len(v), v, ms=3.5, lw=1.2, label=f"{kernel}{on} ({len(v)})", **looks[n])
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
     ax.set_yscale("log", base=2)
@@ -127,14 +148,14 @@ if len(valid):
     ax.set_xlabel("share of shapes (sorted by ratio)")
     ax.set_ylabel(f"{candidate} / {baseline} (p50)")
     plots.legend_outside(ax)
-    plots.title(fig, f"{cand_label} against {base_label}: p50 ratio per shape", info)
+    plots.title(fig, f"{cand_label} against {base_label}: p50 ratio per shape", info, device=where)
     plt.show()
 
 # %% [markdown]
 # ## Over batch and context
 #
-# The ratio candidate / baseline per shape (red: the candidate is slower; blue: faster). For sparse MLA the
-# context is the token pool and fixed, so top-k takes its place.
+# The ratio candidate / baseline per shape (orange: the candidate is slower; blue: faster; hatched: not measured).
+# For sparse MLA the context is the token pool and fixed, so top-k takes its place.
 
 # %%
 fam_cols = [c for c in keys if c not in ("batch", "ctx_len", "topk")]
@@ -146,21 +167,23 @@ for fam, g in valid.groupby(fam_cols, dropna=False):
     panels.append((dict(zip(fam_cols, fam, strict=True)), xcol, g))
 panels = sorted(panels, key=lambda p: (p[0]["kernel"], -len(p[2])))[:12]
 if panels:
-    ncol = min(3, len(panels))
+    ncol = min(2, len(panels))
     nrow = int(np.ceil(len(panels) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol, 3.3 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(4.8 * ncol, 3.4 * nrow + 0.8), squeeze=False)
     lim = float(np.nanmax(np.abs(np.log2(valid["ratio"].astype(float))))) if len(valid) else 1.0
     lim = max(lim, 0.05)
     for ax, (fam, xcol, g) in zip(axes.flat, panels, strict=False):
         t = g.pivot_table(index="batch", columns=xcol, values="ratio", aggfunc="max")
-        plots.log2_heatmap(ax, t, cmap="RdBu_r", log_color=True, ratio_ticks=True, vmin=2**-lim, vmax=2**lim, annot=t,
-                           fmt="{:.2f}",
-                           cbar_label="cand / base", xlabel=("context" if xcol == "ctx_len" else "top-k") + " (log2)",
-                           ylabel="batch (log2)")
-        ax.set_title(f"{fam['kernel']}: H{fam['num_q_heads']}/{fam['num_kv_heads']} D{fam['head_dim_qk']}")
+        hm = plots.log2_heatmap(ax, t, cmap=plots.RATIO_CMAP, log_color=True, vmin=2**-lim, vmax=2**lim, annot=t,
+                                fmt="{:.2f}", colorbar=False,
+                                xlabel=("context" if xcol == "ctx_len" else "top-k") + " (log2)", ylabel="batch (log2)")
+        ax.set_title(f"{fam['kernel']}: H{fam['num_q_heads']}/{fam['num_kv_heads']} D{fam['head_dim_qk']}"
+                     + (f" on {dev_label(fam)}" if multi_device else ""))
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    plots.title(fig, f"{cand_label} / {base_label} over batch and context", info)
+    plots.colorbar(hm, axes, label=f"{candidate} / {baseline} (p50)", ratio_ticks=True, location="top", shrink=0.5,
+                   aspect=40)
+    plots.title(fig, f"{cand_label} / {base_label} over batch and context", info, device=where)
     plt.show()
 
 # %%
@@ -172,5 +195,5 @@ if len(valid):
             f"{analysis.geomean(valid['ratio']):.3f}")
 else:
     text = f"{cand_label} and {base_label} share no correctly measured shape"
-report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
+report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({where or info.device}, {info.date}).",
                       shapes=len(valid), slower=int((valid["ratio"] > 1 + tol).sum()) if len(valid) else 0)

@@ -87,7 +87,8 @@ if run_here:
     shape_cols = [x for x in analysis.SHAPE if x in ok.columns]
     shapes = list(ok.groupby(shape_cols, dropna=False).groups)[:6]
     if shapes:
-        fig, axes = plt.subplots(1, len(shapes), figsize=(3.3 * len(shapes) + 1.3, 3.3), squeeze=False, sharey=False)
+        fig, axes = plt.subplots(1, len(shapes), figsize=plots.figsize(3.3 * len(shapes) + 1.3, 3.5), squeeze=False,
+                                 sharey=False)
         for ax, key in zip(axes[0], shapes, strict=True):
             g = ok[(ok[shape_cols].astype(str) == pd.Series(key, index=shape_cols).astype(str)).all(axis=1)]
             for _knobs, h in g.groupby([k for k in ("block_k", "block_n", "block_h", "num_warps") if k in g
@@ -95,14 +96,13 @@ if run_here:
                 h = h.sort_values("num_splits")
                 ax.plot(h["num_splits"], h["p50_us"], color="#999999", lw=0.8, marker=".", ms=3)
             picks = analysis.planner_choices(g)
-            for name in plots.planner_order(picks["planner"]):
+            for name, st in plots.planner_styles(picks["planner"]).items():
                 p = picks[picks["planner"] == name]
-                st = plots.planner_style(name)
                 ax.scatter(p["num_splits"], p["p50_us"], color=st["color"], marker=st["marker"], s=30, label=name,
                            zorder=3)
             plots.log2_axis(ax, "x", label="splits (log2)")
             r = g.iloc[0]
-            ax.set_title(f"B{r['batch']} H{r['num_q_heads']} N{plots.fmt_pow2(r['ctx_len'])}", fontsize=8)
+            ax.set_title(f"B{r['batch']} H{r['num_q_heads']} N{plots.fmt_pow2(r['ctx_len'])}")
         axes[0][0].set_ylabel("p50 (us)")
         plots.legend_outside(axes[0][-1])
         plots.title(fig, f"{c.name} / {grid}: p50 against splits, planners' choices marked", info)

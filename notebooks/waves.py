@@ -104,8 +104,8 @@ for dev in devs:
     g = grid[grid["device"] == dev.name]
     fill = g.pivot(index="batch", columns="splits", values="fill")
     nw = g.pivot(index="batch", columns="splits", values="waves")
-    fig, ax = plt.subplots(figsize=(8.6, 4.2))
-    hm = plots.log2_heatmap(ax, fill, cmap="RdYlGn", vmin=0, vmax=1, annot=nw, fmt="{:.3g}",
+    fig, ax = plt.subplots(figsize=plots.figsize(10.0, 5.4))
+    hm = plots.log2_heatmap(ax, fill, cmap=plots.FILL_CMAP, vmin=0, vmax=1, annot=nw, fmt="{:.3g}",
                        cbar_label="last-wave fill", xlabel="splits (log2)", ylabel="batch (log2)", text_dy=0.27)
     ch = choices[choices["device"] == dev.name]
     order = plots.planner_order(ch["planner"])
@@ -113,8 +113,8 @@ for dev in devs:
         c = ch[ch["planner"] == name]
         off = -0.38 + 0.5 * k / max(1, len(order) - 1)  # the lower part of the cell; the number sits above
         st = plots.planner_style(name)
-        ax.scatter(hm.x(c["num_splits"]), hm.y(c["batch"]) + off, s=22,
-                   color=st["color"], marker=st["marker"], edgecolor="white", linewidth=0.5, label=name, zorder=3)
+        ax.scatter(hm.x(c["num_splits"]), hm.y(c["batch"]) + off, s=34,
+                   color=st["color"], marker=st["marker"], edgecolor="black", linewidth=0.4, label=name, zorder=3)
     o = oracle_pts[oracle_pts["device"] == dev.name]
     if len(o):
         ax.scatter(hm.x(o["num_splits"]), hm.y(o["batch"]), s=70, marker="x",
@@ -131,7 +131,8 @@ for dev in devs:
 # a point just above a line starts a wave that is nearly empty.
 
 # %%
-fig, axes = plt.subplots(1, len(devs), figsize=(3.6 * len(devs) + 1.4, 3.8), sharey=True, squeeze=False)
+fig, axes = plt.subplots(1, len(devs), figsize=plots.figsize(3.6 * len(devs) + 1.4, 4.0), sharey=True,
+                         squeeze=False)
 for ax, dev in zip(axes[0], devs, strict=True):
     ch = choices[choices["device"] == dev.name]
     for name in plots.planner_order(ch["planner"]):

@@ -1,9 +1,10 @@
 """Reading a result set: the oracle (the best measured point per shape), each planner's regret against it,
 summaries, and regressions between two result sets or two planners.
 
-A *shape* is one decode call on one device: the kernel, the workload columns and the device. A planner's
-choice is the measured point whose ``planners`` column names it (the sweep measures every registered
-planner's choice for every shape). Regret = the planner's measured p50 over the oracle's p50 on the same
+A *shape* is one decode call on one device: the kernel, the workload columns, the device and its SM count
+(``SHAPE``), so a result set may mix devices (or one preset measured at two SM counts) and each is its own
+shape. A planner's choice is the measured point whose ``planners`` column names it (the sweep measures every
+registered planner's choice for every shape). Regret = the planner's measured p50 over the oracle's p50 on the same
 shape (1.0 is optimal). Only measured rows count: ``status == "ok"``; rows whose ``timing`` is ``fake``
 (modelled, from CI) are refused unless ``allow_fake=True``.
 """
@@ -24,8 +25,8 @@ from splitlab.errors import SplitlabError
 if TYPE_CHECKING:
     from splitlab.devices import DeviceSpec
 
-SHAPE = ("kernel", "device", "kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
-         "page_size", "topk", "dtype")
+SHAPE = ("kernel", "device", "sm_count", "kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v",
+         "ctx_len", "page_size", "topk", "dtype")
 KNOBS = KNOB_COLUMNS  # the knob columns of a result row
 
 
@@ -75,7 +76,9 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
 
     ``replayed``: registered planners scored by ``replay`` of today's code instead of the data's tags (for a
     rule that changed between the sweep's sessions, e.g. ``splitlab``), on the kernels they were tagged on; a
-    plan that was not measured has status ``not measured``."""
+    plan that was not measured has status ``not measured``. Replay needs a kernel in ``LAUNCH_FACTS`` and a
+    device preset (each shape on its own device): elsewhere (another card's kernel, a GPU that is not a
+    preset) the planner keeps its tagged choices."""
     measured(df, allow_fake=allow_fake)  # refuse fake rows up front
     keys = shape_cols(df)
     best = oracle(df, allow_fake=allow_fake)[keys + ["p50_us", "num_splits"]].rename(
@@ -85,13 +88,21 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
     ok = out["status"] == "ok"
     out["regret"] = np.where(ok, out["p50_us"] / out["oracle_us"], np.nan)
     for name in replayed:
-        kernels = out.loc[out["planner"] == name, "kernel"].unique()
-        if not len(kernels):
+        kernels = [k for k in out.loc[out["planner"] == name, "kernel"].unique() if k in LAUNCH_FACTS]
+        if not kernels:
             continue
-        rep = replay(df[df["kernel"].isin(kernels)], name, allow_fake=allow_fake)
+        on = df["kernel"].isin(kernels)
+        if "device" in df.columns:
+            on &= df["device"].map(_is_preset).astype(bool)
+        if not on.any():
+            continue
+        rep = replay(df[on], name, allow_fake=allow_fake)
         rep = rep[rep["reason"].eq("") | rep["reason"].str.startswith("not measured")]
         rep = rep.assign(status=np.where(rep["regret"].notna(), "ok", "not measured"))
-        out = pd.concat([out[out["planner"] != name], rep[[c for c in out.columns if c in rep.columns]]],
+        scope = out["kernel"].isin(kernels)
+        if "device" in out.columns:
+            scope &= out["device"].map(_is_preset).astype(bool)
+        out = pd.concat([out[(out["planner"] != name) | ~scope], rep[[c for c in out.columns if c in rep.columns]]],
                         ignore_index=True)
     return out
 
@@ -131,8 +142,8 @@ def compare(base: pd.DataFrame, cand: pd.DataFrame, *, base_planner: str | None 
             r = regret(df, allow_fake=allow_fake, replayed=replayed)
             t = r[(r["planner"] == planner) & r["p50_us"].notna()]
             if t.empty:
-                raise SplitlabError(f"planner={planner!r} made no choice in this result set; it has "
-                                    f"{', '.join(sorted(r['planner'].unique()))}")
+                have = ", ".join(sorted(r["planner"].unique())) or "no planner's choice"
+                raise SplitlabError(f"planner={planner!r} made no choice in this result set; it has {have}")
         return t[keys + ["p50_us", "num_splits"]]
 
     m = pick(base, base_planner).merge(pick(cand, cand_planner), on=keys, suffixes=("_base", "_cand"))
@@ -267,6 +278,31 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def _is_preset(name) -> bool:
+    from splitlab.devices import get as get_device
+
+    try:
+        get_device(str(name))
+    except SplitlabError:
+        return False
+    return _py(name) is not None
+
+
+def _shape_device(row: dict):
+    """The device a shape was measured on: the preset its ``device`` column names, at the ``sm_count`` the rows
+    record when that differs (``devices.detect`` keeps a preset's name for a card with another SM count)."""
+    from dataclasses import replace as dc_replace
+
+    from splitlab.devices import get as get_device
+
+    name = row.get("device")
+    if name is None:
+        raise SplitlabError("the shape has no device; pass device= (one preset) to replay it")
+    dev = get_device(str(name))
+    sms = row.get("sm_count")
+    return dc_replace(dev, sm_count=int(sms)) if sms is not None and int(sms) != dev.sm_count else dev
+
+
 def data_device(df: pd.DataFrame) -> DeviceSpec:
     """The device preset (``DeviceSpec``) of the rows' ``device`` column; rows of several devices are refused."""
     from splitlab.devices import get as get_device
@@ -282,31 +318,30 @@ def replay(df: pd.DataFrame | MeasuredIndex, planner, *, device=None, allow_fake
     """What-if regret of ``planner`` (a registered name or a function ``(DecodeWorkload, DeviceSpec) -> Plan``)
     on the measured points of ``df``, one row per shape of the kernels in ``LAUNCH_FACTS``.
 
-    Per shape: ask the planner for its plan on ``device`` (default: the data's own device preset, e.g. the
-    H200), resolve the knobs the sweep would have recorded for it (``resolve_knobs``: its split count, the
-    tiles it sets, the kernel's defaults otherwise), and look up the ``ok`` point with exactly those knobs.
-    Columns: the shape, ``planner``, the resolved knobs, ``p50_us``, ``oracle_us``, ``oracle_splits``,
-    ``regret = p50_us / oracle_us`` and ``reason``: "" when scored, else why not (the plan was not measured,
-    or the planner raised / does not cover the kind); those rows keep ``regret = NaN``."""
+    Per shape: ask the planner for its plan on ``device`` (default: each shape's own device, the preset its
+    ``device`` column names at the rows' ``sm_count``, so mixed-device data replay each device on itself),
+    resolve the knobs the sweep would have recorded for it (``resolve_knobs``: its split count, the tiles it
+    sets, the kernel's defaults otherwise), and look up the ``ok`` point with exactly those knobs. Columns: the
+    shape, ``planner``, the resolved knobs, ``p50_us``, ``oracle_us``, ``oracle_splits``, ``regret = p50_us /
+    oracle_us`` and ``reason``: "" when scored, else why not (the plan was not measured, the planner raised /
+    does not cover the kind, or the shape's device is not a preset); those rows keep ``regret = NaN``."""
     from splitlab.devices import DeviceSpec
     from splitlab.devices import get as get_device
     from splitlab.planners import plan as plan_by_name
 
     idx = df if isinstance(df, MeasuredIndex) else MeasuredIndex(df, allow_fake=allow_fake)
-    if device is None:
-        if isinstance(df, MeasuredIndex):
-            raise SplitlabError("pass device= when replaying on a MeasuredIndex")
-        device = data_device(measured(df, allow_fake=allow_fake))
-    dev = device if isinstance(device, DeviceSpec) else get_device(str(device))
+    if device is None and "device" not in idx.keys:
+        raise SplitlabError("the result set has no device column; pass device= (one preset) to replay it")
+    fixed = None if device is None else device if isinstance(device, DeviceSpec) else get_device(str(device))
     if isinstance(planner, str):
         label = name or planner
 
-        def ask(w):
+        def ask(w, dev):
             return plan_by_name(w, dev, planner)
     else:
         label = name or getattr(planner, "__name__", "planner")
 
-        def ask(w):
+        def ask(w, dev):
             return planner(w, dev)
 
     out = []
@@ -315,7 +350,8 @@ def replay(df: pd.DataFrame | MeasuredIndex, planner, *, device=None, allow_fake
         best, best_knobs = idx.oracle(shape)
         rec.update(oracle_us=best, oracle_splits=best_knobs[0], p50_us=math.nan, regret=math.nan, reason="")
         try:
-            p = ask(idx.workload(shape))
+            dev = fixed or _shape_device(idx.rows[shape])
+            p = ask(idx.workload(shape), dev)
             knobs, t = idx.lookup(shape, p, dev)
         except SplitlabError as e:
             rec["reason"] = f"planner: {e}"

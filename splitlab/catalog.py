@@ -164,14 +164,16 @@ def sources(data: str | Path) -> list[Path]:
 
 
 def one_per_point(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per ``point_id``: a point measured by two sweeps (a ``quick`` grid is a subset of ``default``) is
-    kept from the sweep with more rows (the later one on a tie), so no shape or planner choice counts twice. The
-    number dropped is in ``df.attrs["duplicates"]``."""
+    """One row per measured point, keyed by (device, SM count, ``point_id``) as ``analysis.SHAPE`` keys shapes: a
+    point measured by two sweeps of one device (a ``quick`` grid is a subset of ``default``) is kept from the sweep
+    with more rows (the later one on a tie), so no shape or planner choice counts twice, while two devices' rows
+    of one point both stay. The number dropped is in ``df.attrs["duplicates"]``."""
     if df.empty or "point_id" not in df.columns:
         return df
+    key = [c for c in ("device", "sm_count", "point_id") if c in df.columns]
     size = df.groupby("sweep_id")["point_id"].transform("size")
     order = df.assign(_n=size, _t=df["finished_at"].fillna("")).sort_values(["_n", "_t"], ascending=False)
-    out = order.drop_duplicates("point_id", keep="first").drop(columns=["_n", "_t"]).sort_index()
+    out = order.drop_duplicates(key, keep="first").drop(columns=["_n", "_t"]).sort_index()
     out = out.reset_index(drop=True)
     out.attrs["duplicates"] = len(df) - len(out)
     return out

@@ -8,29 +8,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 
 from splitlab import devices, planners, waves, workloads
+from splitlab.args import OneLineParser, int_list_type, int_type, out_dir, positive_float, run_main, shown, split_list
 from splitlab.errors import SplitlabError
+from splitlab.workloads import LIMITS
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage + message)
-        raise SplitlabError(message)
-
-
-def _int_list(text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not an integer (give e.g. 1,2,8)") from None
-    return out
+#: ``splitlab plan`` answers at most this many rows (workloads x devices x planners) in one call.
+MAX_PLAN_ROWS = 10_000
+#: ``splitlab sweep --workers``: at most this many local worker processes.
+MAX_WORKERS = 256
+#: ``splitlab sweep --dry-run --rows``: at most this many points shown.
+MAX_ROWS = 1_000_000
 
 
 def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]:
+    if args.workload and args.kind:
+        raise SplitlabError(f"--kind={args.kind} is not allowed with --workload={args.workload}; expected one of "
+                            "them (a preset sets its kind)")
+    if not args.workload and not args.kind:
+        raise SplitlabError("--workload or --kind is required; workloads: " + ", ".join(workloads.names()))
+    kind = workloads.get(args.workload).kind if args.workload else args.kind
+    if args.topk is not None and kind != "sparse_mla":
+        raise SplitlabError(f"--topk={args.topk} is not allowed for kind {kind}; expected it only with sparse_mla")
     out = []
     for batch in args.batch:
         for ctx in args.ctx:
@@ -42,22 +45,26 @@ def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]
                            if v is not None}
                 out.append(w.with_(**changes) if changes else w)
                 continue
-            if not args.kind:
-                raise SplitlabError("--workload or --kind is required; workloads: " + ", ".join(workloads.names()))
-            mla = args.kind != "gqa"
+            mla = kind != "gqa"
+
+            def given(value: int | None, default: int) -> int:  # a flag given as 0 is refused, never replaced
+                return default if value is None else value
+
+            head_dim = given(args.head_dim, 576 if mla else 128)
             out.append(workloads.DecodeWorkload(
-                kind=args.kind, batch=batch, num_q_heads=args.heads or (128 if mla else 32),
-                num_kv_heads=args.kv_heads or (1 if mla else 8), head_dim_qk=args.head_dim or (576 if mla else 128),
-                head_dim_v=args.head_dim_v or (512 if mla else args.head_dim or 128), ctx_len=ctx,
-                page_size=args.page_size or (1 if args.kind == "sparse_mla" else 16),
-                topk=args.topk if args.topk is not None else (2048 if args.kind == "sparse_mla" else 0),
-                dtype=args.dtype))
+                kind=kind, batch=batch, num_q_heads=given(args.heads, 128 if mla else 32),
+                num_kv_heads=given(args.kv_heads, 1 if mla else 8), head_dim_qk=head_dim,
+                head_dim_v=given(args.head_dim_v, 512 if mla else head_dim), ctx_len=ctx,
+                page_size=given(args.page_size, 1 if kind == "sparse_mla" else 16),
+                topk=given(args.topk, 2048 if kind == "sparse_mla" else 0), dtype=args.dtype))
     return out
 
 
 def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.DeviceSpec],
               names: Sequence[str]) -> list[dict]:
-    """One row per (workload, device, planner): the plan and its wave statistics on splitlab's kernel."""
+    """One row per (workload, device, planner): the plan and its wave statistics on splitlab's kernel. A planner
+    that does not cover the workload's kind, or refuses the workload (outside its rule's domain), gets a row
+    without a plan whose ``note`` says why."""
     rows = []
     for w in ws:
         for dev in devs:
@@ -67,10 +74,14 @@ def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.Dev
                 if w.kind not in planners.entry(name).kinds:
                     rows.append(row | dict(num_splits=None, note=f"does not cover {w.kind}"))
                     continue
-                p = planners.plan(w, dev, name)
+                try:
+                    p = planners.plan(w, dev, name)
+                except SplitlabError as e:
+                    rows.append(row | dict(num_splits=None, note=f"refused: {e}"))
+                    continue
                 ws_ = waves.wave_stats(w, p.num_splits, dev.sm_count, block_h=p.block_h)
                 rows.append(row | dict(num_splits=p.num_splits, block_n=p.block_n, block_k=p.block_k,
-                                       block_h=p.block_h, ctas=ws_.ctas, waves=round(ws_.waves, 3),
+                                       block_h=p.block_h, kv_chunk=p.kv_chunk, ctas=ws_.ctas, waves=round(ws_.waves, 3),
                                        last_wave_fill=round(ws_.last_wave_fill, 3), note=p.note))
     return rows
 
@@ -95,36 +106,51 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    devs = [devices.get(d) for d in args.device.split(",")]
+    devs = [devices.get(d) for d in split_list("--device", args.device, "preset names")]
+    every = args.planner == "all"
+    names = planners.names() if every else [planners.entry(p).name
+                                            for p in split_list("--planner", args.planner, "planner names or all")]
+    n_rows = len(args.batch) * len(args.ctx) * len(devs) * len(names)
+    if n_rows > MAX_PLAN_ROWS:
+        raise SplitlabError(f"--batch, --ctx, --device and --planner make {n_rows} rows; expected at most "
+                            f"{MAX_PLAN_ROWS} (give shorter lists)")
     ws = _build_workloads(args)
-    names = planners.names() if args.planner == "all" else [planners.entry(p).name for p in args.planner.split(",")]
-    if args.planner == "all":
-        names = [n for n in names if any(w.kind in planners.entry(n).kinds for w in ws)]
+    kinds = {w.kind for w in ws}
+    if every:
+        names = [n for n in names if kinds & set(planners.entry(n).kinds)]
+    else:
+        for n in names:
+            if not kinds & set(planners.entry(n).kinds):
+                raise SplitlabError(f"--planner={n} is not allowed for kind {', '.join(sorted(kinds))}; expected a "
+                                    f"planner covering it: {', '.join(planners.names(next(iter(kinds))))}")
     rows = plan_rows(ws, devs, names)
+    refused = [r for r in rows if r["num_splits"] is None]
+    if not every and len(refused) == len(rows):  # the planners asked for refuse every workload
+        raise SplitlabError(f"--planner={args.planner}: {refused[0]['note']}")
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     print("# ctas, waves, last_wave_fill: splitlab's kernel launched at the plan (modelled, 1 CTA per SM)")
     _print_table(rows, ["device", "sms", "planner", "kind", "batch", "heads", "ctx_len", "num_splits",
-                        "block_k", "block_h", "ctas", "waves", "last_wave_fill"] + (["note"] if args.notes else []))
+                        "block_k", "block_h", "ctas", "waves", "last_wave_fill"]
+                 + (["note"] if args.notes or refused else []))
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     import torch
 
+    names = split_list("--suite", args.suite, "suite names")
+    out_dir("--out", args.out, create=False)
     if not torch.cuda.is_available():
         raise SplitlabError("bench needs a GPU; torch sees none")
     from splitlab.bench import decode
 
-    names = args.suite.split(",")
     known = list(decode.suites(True))
     for n in names:
         if n not in known:
             raise SplitlabError(f"--suite={n!r} is not allowed; expected any of {', '.join(known)}")
-    rows = decode.run(names, Path(args.out), quick=args.quick, with_flex=not args.no_flex,
+    rows = decode.run(names, out_dir("--out", args.out), quick=args.quick, with_flex=not args.no_flex,
                       full_tiles=args.tiles == "full")
     print(decode.format_summary(rows))
     return 0
@@ -140,27 +166,23 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def _positive(kind: type):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} is not allowed; expected a number > 0")
-        return v
-    return parse
+#: ``--scheduler``: a Dask address, ``[scheme://]host:port``.
+SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+_ADDRESS = re.compile(r"^(?:(?P<scheme>[A-Za-z0-9+.-]+)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
+                      r":(?P<port>\d{1,5})$")
 
 
 def _address(text: str) -> str:
-    if not text.strip() or any(c.isspace() for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a scheduler address (give e.g. tcp://host:8786)")
+    m = _ADDRESS.match(text)
+    allowed = f"a Dask scheduler address [scheme://]host:port, scheme one of {', '.join(SCHEDULER_SCHEMES)} " \
+        "(e.g. tcp://10.0.0.5:8786)"
+    if m is None or (m["scheme"] or "tcp").lower() not in SCHEDULER_SCHEMES or not 1 <= int(m["port"]) <= 65535:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected {allowed}")
     return text
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     import os
-    from pathlib import Path
 
     import torch
 
@@ -168,11 +190,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from splitlab.bench import cards, sweep
 
+    if args.device is not None:
+        devices.get(args.device)  # '' too: the preset named, or the one-line error
     card = cards.load(args.card)
     card.grid(args.grid)
-    opts = sweep.SweepOptions(grid=args.grid, out=Path(args.out), timer=args.timer, resume=args.resume,
+    out = out_dir("--out", args.out, create=not args.dry_run)
+    opts = sweep.SweepOptions(grid=args.grid, out=out, timer=args.timer, resume=args.resume,
                               device=args.device, limit=args.limit, max_minutes=args.max_minutes,
-                              shard=args.shard, quiet=args.quiet, argv=args.argv)
+                              shard=args.shard, quiet=args.quiet, argv=args.argv,
+                              **({} if args.point_timeout is None else {"point_timeout_s": args.point_timeout}))
     if (args.workers or args.scheduler) and not args.dry_run:
         from splitlab.bench import dist  # Dask only here: the single-process path never imports it
 
@@ -199,8 +225,8 @@ def _print_sweep_result(res, who: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="splitlab", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = OneLineParser(prog="splitlab", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
 
     d = sub.add_parser("devices", help="list device presets")
     d.add_argument("--json", action="store_true")
@@ -209,14 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="what each planner picks for a workload on each device")
     pl.add_argument("--workload", help="model preset: " + ", ".join(workloads.names()))
     pl.add_argument("--kind", choices=workloads.KINDS)
-    pl.add_argument("--batch", type=_int_list, default=[1], help="requests (sparse: query tokens); list: 1,2,8")
-    pl.add_argument("--ctx", type=_int_list, default=[8192], help="keys per request (sparse: pool size); list")
-    pl.add_argument("--heads", type=int, help="query heads (overrides the preset)")
-    pl.add_argument("--kv-heads", type=int)
-    pl.add_argument("--head-dim", type=int, help="head dim of q/k")
-    pl.add_argument("--head-dim-v", type=int)
-    pl.add_argument("--topk", type=int)
-    pl.add_argument("--page-size", type=int)
+    pl.add_argument("--batch", type=int_list_type(1, LIMITS["batch"]), default=[1],
+                    help=f"requests (sparse: query tokens), 1..{LIMITS['batch']}; list: 1,2,8")
+    pl.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"]), default=[8192],
+                    help=f"keys per request (sparse: pool size), 1..{LIMITS['ctx_len']}; list")
+    pl.add_argument("--heads", type=int_type(1, LIMITS["num_q_heads"]), help="query heads (overrides the preset)")
+    pl.add_argument("--kv-heads", type=int_type(1, LIMITS["num_kv_heads"]))
+    pl.add_argument("--head-dim", type=int_type(1, LIMITS["head_dim_qk"]), help="head dim of q/k")
+    pl.add_argument("--head-dim-v", type=int_type(1, LIMITS["head_dim_v"]))
+    pl.add_argument("--topk", type=int_type(1, LIMITS["topk"]), help="candidates per query token (sparse_mla only)")
+    pl.add_argument("--page-size", type=int_type(1, LIMITS["page_size"]))
     pl.add_argument("--dtype", default="bf16", choices=workloads.DTYPES)
     pl.add_argument("--device", default="h200", help="preset name(s), comma-separated: " + ", ".join(devices.names()))
     pl.add_argument("--planner", default="all", help="planner name(s) or all: " + ", ".join(planners.names()))
@@ -250,29 +278,35 @@ def build_parser() -> argparse.ArgumentParser:
                     help="graph: CUDA-graph replay, rotated inputs; events: L2-flushed CUDA events; fake: modelled "
                     "times for CI, not measurements (default: the card's, or the resumed sweep's)")
     sw.add_argument("--device", help="plan for this preset, not the GPU torch sees: " + ", ".join(devices.names()))
-    sw.add_argument("--limit", type=_positive(int), help="at most this many points in this session")
-    sw.add_argument("--max-minutes", type=_positive(float), help="start no new point after this many minutes")
+    sw.add_argument("--limit", type=int_type(1), help="at most this many points in this session")
+    sw.add_argument("--max-minutes", type=positive_float, help="start no new point after this many minutes")
+    from splitlab.bench.sweep import POINT_TIMEOUT_S
+
+    sw.add_argument("--point-timeout", type=positive_float, metavar="SECONDS", help="a point running longer (check, "
+                    f"compile, timing) is killed and stored as error (default {POINT_TIMEOUT_S:g})")
     sw.add_argument("--shard", type=_shard, help="i/n: run only shard i of n (whole shapes), one process per GPU, "
                     "each with --resume")
     par = sw.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=_positive(int), help="N: run on a local Dask cluster of N worker processes, one "
-                     "per visible GPU (CPU workers where there is none); needs splitlab[dist]")
+    par.add_argument("--workers", type=int_type(1, MAX_WORKERS), help="N: run on a local Dask cluster of N worker "
+                     "processes, one per visible GPU (CPU workers where there is none); needs splitlab[dist]")
     par.add_argument("--scheduler", type=_address, help="ADDRESS: run on this Dask cluster (one single-threaded "
                      "worker per GPU, CUDA_VISIBLE_DEVICES set; see README); needs splitlab[dist]")
     sw.add_argument("--quiet", action="store_true", help="no progress output")
-    sw.add_argument("--rows", type=int, default=8, help="--dry-run: how many points to show")
+    sw.add_argument("--rows", type=int_type(0, MAX_ROWS), default=8, help="--dry-run: how many points to show")
     sw.set_defaults(fn=cmd_sweep)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
+    """Run ``splitlab`` with ``argv`` (default ``sys.argv[1:]``); return the exit code. A bad argument is one line
+    on stderr and 2; Ctrl-C or SIGTERM one line and 130."""
+
+    def body() -> int:
         args = build_parser().parse_args(argv)
         args.argv = ["splitlab", *(sys.argv[1:] if argv is None else argv)]
         return args.fn(args)
-    except SplitlabError as e:
-        print(f"splitlab: error: {e}", file=sys.stderr)
-        return 2
+
+    return run_main("splitlab", body)
 
 
 if __name__ == "__main__":

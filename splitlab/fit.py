@@ -44,7 +44,6 @@ kernel version replaces the first set's rows of those kernels, and the other ker
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import sys
@@ -56,6 +55,7 @@ import pandas as pd
 
 from splitlab import analysis, catalog
 from splitlab.devices import DeviceSpec
+from splitlab.errors import SplitlabError
 from splitlab.planners.native import (
     MAX_SPLITS,
     TILE_KEYS,
@@ -162,6 +162,10 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     ``centre`` (field: its grid), the one deepest inside the band along those fields (``_depth``: the middle of a
     plateau of ties, not its edge: the fit shapes pin a rate only between two of their breakpoints); then the
     lowest worst case (then, for GQA, the largest ``lone`` floor; then the grid's order)."""
+    if not idx.shapes():  # nothing to score: the data does not cover this pass's shapes
+        which = " with every tile and split the rule weighs measured" if centre else ""
+        raise SplitlabError(f"no {kind} fit shape to score{which}; expected data covering the cards' fit grids "
+                            "(e.g. data/h200)")
     c = _arrays(settings, kind)
     logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
     score = pd.DataFrame(settings)
@@ -366,8 +370,29 @@ def _fmt(c: CostConstants) -> str:
     return s + (f", small_key_tile={c.small_key_tile:g}" if c.small_key_tile else "")
 
 
+def _fit_rows_checked(df: pd.DataFrame, arg: str) -> None:
+    """Refuse (one ``SplitlabError`` naming ``arg``) data the fit cannot use: no rows of a family's kernel among
+    the fit shapes, modelled (fake-timer) rows, or no correct measurement of a family it holds."""
+    fit_rows = split(df)[0] if not df.empty else df
+    kernels = sorted(set(fit_rows["kernel"].astype(str)) & set(KINDS)) if "kernel" in fit_rows else []
+    if not kernels:
+        raise SplitlabError(f"{arg}: no fit rows of {', '.join(KINDS)}; expected sweeps of splitlab's kernels over "
+                            "the cards' fit grids (e.g. the catalog's h200)")
+    if "timing" in df.columns and (df["timing"] == "fake").any():
+        raise SplitlabError(f"{arg}: holds modelled rows (timing='fake'); expected measurements (the fit never "
+                            "reads the fake timer's numbers)")
+    for k in kernels:
+        if not (fit_rows[fit_rows["kernel"] == k]["status"] == "ok").any():
+            raise SplitlabError(f"{arg}: no correct measurement (status 'ok') of {k} among the fit shapes; expected "
+                                "measured rows to fit")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
+    """``python -m splitlab.fit [DATA ...] [--confirm DATA] [--head-tiles DATA]``: a bad argument is one line on
+    stderr and exit code 2 (every set is checked and read before the fit starts); Ctrl-C one line and 130."""
+    from splitlab.args import OneLineParser, existing_path, run_main
+
+    p = OneLineParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
     p.add_argument("data", nargs="*",
                    help="result sets: catalog names or sweep folders (default: the catalog's fit sets, read together); "
                    "the first, and those after it read together, which replace the first's rows of every kernel they "
@@ -378,28 +403,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--head-tiles", metavar="DATA",
                    help="fit sparse MLA's head-tile pass on this set's fit shapes (BLOCK_H 16 against the default "
                    "at every split the rule weighs, e.g. a later kernel version's)")
-    a = p.parse_args(argv)
-    if a.data:
-        df = catalog.load_points(a.data[0])
-        if a.data[1:]:
-            df = layered(df, catalog.load_points(*a.data[1:]))
-    else:
-        df = catalog.load_points(*catalog.names("fit"))
-    confirm = a.confirm if a.confirm is not None else [] if a.data else catalog.names("confirm")
-    fitted = fit_all(df, head_tiles=None if a.head_tiles is None else catalog.load_points(a.head_tiles))
-    for kind, c in fitted.items():
-        print(f"{kind}: CostConstants({_fmt(c)})")
-    table = shootout(df, fitted)
-    with pd.option_context("display.width", 160, "display.max_rows", 200):
-        print(table.round(3).to_string(index=False))
-        print(goal(table).round(3).to_string(index=False))
-        for data in confirm:
-            name = data if catalog.is_name(data) else Path(data).name
-            conf = shootout(catalog.load_points(data), fitted, part=name)
-            print(f"\n{name}:" if name == data else f"\n{name} ({data}):")
-            print(conf.round(3).to_string(index=False))
-            print(goal(conf, part=name).round(3).to_string(index=False))
-    return 0
+
+    def body() -> int:
+        a = p.parse_args(argv)
+
+        def load(arg: str, *data: str) -> pd.DataFrame:
+            for d in data:
+                if not catalog.is_name(d):
+                    existing_path(arg, d)
+            try:
+                return catalog.load_points(*data)
+            except SplitlabError as e:
+                raise SplitlabError(f"{arg}: {e}") from None
+
+        # Everything is read before the fit (minutes) starts: a bad set fails at once.
+        if a.data:
+            df = load("data", a.data[0])
+            if a.data[1:]:
+                df = layered(df, load("data", *a.data[1:]))
+        else:
+            df = load("data", *catalog.names("fit"))
+        _fit_rows_checked(df, f"data={' '.join(a.data or catalog.names('fit'))!r}")
+        head_tiles = None if a.head_tiles is None else load("--head-tiles", a.head_tiles)
+        confirm_sets = a.confirm if a.confirm is not None else [] if a.data else catalog.names("confirm")
+        confirm = [(d, load("--confirm", d)) for d in confirm_sets]
+        fitted = fit_all(df, head_tiles=head_tiles)
+        for kind, c in fitted.items():
+            print(f"{kind}: CostConstants({_fmt(c)})")
+        table = shootout(df, fitted)
+        with pd.option_context("display.width", 160, "display.max_rows", 200):
+            print(table.round(3).to_string(index=False))
+            print(goal(table).round(3).to_string(index=False))
+            for data, conf_rows in confirm:
+                name = data if catalog.is_name(data) else Path(data).name
+                conf = shootout(conf_rows, fitted, part=name)
+                print(f"\n{name}:" if name == data else f"\n{name} ({data}):")
+                print(conf.round(3).to_string(index=False))
+                print(goal(conf, part=name).round(3).to_string(index=False))
+        return 0
+
+    return run_main("python -m splitlab.fit", body)
 
 
 if __name__ == "__main__":

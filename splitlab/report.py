@@ -35,8 +35,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import html
-import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from splitlab import catalog
 from splitlab.catalog import one_per_point
+from splitlab.args import OneLineParser, out_dir, path_text, run_main
 from splitlab.errors import SplitlabError
 
 if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
@@ -143,14 +144,14 @@ def data_info(data: str | Path) -> DataInfo:
              for side in ([s / "sweep.json"] if (s / "sweep.json").is_file() else sorted(s.rglob("sweep.json")))]
     if not sides:
         raise SplitlabError(f"data={str(p)!r} holds no splitlab sweep (no sweep.json under it); {expected}")
-    from splitlab.results import SUPPORTED_SCHEMAS
+    from splitlab.results import SUPPORTED_SCHEMAS, read_sidecar
 
     parsed = []
     for s in sides:
-        try:
-            side = json.loads(s.read_text())
-        except (OSError, ValueError) as e:
-            raise SplitlabError(f"data={str(p)!r}: {s} is not readable JSON ({e}); {expected}") from None
+        try:  # JSON, an object, and its fields of the right types (the SM counts integers >= 1)
+            side = read_sidecar(s)
+        except SplitlabError as e:
+            raise SplitlabError(f"data={str(p)!r}: {e}; {expected}") from None
         if not isinstance(side, dict) or not {"sweep_id", "kernel", "schema_version"} <= set(side):
             raise SplitlabError(f"data={str(p)!r}: {s} is not a splitlab sweep sidecar (no sweep_id, kernel, "
                                 f"schema_version); {expected}")
@@ -291,10 +292,12 @@ def _kernel_env(tmp: Path) -> Iterator[None]:
             if not os.environ.get(var):
                 (tmp / sub).mkdir(parents=True, exist_ok=True)
                 os.environ[var] = str(tmp / sub)
-                if var == "IPYTHONDIR":  # a local kernel: its warning about TCP without encryption is noise here
+                # A local kernel: its warning about TCP without encryption is noise here, and so are its errors
+                # when an interrupt (Ctrl-C to the process group) ends it mid-reply.
+                if var == "IPYTHONDIR":
                     (tmp / sub / "profile_default").mkdir()
                     (tmp / sub / "profile_default" / "ipython_kernel_config.py").write_text(
-                        'c.IPKernelApp.log_level = "ERROR"\n')
+                        'c.IPKernelApp.log_level = "CRITICAL"\n')
         os.environ.pop("MPLBACKEND", None)
         os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), saved.get("PYTHONPATH")) if x)
         os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
@@ -306,9 +309,14 @@ def _kernel_env(tmp: Path) -> Iterator[None]:
 
 
 def _select(only: Sequence[str] | None) -> list[str]:
-    if not only:
+    if only is None:
         return list(NOTEBOOKS)
+    if isinstance(only, str):
+        only = [only]
     names = [n.strip() for item in only for n in str(item).split(",") if n.strip()]
+    if not names:
+        raise SplitlabError(f"only={list(only)!r} is not allowed; expected notebook names among "
+                            f"{', '.join(NOTEBOOKS)} (or no --only: all of them)")
     for n in names:
         if n not in NOTEBOOKS:
             raise SplitlabError(f"only={n!r} is not allowed; expected any of {', '.join(NOTEBOOKS)}")
@@ -374,29 +382,36 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
     ``planner_shootout`` when ``data`` is the current set; ``out=<out>/sweep-runs`` for ``sweep``), plus
     ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
 
-    Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``. A
-    missing or foreign ``data`` raises ``SplitlabError`` naming the path before anything runs; so does data
-    from the fake timer unless ``allow_fake``. A notebook that fails still gets its page (with the error) and
-    its line in the index; ``SplitlabError`` names the failures after all have run."""
+    Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``: into a
+    staging folder first, moved into ``out`` (the index last) once every notebook has run, so an interrupted report
+    (Ctrl-C, SIGTERM) leaves the previous one whole; its temporary and staging folders go on every way out, and
+    those of a report killed outright go on the next run (``remove_stale``). A missing or foreign ``data``, an
+    ``out`` that is a file or cannot be written, or an empty ``only`` raises ``SplitlabError`` naming it before
+    anything runs; so does data from the fake timer unless ``allow_fake``. A notebook that fails still gets its
+    page (with the error) and its line in the index; ``SplitlabError`` names the failures after all have run."""
     import jupytext
     import nbformat
     import papermill
 
+    names = _select(only)
     info = data_info(data or catalog.current().name)
     injected = notebook_parameters(data, allow_fake=allow_fake, out=out)
     if info.fake and not allow_fake:
         raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'), not measurements; pass "
                             "--allow-fake (allow_fake=True) to report them anyway, labelled MODELLED")
-    names = _select(only)
     for name in parameters or {}:
         if name not in NOTEBOOKS:
             raise SplitlabError(f"parameters[{name!r}] is not allowed; expected notebooks among {', '.join(NOTEBOOKS)}")
     src_dir = Path(notebooks) if notebooks is not None else NOTEBOOK_DIR
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir("out", out).resolve()
+    remove_stale(out)
     pages: list[Page] = []
     _say(f"{len(names)} notebook(s) on {info.path} ({info.label}) -> {out}", progress)
-    with tempfile.TemporaryDirectory(prefix="splitlab-report-") as tmp_, _kernel_env(Path(tmp_)):
+    # Pages are written into a staging folder inside ``out`` and moved into place (index last) only when every
+    # notebook has run: an interrupted report leaves the previous report whole. The staging and temporary
+    # folders carry the pid, so a run killed outright has its leftovers removed by the next (remove_stale).
+    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp_, _kernel_env(Path(tmp_)), \
+            _staging(out) as stage, _own_children(), _quiet_logger("papermill"):
         tmp = Path(tmp_)
         for i, name in enumerate(names, 1):
             src = src_dir / f"{name}.py"
@@ -416,7 +431,7 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
                 raise SplitlabError(f"parameters[{name!r}] names {', '.join(unknown)}; {name} takes "
                                     f"{', '.join(declared)}")
             params.update(extra)
-            executed = out / f"{name}.ipynb"
+            executed = stage / f"{name}.ipynb"
             _say(f"[{i}/{len(names)}] {name}: executing", progress)
             t0 = time.monotonic()
             try:
@@ -432,17 +447,115 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             found = read_finding(done) or {}
             page.finding = str(found.pop("finding", ""))
             page.facts = found
-            (out / f"{name}.html").write_text(to_html(done, page.title), encoding="utf-8")
+            (stage / f"{name}.html").write_text(to_html(done, page.title), encoding="utf-8")
             _say(f"[{i}/{len(names)}] {name}: {page.status} in {page.seconds:.1f} s -> {name}.html", progress)
             pages.append(page)
+        (stage / "index.html").write_text(index_html(pages, info), encoding="utf-8")
+        for f in sorted(stage.iterdir(), key=lambda f: f.name == "index.html"):  # the index last
+            os.replace(f, out / f.name)
     index = out / "index.html"
-    index.write_text(index_html(pages, info), encoding="utf-8")
     _say(f"index: {index}", progress)
     failed = [p for p in pages if p.status != "ok"]
     if failed:
         raise SplitlabError("notebook(s) failed: " + "; ".join(f"{p.name}: {p.status}" for p in failed)
                             + f" (see {out}/<name>.html; the index is {index})")
     return index
+
+
+def _children() -> dict[int, Any]:
+    try:
+        import psutil  # ipykernel's dependency: there whenever a report can run
+    except ImportError:
+        return {}
+    try:
+        return {c.pid: c for c in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+@contextlib.contextmanager
+def _own_children() -> Iterator[None]:
+    """On an exception (Ctrl-C, SIGTERM), stop the processes started inside the block (the notebook's kernel) before
+    the temporary folders go: a KeyboardInterrupt inside papermill's event loop skips its kernel shutdown, and an
+    orphaned kernel would write into them again."""
+    before = set(_children())
+    try:
+        yield
+    except BaseException:
+        new = [proc for pid, proc in _children().items() if pid not in before]
+        if new:
+            import psutil
+
+            for proc in new:
+                with contextlib.suppress(psutil.Error):
+                    proc.terminate()
+            _, alive = psutil.wait_procs(new, timeout=3)
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        raise
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Papermill logs a dying kernel on stderr ("Kernel died while waiting for execute reply"); the page's status
+    says it already (and after Ctrl-C it is a consequence, not news)."""
+    import logging
+
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+TMP_PREFIX = "splitlab-report-"
+STAGING_PREFIX = ".splitlab-report-staging-"
+
+
+@contextlib.contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    """A staging folder inside ``out`` (``.splitlab-report-staging-<pid>-...``), removed on every way out."""
+    stage = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or no way to tell): leave its folder alone
+    return True
+
+
+def remove_stale(out: Path | None = None) -> list[Path]:
+    """Remove the temporary folders (``<tmp>/splitlab-report-<pid>-*``) and, in ``out``, the staging folders of
+    reports whose process is gone (killed with SIGKILL, where no cleanup runs); return what was removed. Folders
+    of live processes, of other users, and without a pid in their name are left alone."""
+    places = [(Path(tempfile.gettempdir()), TMP_PREFIX)] + ([(Path(out), STAGING_PREFIX)] if out is not None else [])
+    removed = []
+    for base, prefix in places:
+        try:
+            found = list(base.glob(f"{prefix}*"))
+        except OSError:
+            continue
+        for d in found:
+            pid = d.name[len(prefix):].split("-", 1)[0]
+            try:
+                mine = d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid()
+            except OSError:
+                continue
+            if mine and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+    return removed
 
 
 def index_html(pages: Sequence[Page], info: DataInfo) -> str:
@@ -509,21 +622,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cli(args: argparse.Namespace) -> int:
     """Run ``splitlab report`` from parsed arguments (``add_arguments``); prints the index path."""
-    index = build_report(args.data, Path(args.out), only=getattr(args, "only", None),
+    data = None if args.data is None else path_text("--data", args.data, "a catalog name or a folder of splitlab sweeps")
+    out_dir("--out", args.out, create=False)  # named as the flag here; build_report creates it
+    index = build_report(data, Path(args.out), only=getattr(args, "only", None),
                          progress=not getattr(args, "quiet", False), allow_fake=getattr(args, "allow_fake", False))
     print(index)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m splitlab.report [--data DIR] [--out DIR] [--only NAME]`` (the same as ``splitlab report``)."""
-    p = argparse.ArgumentParser(prog="splitlab report", description=__doc__.splitlines()[0])
+    """``python -m splitlab.report [--data DIR] [--out DIR] [--only NAME]`` (the same as ``splitlab report``): a bad
+    argument is one line on stderr and exit 2; Ctrl-C or SIGTERM one line and 130, temporary folders removed."""
+    p = OneLineParser(prog="splitlab report", description=__doc__.splitlines()[0])
     add_arguments(p)
-    try:
-        return cli(p.parse_args(argv))
-    except SplitlabError as e:
-        print(f"splitlab: error: {e}", file=sys.stderr)
-        return 2
+    return run_main("splitlab", lambda: cli(p.parse_args(argv)))
 
 
 if __name__ == "__main__":

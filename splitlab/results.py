@@ -5,21 +5,41 @@ folder (made by ``splitlab sweep``) holds::
 
     sweep.json                 the sidecar: sweep id, card, grid, timer, the environment of every session
     journal-<session>.jsonl    what each session did, one JSON object a line, fsynced (the source of truth)
-    results.parquet            the rows, rebuilt from the journals (deduplicated by point_id); a finished
+    results.parquet            the rows, rebuilt from the journals (one per point, ``best_rows``); a finished
                                sweep may drop its journals: the Parquet then holds everything
     results.csv                the same, for eyes
 
 ``load(path, ...)`` takes sweep folders, folders holding sweep folders, Parquet files, journals or the names
 of catalogued sets (``load("h200")``, ``splitlab.catalog``); it reads a sweep's Parquet when it is up to date
-with the journals, else the journals, and refuses data of a schema version it does not know.
+with the journals, else the journals, and refuses data of a schema version it does not know. Anything it cannot read (a damaged Parquet, a journal
+line that is not an event, a value of the wrong type, a status outside ``STATUSES``) is one ``SplitlabError``
+naming the file. A sweep folder whose Parquet is damaged but which has journals is read from the journals
+(with a warning: rows only the Parquet held are lost).
+
+Identity. ``point_id`` names a *configuration* (kernel, implementation, workload, resolved knobs:
+``bench.grid.point_id``) and is the same on every device on purpose: it is how one configuration's times are
+compared across GPUs, and the ids of the shipped data stay valid. A *measurement* is a configuration on a
+device: every merge and deduplication keys on ``KEY = (device, point_id)`` (``device``: the device the points
+were planned and timed for), so two devices' sweeps of the same point never collide; ``load`` keeps rows
+unique per (sweep_id, device, point_id), so a repeat sweep on the same device keeps its own rows.
+
+Duplicates. Where one key has several rows (a point written twice, the same sweep read twice), ``best_rows``
+keeps one, deterministically: ``ok`` over ``wrong`` over ``error`` over ``skipped`` (a ``wrong`` row never
+hides an ``ok`` one), then the newest ``finished_at`` (rows without one count as oldest), then the row read
+last (journals are read oldest session first).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import os
+import re
+import socket
+import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +49,9 @@ from splitlab.workloads import DecodeWorkload
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMAS = (1,)
-STATUSES = ("ok", "wrong", "error", "skipped")
+STATUSES = ("ok", "wrong", "error", "skipped")  # also the order of preference among duplicates (best_rows)
+#: What identifies a measurement (see the module docstring): ``point_id`` alone names a configuration.
+KEY = ("device", "point_id")
 
 #: Every column and its pandas dtype (nullable types: a knob an implementation lacks is <NA>).
 COLUMNS: dict[str, str] = {
@@ -91,24 +113,167 @@ class SchemaError(SplitlabError):
     """Result data this splitlab cannot read (unknown schema version, missing columns)."""
 
 
+def _why(e: BaseException) -> str:
+    """``Type: first line`` of an exception, for a one-line message."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+# --- temporary files ------------------------------------------------------------------------------------------
+
+_HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+#: ``.<target>.<pid>[@<host>][.<token>].tmp``: what ``tmp_path`` names (files written whole, then renamed); the
+#: host is absent in files of older versions.
+_TMP = re.compile(r"^\.(?P<target>results\.parquet|results\.csv|sweep\.json)\.(?P<pid>\d+)"
+                  r"(?:@(?P<host>[A-Za-z0-9_-]+))?(?:\.[0-9a-f]+)?\.tmp$")
+
+
+def tmp_path(path: Path, token: str = "") -> Path:
+    """Where to write ``path`` before renaming it into place: a hidden file beside it named for this process and
+    host (``clean_stale_tmp`` removes those of dead processes)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}@{_HOST}{'.' + token if token else ''}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a pid this system cannot have: keep the file)
+    return True
+
+
+def clean_stale_tmp(folder: Path) -> list[Path]:
+    """Remove the temporary files (``tmp_path``) in ``folder`` that a killed process left: those of this host
+    whose process is gone. A file of another host (a sweep folder shared between machines) is left alone: its
+    process may be alive there. Returns what was removed."""
+    removed = []
+    try:
+        names = [p for p in Path(folder).iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
+    except OSError:
+        return removed
+    for p in names:
+        m = _TMP.match(p.name)
+        if m is None or (m["host"] is not None and m["host"] != _HOST) or _pid_alive(int(m["pid"])):
+            continue
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass  # gone already (another session cleaned it), or not ours to remove
+    return removed
+
+
+# --- the sidecar ----------------------------------------------------------------------------------------------
+
+class DamagedFile(SplitlabError):
+    """A file that cannot be read at all (not JSON, not an object, not Parquet); the message names it."""
+
+
+def _positive_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def read_sidecar(path: Path) -> dict | None:
+    """A sweep's ``sweep.json``, checked: None if there is none; ``DamagedFile`` if it is not a JSON object;
+    ``SchemaError`` for a schema version this splitlab does not know; ``SplitlabError`` naming the file and
+    the field for a field of the wrong type (sweep_id, kernel, grid, timer: strings; the SM counts under
+    ``device`` and ``env.device``: integers >= 1)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise DamagedFile(f"{path}: cannot be read ({e.strerror or _why(e)})") from None
+    try:
+        side = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise DamagedFile(f"{path}: not JSON ({_why(e)})") from None
+    if not isinstance(side, dict):
+        raise DamagedFile(f"{path}: a JSON {type(side).__name__}; expected the sidecar object")
+    if "schema_version" in side:
+        _check_versions([side["schema_version"]], path)
+    fix = ("edit it, or delete it and `splitlab sweep ... --resume` rebuilds it from the journals")
+
+    def bad(field: str, v: object, expected: str) -> SplitlabError:
+        return SplitlabError(f"{path}: {field}={v!r:.80} is not allowed; expected {expected} ({fix})")
+
+    for k in ("sweep_id", "kernel", "grid", "timer"):
+        if k in side and not (isinstance(side[k], str) and side[k]):
+            raise bad(k, side[k], "a non-empty string")
+    for k in ("device", "env", "card"):
+        if k in side and not isinstance(side[k], dict):
+            raise bad(k, side[k], "an object")
+    env_dev = side.get("env", {}).get("device", {})
+    if not isinstance(env_dev, dict):
+        raise bad("env.device", env_dev, "an object")
+    for where, d, nullable in (("device", side.get("device", {}), False), ("env.device", env_dev, True)):
+        if "sm_count" in d and not (_positive_int(d["sm_count"]) or (nullable and d["sm_count"] is None)):
+            raise bad(f"{where}.sm_count", d["sm_count"], "an integer >= 1" + (" or null" if nullable else ""))
+        if "name" in d and not isinstance(d["name"], str):
+            raise bad(f"{where}.name", d["name"], "a string")
+    if "sessions" in side and not isinstance(side["sessions"], list):
+        raise bad("sessions", side["sessions"], "a list")
+    return side
+
+
 # --- journals -----------------------------------------------------------------------------------------------
 
-def read_journal(path: Path) -> list[dict]:
-    """The events of one journal. A torn last line (the process died while writing it) is ignored; a bad
-    line anywhere else is an error."""
-    data = Path(path).read_bytes()
+def _journal_events(path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed JSON) of every line of a journal. A torn last line (the process died while writing
+    it) is ignored; a bad line anywhere else is an error naming the file and line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise SplitlabError(f"{path}: cannot be read ({e.strerror or _why(e)}); expected a sweep journal") from None
     lines = data.split(b"\n")
-    events = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
+            ev = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
             if i == len(lines) - 1:  # no newline after it: torn by a kill mid-write
                 break
             raise SplitlabError(f"{path}: line {i + 1} is not JSON; the journal is damaged") from None
+        yield i + 1, ev
+
+
+def read_journal(path: Path) -> list[dict]:
+    """The events of one journal (JSON objects). A torn last line (the process died while writing it) is
+    ignored; a bad line anywhere else, or one that is not an object, is an error."""
+    events = []
+    for line, ev in _journal_events(path):
+        if not isinstance(ev, dict):
+            raise SplitlabError(f"{path}: line {line} is a JSON {type(ev).__name__}; expected an event (an object)")
+        events.append(ev)
     return events
+
+
+def _point_event(path: Path, line: int, ev: dict) -> tuple[str, dict | None]:
+    """The point_id of a start/abandon/row event, and its row (a row event's; a start's skeleton), checked."""
+    kind = ev["event"]
+    row = ev.get("row") if kind in ("row", "start") else None
+    if kind in ("row", "start") and not isinstance(row, dict) and not (kind == "start" and row is None):
+        raise SplitlabError(f"{path}: line {line}: a {kind} event whose row is {type(row).__name__}; expected an "
+                            "object; the journal is damaged")
+    pid = row.get("point_id") if kind == "row" else ev.get("point_id")
+    if not isinstance(pid, str) or not pid:
+        raise SplitlabError(f"{path}: line {line}: a {kind} event with point_id={pid!r}; expected a string; the "
+                            "journal is damaged")
+    return pid, row
+
+
+def journal_rows(path: Path) -> list[dict]:
+    """The finished rows of one journal, in the order written (every one, duplicates included)."""
+    out = []
+    for line, ev in enumerate(read_journal(path), 1):
+        if ev.get("event") == "row":
+            out.append(_point_event(path, line, ev)[1])
+    return out
 
 
 def journals(sweep_dir: Path) -> list[Path]:
@@ -116,11 +281,31 @@ def journals(sweep_dir: Path) -> list[Path]:
     return sorted(Path(sweep_dir).glob("journal-*.jsonl"))
 
 
+def _rank(row: dict) -> int:
+    status = row.get("status")
+    return STATUSES.index(status) if status in STATUSES else len(STATUSES)
+
+
+def _when(row: dict) -> float:
+    """``finished_at`` as a UTC timestamp (-inf when absent or unreadable: such a row counts as oldest)."""
+    try:
+        return datetime.strptime(row.get("finished_at"), "%Y-%m-%dT%H:%M:%S%z").timestamp()  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return -math.inf
+
+
+def _prefer(new: dict, old: dict) -> bool:
+    """True if ``new`` (read after ``old``) is the row to keep of the two (see ``best_rows``)."""
+    return (_rank(new), -_when(new)) <= (_rank(old), -_when(old))
+
+
 @dataclass
 class SweepState:
-    """What a sweep's journals say: ``rows`` (first finished row per point_id, in the order they finished),
-    ``starts`` (point_id -> (journal, skeleton row) of every start), ``abandoned`` (point_id -> times a
-    session was stopped from outside while on it), ``sessions`` (the session headers)."""
+    """What a sweep's journals say: ``rows`` (one finished row per point_id, ``best_rows``' choice, in the order
+    the points first finished), ``starts`` (point_id -> (journal, skeleton row) of every start), ``abandoned``
+    (point_id -> times a session was stopped from outside while on it), ``sessions`` (the session headers),
+    ``sizes`` (journal -> bytes read), ``duplicates`` (rows beyond the first of a point), ``row_journals``
+    (the journal each of ``rows`` came from)."""
 
     rows: list[dict] = field(default_factory=list)
     starts: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
@@ -128,6 +313,7 @@ class SweepState:
     sessions: list[dict] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
+    row_journals: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> set[str]:
@@ -135,26 +321,35 @@ class SweepState:
 
 
 def sweep_state(sweep_dir: Path) -> SweepState:
-    """Read every journal of a sweep folder."""
+    """Read every journal of a sweep folder (``SplitlabError`` naming the journal and line if one is damaged).
+    A sweep has one device, so point_id alone keys its rows here."""
     st = SweepState()
-    seen: set[str] = set()
+    at: dict[str, int] = {}
     for j in journals(sweep_dir):
-        st.sizes[j.name] = j.stat().st_size
-        for ev in read_journal(j):
+        try:
+            st.sizes[j.name] = j.stat().st_size
+        except OSError as e:
+            raise SplitlabError(f"{j}: cannot be read ({e.strerror or _why(e)}); expected a sweep journal") from None
+        for line, ev in enumerate(read_journal(j), 1):
             kind = ev.get("event")
             if kind == "session":
                 st.sessions.append(ev)
-            elif kind == "start":
-                st.starts.setdefault(ev["point_id"], []).append((j.name, ev.get("row", {})))
+                continue
+            if kind not in ("start", "abandon", "row"):
+                continue  # an event this version does not use
+            pid, row = _point_event(j, line, ev)
+            if kind == "start":
+                st.starts.setdefault(pid, []).append((j.name, row or {}))
             elif kind == "abandon":
-                st.abandoned[ev["point_id"]] = st.abandoned.get(ev["point_id"], 0) + 1
-            elif kind == "row":
-                pid = ev["row"]["point_id"]
-                if pid in seen:
-                    st.duplicates += 1
-                    continue
-                seen.add(pid)
-                st.rows.append(ev["row"])
+                st.abandoned[pid] = st.abandoned.get(pid, 0) + 1
+            elif pid in at:
+                st.duplicates += 1
+                if _prefer(row, st.rows[at[pid]]):
+                    st.rows[at[pid]], st.row_journals[at[pid]] = row, j.name
+            else:
+                at[pid] = len(st.rows)
+                st.rows.append(row)
+                st.row_journals.append(j.name)
     return st
 
 
@@ -165,20 +360,58 @@ def _check_versions(versions: Iterable[object], where: object) -> None:
         if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
             raise SchemaError(f"{where}: rows without a schema_version; expected schema_version="
                               f"{SCHEMA_VERSION}")
-        if int(v) not in SUPPORTED_SCHEMAS:
-            raise SchemaError(f"{where}: schema_version={int(v)} is not allowed; expected one of "
+        try:
+            n = int(v)  # type: ignore[call-overload]
+            if isinstance(v, bool) or n != v:
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise SchemaError(f"{where}: schema_version={v!r} is not allowed; expected one of "
+                              f"{', '.join(map(str, SUPPORTED_SCHEMAS))}") from None
+        if n not in SUPPORTED_SCHEMAS:
+            raise SchemaError(f"{where}: schema_version={n} is not allowed; expected one of "
                               f"{', '.join(map(str, SUPPORTED_SCHEMAS))} (this splitlab's result schema; data "
                               "from a newer splitlab needs that version to read it)")
 
 
 def frame(rows: list[dict], *, where: object = "rows") -> pd.DataFrame:
-    """Rows -> a DataFrame with ``COLUMNS`` first, in their dtypes (extra keys kept after them)."""
+    """Rows -> a DataFrame with ``COLUMNS`` first, in their dtypes (extra keys kept after them); ``SchemaError``
+    naming ``where`` for rows this schema does not allow."""
+    bad = next((r for r in rows if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise SchemaError(f"{where}: a row that is a {type(bad).__name__}; expected an object")
     _check_versions((r.get("schema_version") for r in rows), where)
-    df = pd.DataFrame(rows)
+    try:
+        df = pd.DataFrame(rows)
+    except Exception as e:  # e.g. rows whose keys pandas cannot make columns of
+        raise SchemaError(f"{where}: rows that do not make a table ({_why(e)})") from None
     return _typed(df, where)
 
 
+def _convert(col: pd.Series, dtype: str) -> pd.Series:
+    if dtype == "string" and col.dtype == object and (col.notna() & ~col.map(lambda x: isinstance(x, str))).any():
+        raise TypeError("a value that is not a string")
+    if dtype == "float64":
+        col = pd.to_numeric(col, errors="raise")
+    return col.astype(dtype)
+
+
+def _column(col: pd.Series, name: str, dtype: str, where: object) -> pd.Series:
+    """``col`` in ``dtype``; a value that does not fit is a ``SchemaError`` naming the column and the value."""
+    try:
+        return _convert(col, dtype)
+    except Exception:
+        for v in col.dropna().tolist():  # the first value that does not convert, for the message
+            try:
+                _convert(pd.Series([v], dtype=object), dtype)
+            except Exception:
+                raise SchemaError(f"{where}: column {name} holds {v!r:.80}; expected {dtype} values") from None
+        raise SchemaError(f"{where}: column {name} (dtype {col.dtype}) cannot be read as {dtype}") from None
+
+
 def _typed(df: pd.DataFrame, where: object) -> pd.DataFrame:
+    if df.columns.duplicated().any() or not all(isinstance(c, str) for c in df.columns):
+        raise SchemaError(f"{where}: column names that repeat or are not strings; expected one column each of "
+                          f"schema_version={SCHEMA_VERSION}")
     missing = [c for c in REQUIRED if c not in df.columns]
     if len(df) and missing:
         raise SchemaError(f"{where}: columns {', '.join(missing)} are missing; expected every column of "
@@ -187,18 +420,42 @@ def _typed(df: pd.DataFrame, where: object) -> pd.DataFrame:
         if c not in df.columns:
             df[c] = pd.Series([None] * len(df), dtype=dtype)
         else:
-            col = df[c]
-            if dtype == "float64":
-                col = pd.to_numeric(col, errors="coerce")
-            df[c] = col.astype(dtype)
+            df[c] = _column(df[c], c, dtype, where)
+    bad = df["status"][~df["status"].isin(STATUSES)]
+    if len(bad):
+        v = bad.iloc[0]
+        raise SchemaError(f"{where}: status={None if pd.isna(v) else v!r} is not allowed; expected one of "
+                          f"{', '.join(STATUSES)}")
+    for c in ("sweep_id", "point_id"):
+        if df[c].isna().any():
+            raise SchemaError(f"{where}: rows without a {c}; expected every row of schema_version="
+                              f"{SCHEMA_VERSION} to have one")
     return df[list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]].reset_index(drop=True)
 
 
-def write_parquet(df: pd.DataFrame, path: Path, *, journal_sizes: dict[str, int] | None = None) -> None:
-    """Write ``df`` atomically (a temporary file, then a rename), with the schema version and the journal
-    sizes it was built from in the file's metadata."""
-    import os
+def best_rows(df: pd.DataFrame, key: Iterable[str] = KEY) -> pd.DataFrame:
+    """One row per ``key`` (default ``KEY``), deterministically: ``ok`` over ``wrong`` over ``error`` over
+    ``skipped``, then the newest ``finished_at``, then the row that comes later in ``df``. Order kept; the
+    number of rows dropped is in ``attrs["duplicates"]``."""
+    key = list(key)
+    if df.empty or not df.duplicated(key, keep=False).any():
+        out = df.reset_index(drop=True)
+        out.attrs["duplicates"] = 0
+        return out
+    rows = df[["status", "finished_at"]].astype(object).where(df[["status", "finished_at"]].notna(), None)
+    rank = [(_rank(r), -_when(r)) for r in rows.to_dict("records")]
+    order = sorted(range(len(df)), key=lambda i: (rank[i], -i))
+    keep = (df.iloc[order].duplicated(key, keep="first")).to_numpy()
+    chosen = sorted(i for i, dup in zip(order, keep, strict=True) if not dup)
+    out = df.iloc[chosen].reset_index(drop=True)
+    out.attrs["duplicates"] = len(df) - len(out)
+    return out
 
+
+def write_parquet(df: pd.DataFrame, path: Path, *, journal_sizes: dict[str, int] | None = None) -> None:
+    """Write ``df`` atomically (a temporary file, then a rename; the temporary file is removed if the write
+    fails or is interrupted), with the schema version and the journal sizes it was built from in the file's
+    metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -207,27 +464,46 @@ def write_parquet(df: pd.DataFrame, path: Path, *, journal_sizes: dict[str, int]
     meta = dict(table.schema.metadata or {})
     meta[PARQUET_META_KEY] = json.dumps({"schema_version": SCHEMA_VERSION, "journals": journal_sizes}).encode()
     table = table.replace_schema_metadata(meta)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = tmp_path(path)
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def parquet_meta(path: Path) -> dict:
-    """The splitlab metadata of a Parquet file ({} if it has none)."""
+    """The splitlab metadata of a Parquet file ({} if it has none); ``SplitlabError`` naming the file if it is
+    not a readable Parquet file."""
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as e:  # ArrowInvalid, OSError, ...: whatever pyarrow makes of damaged bytes
+        raise SplitlabError(f"{path}: not a readable Parquet file ({_why(e)}); expected splitlab results") from None
     raw = meta.get(PARQUET_META_KEY)
-    return json.loads(raw) if raw else {}
+    if not raw:
+        return {}
+    try:
+        out = json.loads(raw)
+    except (ValueError, RecursionError):
+        out = None
+    if not isinstance(out, dict):
+        raise SplitlabError(f"{path}: its splitlab metadata is not a JSON object; the file is damaged")
+    return out
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
     meta = parquet_meta(path)
     if "schema_version" in meta:
         _check_versions([meta["schema_version"]], path)
-    df = pd.read_parquet(path)
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:
+        raise SplitlabError(f"{path}: not a readable Parquet file ({_why(e)}); expected splitlab results") from None
     if "schema_version" not in df.columns:
         raise SchemaError(f"{path}: no schema_version column; expected splitlab results "
                           f"(schema_version={SCHEMA_VERSION})")
@@ -235,17 +511,54 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return _typed(df, path)
 
 
+def parquet_damage(path: Path) -> str | None:
+    """Why a Parquet file cannot be read as splitlab results (None if it can); a schema version this splitlab
+    does not know is still refused (``SchemaError``)."""
+    try:
+        _read_parquet(path)
+    except SchemaError:
+        raise
+    except SplitlabError as e:
+        return str(e)
+    return None
+
+
+def read_parquet_or_warn(path: Path) -> pd.DataFrame | None:
+    """A sweep's ``results.parquet``, or None with a warning if it is damaged (the journals then stand alone:
+    they are the source of truth). A newer schema version is still refused."""
+    try:
+        return _read_parquet(path)
+    except SchemaError:
+        raise
+    except SplitlabError as e:
+        warnings.warn(f"{e}; reading the sweep from its journals (rows only the Parquet held are lost)",
+                      stacklevel=2)
+        return None
+
+
+def _journal_frame(sweep_dir: Path, st: SweepState) -> pd.DataFrame:
+    """The journals' rows as a frame; a row this schema does not allow is an error naming its journal."""
+    try:
+        return frame(st.rows, where=sweep_dir)
+    except SchemaError:
+        for name in dict.fromkeys(st.row_journals):
+            frame([r for r, j in zip(st.rows, st.row_journals, strict=True) if j == name], where=sweep_dir / name)
+        raise
+
+
 def rebuild(sweep_dir: Path) -> tuple[pd.DataFrame, SweepState]:
-    """A sweep folder's rows rebuilt from its journals (the first finished row per point_id), plus the rows of
-    its Parquet that no journal holds (so a folder whose journals were deleted keeps its data); and the
-    journals' state as read (``sizes`` for the Parquet's metadata, the sessions for the sidecar)."""
+    """A sweep folder's rows rebuilt from its journals (one per point, ``best_rows``' choice), plus the rows of
+    its Parquet that no journal holds (so a folder whose journals were deleted keeps its data; a damaged Parquet
+    is skipped with a warning); and the journals' state as read (``sizes`` for the Parquet's metadata, the
+    sessions for the sidecar)."""
     sweep_dir = Path(sweep_dir)
     st = sweep_state(sweep_dir)
-    df = frame(st.rows, where=sweep_dir)
+    df = _journal_frame(sweep_dir, st)
     pq_path = sweep_dir / "results.parquet"
-    if pq_path.is_file():
-        old = _read_parquet(pq_path)
-        extra = old[~old["point_id"].isin(df["point_id"])]
+    old = read_parquet_or_warn(pq_path) if pq_path.is_file() else None
+    if old is not None and len(old):
+        have = pd.MultiIndex.from_frame(df[list(KEY)]) if len(df) else pd.MultiIndex.from_tuples([], names=KEY)
+        extra = old[~pd.MultiIndex.from_frame(old[list(KEY)]).isin(have)]
         if len(extra):
             df = pd.concat([df, extra], ignore_index=True) if len(df) else extra.reset_index(drop=True)
     return df, st
@@ -258,9 +571,22 @@ def sweep_frame(sweep_dir: Path) -> pd.DataFrame:
     pq_path = sweep_dir / "results.parquet"
     js = journals(sweep_dir)
     if pq_path.is_file():
-        built_from = parquet_meta(pq_path).get("journals")
-        if not js or built_from == {j.name: j.stat().st_size for j in js}:
+        if not js:
             return _read_parquet(pq_path)
+        try:
+            built_from = parquet_meta(pq_path).get("journals")
+            sizes = {j.name: j.stat().st_size for j in js}
+        except SplitlabError:
+            built_from, sizes = None, {}  # damaged: rebuild says so and reads the journals
+        except OSError:
+            built_from, sizes = None, {}  # a journal vanished while listed: read them again
+        if built_from == sizes:
+            try:
+                return _read_parquet(pq_path)
+            except SchemaError:
+                raise
+            except SplitlabError:
+                pass  # damaged past its footer: rebuild says so and reads the journals
     if not js:
         raise SplitlabError(f"{sweep_dir}: no results.parquet and no journal; expected a sweep folder")
     return rebuild(sweep_dir)[0]
@@ -280,36 +606,50 @@ def _sources(path: Path) -> list[Path]:
                         ".parquet file or a journal")
 
 
+def _read_source(s: Path) -> pd.DataFrame:
+    if s.is_dir():
+        return sweep_frame(s)
+    if s.suffix == ".parquet":
+        return _read_parquet(s)
+    if s.suffix == ".jsonl":
+        return frame(journal_rows(s), where=s)
+    raise SplitlabError(f"path={str(s)!r} is not allowed; expected a sweep folder, .parquet or .jsonl")
+
+
 def load(*paths: str | Path) -> pd.DataFrame:
     """Read any number of sweeps (folders, folders of folders, Parquet files, journals, or the name of a set or a
     role in the catalog, ``splitlab.catalog``: ``load("h200")``, ``load("confirm")``) into one DataFrame.
 
-    Refuses (``SchemaError``) data of a schema version this splitlab does not know. Rows are unique per
-    (sweep_id, point_id)."""
+    Refuses (``SchemaError``) data of a schema version this splitlab does not know, and (``SplitlabError``
+    naming the file) anything it cannot read. Rows are unique per (sweep_id, device, point_id); where a sweep
+    holds a point twice, ``best_rows`` chooses."""
     from splitlab import catalog
 
     if not paths:
         raise SplitlabError("load() needs at least one path")
     frames = []
     for p in [src for x in paths for src in catalog.sources(x)]:
-        srcs = _sources(p)
+        try:
+            srcs = _sources(p)
+        except OSError as e:
+            raise SplitlabError(f"path={str(p)[:200]!r} cannot be read ({e.strerror or _why(e)}); expected a sweep "
+                                "folder, a folder of sweeps, a .parquet file or a journal") from None
         if not srcs:
             raise SplitlabError(f"{p}: no sweep results under it (no sweep.json, no .parquet)")
         for s in srcs:
-            if s.is_dir():
-                frames.append(sweep_frame(s))
-            elif s.suffix == ".parquet":
-                frames.append(_read_parquet(s))
-            elif s.suffix == ".jsonl":
-                rows = [e["row"] for e in read_journal(s) if e.get("event") == "row"]
-                frames.append(frame(rows, where=s))
-            else:
-                raise SplitlabError(f"path={str(s)!r} is not allowed; expected a sweep folder, .parquet or .jsonl")
+            try:
+                frames.append(_read_source(s))
+            except SplitlabError:
+                raise
+            except Exception as e:  # a damage no check above foresaw: still one line naming the file
+                raise SplitlabError(f"{s}: cannot be read as splitlab results ({_why(e)})") from None
     frames = [f for f in frames if len(f)]
     if not frames:
         return _typed(pd.DataFrame(columns=list(COLUMNS)), "empty")
-    df = pd.concat(frames, ignore_index=True)
-    return df.drop_duplicates(subset=["sweep_id", "point_id"], keep="first").reset_index(drop=True)
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    out = best_rows(df, ("sweep_id", *KEY))
+    out.attrs.pop("duplicates", None)
+    return out
 
 
 def to_csv(df_or_paths: pd.DataFrame | str | Path, out: str | Path) -> Path:

@@ -15,6 +15,14 @@ KINDS = ("gqa", "mla", "sparse_mla")
 DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 
+#: The largest value ``DecodeWorkload`` accepts for each integer field (the smallest is 1; 0 for ``topk``).
+#: Well past any decode call splitlab models (the shipped cards reach batch 256, 128 heads, head dim 576,
+#: 131072 keys, top-k 2048), and small enough that every planner answers at once: the per-request planners
+#: walk the batch (a few hundredths of a second each at 65536), so a batch of 10**12 would not fit in memory.
+#: ``ctx_len`` (keys per request, or sparse MLA's token pool) stops where int32 indices do.
+LIMITS: dict[str, int] = dict(batch=1 << 16, num_q_heads=4096, num_kv_heads=4096, head_dim_qk=1024,
+                              head_dim_v=1024, ctx_len=(1 << 31) - 1, page_size=1 << 16, topk=1 << 20)
+
 
 @dataclass(frozen=True)
 class DecodeWorkload:
@@ -28,6 +36,9 @@ class DecodeWorkload:
     seq_lens    optional per-request key counts (ragged batches); ``max(seq_lens) == ctx_len``.
     page_size   tokens per KV page (paged kinds).
     topk        candidates per query token (``sparse_mla``; 0 otherwise).
+
+    Every integer field is at least 1 (``topk`` 0 outside ``sparse_mla``) and at most ``LIMITS[field]``;
+    anything else raises ``SplitlabError`` naming the field and the range.
     """
 
     kind: str
@@ -47,8 +58,11 @@ class DecodeWorkload:
         check_choice("dtype", self.dtype, DTYPES)
         for name in ("batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
                      "page_size"):
-            object.__setattr__(self, name, check_int(name, getattr(self, name)))
-        object.__setattr__(self, "topk", check_int("topk", self.topk, minimum=0))
+            object.__setattr__(self, name, check_int(name, getattr(self, name), maximum=LIMITS[name]))
+        object.__setattr__(self, "topk", check_int("topk", self.topk, minimum=0, maximum=LIMITS["topk"]))
+        if self.kind != "sparse_mla" and self.topk:
+            raise SplitlabError(f"topk={self.topk} is not allowed for kind={self.kind!r}; expected 0 (top-k "
+                                "candidates are sparse MLA's)")
         if self.num_q_heads % self.num_kv_heads:
             raise SplitlabError(
                 f"num_q_heads={self.num_q_heads} is not allowed with num_kv_heads={self.num_kv_heads}; "
@@ -62,9 +76,9 @@ class DecodeWorkload:
         if self.kind == "sparse_mla" and self.topk < 1:
             raise SplitlabError(f"topk={self.topk} is not allowed for kind='sparse_mla'; expected >= 1")
         if self.seq_lens is not None:
+            if len(self.seq_lens) != self.batch:
+                raise SplitlabError(f"seq_lens has {len(self.seq_lens)} entries; expected batch={self.batch}")
             lens = tuple(check_int("seq_lens[i]", n, minimum=0) for n in self.seq_lens)
-            if len(lens) != self.batch:
-                raise SplitlabError(f"seq_lens has {len(lens)} entries; expected batch={self.batch}")
             if max(lens) != self.ctx_len:
                 raise SplitlabError(f"ctx_len={self.ctx_len} is not allowed with seq_lens; expected "
                                     f"max(seq_lens)={max(lens)}")

@@ -2,8 +2,10 @@
 
 They take ``gqa_decode``'s arguments and knobs. ``exact`` is the fp64 reference itself (right, and fast on
 tiny shapes); ``broken`` is wrong at ``num_splits == 2``; ``raising`` raises at ``num_splits == 4``;
-``killer`` ends its process (``os._exit``) at the point ``$SWEEP_KILL_AT`` = "num_splits,batch,ctx_len"; ``slow`` sleeps
-``$SWEEP_SLOW_S`` seconds a call (for killing a sweep from outside).
+``killer`` kills the sweep's process (the session, not only its point worker: as a kill -9 from outside or the
+OOM killer would) at the point ``$SWEEP_KILL_AT`` = "num_splits,batch,ctx_len"; ``selfkill`` does the same after
+sleeping ``$SWEEP_SLOW_S``; ``slow`` sleeps ``$SWEEP_SLOW_S`` seconds a call (for killing a sweep from outside);
+``faulty`` crashes its process at some points (``FAULTS``: a segfault, an abort) and hangs at another.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import signal
 import time
 
+from splitlab.bench.worker import WORKER_ENV
 from splitlab.kernels import reference
 
 CALLS: list[int] = []  # num_splits of every call in this process (to see what ran)
@@ -36,10 +39,21 @@ def raising(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, bloc
     return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
 
 
+def _kill_the_session() -> None:
+    """SIGKILL the sweep's process: this one, or the session that started this point worker (which then dies
+    with it)."""
+    os.kill(int(os.environ[WORKER_ENV]) if os.environ.get(WORKER_ENV) else os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # the signal is on its way
+
+
+def _where(num_splits, q, seq_lens) -> str:
+    return f"{num_splits},{q.shape[0]},{int(seq_lens.max())}"
+
+
 def killer(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
            num_stages=None, sm_scale=None, return_lse=False):
-    if f"{num_splits},{q.shape[0]},{int(seq_lens.max())}" == os.environ.get("SWEEP_KILL_AT"):
-        os._exit(9)  # the process dies mid-point: no row, no cleanup
+    if _where(num_splits, q, seq_lens) == os.environ.get("SWEEP_KILL_AT"):
+        _kill_the_session()  # the session dies mid-point: no row, no cleanup
     return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
 
 
@@ -52,8 +66,24 @@ def slow(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n
 def selfkill(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
              num_stages=None, sm_scale=None, return_lse=False):
     time.sleep(float(os.environ.get("SWEEP_SLOW_S", "0")))
-    if f"{num_splits},{q.shape[0]},{int(seq_lens.max())}" == os.environ.get("SWEEP_KILL_AT"):
-        os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-point, as under `kill -9 <pid>`
+    if _where(num_splits, q, seq_lens) == os.environ.get("SWEEP_KILL_AT"):
+        _kill_the_session()  # the sweep's process dies mid-point, as under `kill -9 <pid>`
+    return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
+
+
+#: Where ``faulty`` misbehaves ("num_splits,batch,ctx_len"): its process segfaults, aborts, or it hangs.
+FAULTS = {"2,1,64": "segfault", "4,1,128": "abort", "8,2,64": "hang"}
+
+
+def faulty(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
+           num_stages=None, sm_scale=None, return_lse=False):
+    fault = FAULTS.get(_where(num_splits, q, seq_lens))
+    if fault == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)  # as a kernel reading out of bounds would
+    elif fault == "abort":
+        os.abort()
+    elif fault == "hang":
+        time.sleep(3600)
     return exact(q, k_cache, v_cache, block_table, seq_lens, num_splits=num_splits, sm_scale=sm_scale)
 
 

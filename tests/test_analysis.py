@@ -1,6 +1,7 @@
 """Oracle, regret and comparisons on a hand-made result set (every expected value worked out by hand)."""
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -85,3 +86,164 @@ def test_replayed_planners_are_scored_by_todays_rule():
     got = ours.merge(scored, on=[c for c in analysis.SHAPE if c in ours.columns], suffixes=("", "_rep"))
     assert len(got) == len(scored) > 0 and (got["regret"] == got["regret_rep"]).all()
     assert (ours.loc[ours["regret"].isna(), "status"] == "not measured").all()
+
+
+# --- devices: a shape is one call on one device (and SM count) -----------------------------------------------
+
+def two_devices(df):
+    """``df`` on the H200 (132 SMs) plus a B200 (148 SMs) copy whose times put the optimum elsewhere."""
+    b200 = df.assign(device="b200", sm_count=148)
+    b200["p50_us"] = [40.0, 12.0, 10.0, 5.0, 100.0, 120.0, 95.0]  # batch 1: 32 splits best; batch 16: 1 split
+    return pd.concat([df.assign(sm_count=132), b200], ignore_index=True)
+
+
+def test_oracle_regret_and_compare_key_shapes_by_device(df):
+    two = two_devices(df)
+    o = analysis.oracle(two).set_index(["device", "batch"])["num_splits"]
+    assert o.to_dict() == {("h200-sxm", 1): 16, ("h200-sxm", 16): 2, ("b200", 1): 32, ("b200", 16): 1}
+    r = analysis.regret(two).set_index(["device", "batch", "planner"])["regret"]
+    assert r[("h200-sxm", 1, "splitlab")] == pytest.approx(1.1) and r[("b200", 1, "splitlab")] == 1.0
+    assert r[("h200-sxm", 16, "modular")] == pytest.approx(100 / 90) and r[("b200", 16, "modular")] == 1.0
+    assert len(r) == 2 * len(analysis.regret(df))
+    c = analysis.compare(two, two, base_planner="splitlab", cand_planner="modular").set_index(["device", "batch"])
+    assert c.loc[("h200-sxm", 1), "ratio"] == pytest.approx(40 / 11) and c.loc[("b200", 1), "ratio"] == 8.0
+    assert c.loc[("b200", 16), "ratio"] == pytest.approx(100 / 120)
+
+
+def test_one_preset_at_two_sm_counts_is_two_shapes(df):
+    # devices.detect keeps a preset's name for a card with another SM count: the rows tell them apart.
+    other = df.assign(sm_count=114)
+    other["p50_us"] = [5.0, 12.0, 10.0, 11.0, 100.0, 90.0, 95.0]  # batch 1: 1 split best at 114 SMs
+    both = pd.concat([df.assign(sm_count=132), other], ignore_index=True)
+    o = analysis.oracle(both).set_index(["sm_count", "batch"])["num_splits"]
+    assert o[(132, 1)] == 16 and o[(114, 1)] == 1 and len(o) == 4
+
+
+def gqa_points(device, sm_count, batch, times):
+    """``ok`` gqa_decode rows of one shape at the knobs the launcher resolves (its defaults) per split count."""
+    from splitlab.planners.registry import Plan
+    from splitlab.workloads import DecodeWorkload
+
+    w = DecodeWorkload("gqa", batch, 32, 8, 128, 128, 8192, page_size=16)
+    out = []
+    for s, t in times.items():
+        knobs = analysis.resolve_knobs("gqa_decode", w, Plan("x", s), "h200")
+        out.append(SHAPE | knobs | dict(device=device, sm_count=sm_count, batch=batch, ctx_len=8192, p50_us=t,
+                                        status="ok", planners="splitlab" if s == 4 else "", timing="graph"))
+    return out
+
+
+def test_replay_asks_each_shape_on_its_own_device():
+    from splitlab.planners.registry import Plan
+
+    seen = []
+
+    def by_sms(w, dev):
+        seen.append((dev.name, dev.sm_count))
+        return Plan("by_sms", 8 if dev.sm_count == 132 else 16)
+
+    df = pd.DataFrame(gqa_points("h200-sxm", 132, 2, {4: 30.0, 8: 20.0, 16: 25.0})
+                      + gqa_points("b200", 148, 2, {4: 30.0, 8: 26.0, 16: 13.0})
+                      + gqa_points("h200-sxm", 114, 2, {4: 30.0, 8: 28.0, 16: 14.0}))
+    r = analysis.replay(df, by_sms).set_index(["device", "sm_count"])
+    assert sorted(set(seen)) == [("b200", 148), ("h200-sxm", 114), ("h200-sxm", 132)]
+    assert r.loc[("h200-sxm", 132), "num_splits"] == 8 and r.loc[("h200-sxm", 132), "regret"] == 1.0
+    assert r.loc[("b200", 148), "num_splits"] == 16 and r.loc[("b200", 148), "regret"] == 1.0
+    assert r.loc[("h200-sxm", 114), "num_splits"] == 16  # the preset at the SM count the rows record
+    assert (r["reason"] == "").all()
+    # One device named for all of them is still honoured.
+    assert set(analysis.replay(df, by_sms, device="b200")["num_splits"]) == {16}
+
+
+def test_a_device_that_is_not_a_preset_keeps_its_tags():
+    df = pd.DataFrame(gqa_points("h200-sxm", 132, 2, {4: 30.0, 8: 20.0})
+                      + gqa_points("NVIDIA Mystery GPU", 90, 2, {4: 15.0, 8: 20.0}))
+    rep = analysis.replay(df, "splitlab").set_index("device")
+    assert rep.loc["NVIDIA Mystery GPU", "reason"].startswith("planner: device=")
+    assert math.isnan(rep.loc["NVIDIA Mystery GPU", "regret"])
+    r = analysis.regret(df, replayed=("splitlab",)).set_index(["device", "planner"])
+    assert r.loc[("NVIDIA Mystery GPU", "splitlab"), "regret"] == 1.0  # its tag: 4 splits, the optimum
+    assert r.loc[("NVIDIA Mystery GPU", "splitlab"), "num_splits"] == 4
+    assert ("h200-sxm", "splitlab") in r.index  # replayed there
+
+
+def test_a_card_that_is_not_shipped_keeps_its_tags(df):
+    # replay resolves launches only for the kernels in LAUNCH_FACTS; another card's kernel keeps the tags.
+    mine = df.assign(kernel="my_gqa_card")
+    r = analysis.regret(mine, replayed=("splitlab",)).set_index(["batch", "planner"])["regret"]
+    assert r[(1, "splitlab")] == pytest.approx(1.1) and r[(16, "splitlab")] == 1.0
+    c = analysis.compare(mine, mine, base_planner="flex", cand_planner="splitlab", replayed=("splitlab",))
+    assert list(c["batch"]) == [1, 16] and c["ratio"].iloc[0] == pytest.approx(11 / 12)
+
+
+def test_a_flashinfer_plan_resolves_to_the_kernels_own_tile():
+    # FlashInfer's chunk length is Plan.kv_chunk, not a tile: the sweep's knobs come from the kernel's defaults.
+    from dataclasses import replace
+
+    from splitlab.planners import plan
+    from splitlab.workloads import DecodeWorkload
+
+    w = DecodeWorkload("gqa", 32, 32, 8, 128, 128, 8192, page_size=16)
+    p = plan(w, "h100", "flashinfer")
+    assert (p.num_splits, p.kv_chunk, p.block_n) == (1, 8192, None)
+    knobs = analysis.resolve_knobs("gqa_decode", w, p, "h100")
+    assert knobs["num_splits"] == 1 and knobs["block_n"] == 64  # gqa default_knobs: group 4, d 128
+    with pytest.raises(SplitlabError, match="block_n"):  # what the chunk length did as a tile
+        analysis.resolve_knobs("gqa_decode", w, replace(p, block_n=p.kv_chunk), "h100")
+
+
+# --- the split_regressions notebook on mixed-device data and on a card that is not shipped ----------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sweeps"
+
+
+def copy_sweep(src: Path, dest: Path, tag: str, **columns) -> None:
+    """A copy of the sweep folder ``src`` as another sweep (``tag`` in its ids) with ``columns`` overwritten in its
+    rows and sidecar: e.g. the same points measured on another device, or by a card of another name."""
+    import json
+
+    from splitlab import results
+
+    dest.mkdir(parents=True)
+    rows = pd.read_parquet(src / "results.parquet")
+    side = json.loads((src / "sweep.json").read_text())
+    side["sweep_id"] = rows["sweep_id"].iloc[0] + tag
+    rows = rows.assign(sweep_id=side["sweep_id"], point_id=rows["point_id"] + tag, **columns)
+    if "device" in columns:
+        side["device"] = {**side["device"], "name": columns["device"], "sm_count": columns["sm_count"]}
+        side["env"]["device"] = {**side["env"]["device"], "name": columns["device"], "sm_count": columns["sm_count"]}
+    if "kernel" in columns:
+        side["kernel"] = columns["kernel"]
+    results.write_parquet(rows, dest / "results.parquet")
+    (dest / "sweep.json").write_text(json.dumps(side))
+
+
+def run_split_regressions(data: Path, out: Path):
+    pytest.importorskip("papermill")
+    import nbformat
+
+    from splitlab import report
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        mp.setenv("MPLBACKEND", "Agg")
+        report.build_report(data, out, only=["split_regressions"], progress=False,
+                            allow_fake=report.data_info(data).fake)
+    nb = nbformat.read(out / "split_regressions.ipynb", as_version=4)
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [f"{o.ename}: {o.evalue}" for o in outs if o.output_type == "error"]
+    return report.read_finding(nb)
+
+
+def test_split_regressions_on_two_devices_and_on_an_unshipped_card(tmp_path):
+    src = FIXTURE / "gqa_decode-default"
+    mixed = tmp_path / "mixed"
+    copy_sweep(src, mixed / "h200", ":h200")
+    copy_sweep(src, mixed / "b200", ":b200", device="b200", sm_count=148)
+    f = run_split_regressions(mixed, tmp_path / "out-mixed")
+    assert "h200-sxm (132 SMs)" in f["finding"] and "b200 (148 SMs)" in f["finding"]
+    assert f["shapes"] > 0
+    card = tmp_path / "card"
+    copy_sweep(src, card / "my_gqa", ":mine", kernel="my_gqa_card")
+    f = run_split_regressions(card, tmp_path / "out-card")
+    assert f["shapes"] > 0 and "share no correctly measured shape" not in f["finding"]

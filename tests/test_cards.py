@@ -119,6 +119,21 @@ BAD = [
     (lambda t: t.replace("min_keys_per_split = 1", "max_kv_gb = -1"), ["grids.quick[0].max_kv_gb=-1"]),
     (lambda t: t.replace("min_keys_per_split = 1", 'planner_devices = ["tpu"]'),
      ["grids.quick[0].planner_devices=['tpu']", "mi355x"]),
+    # Past the workload bounds (workloads.LIMITS): the expansion ran out of memory.
+    (lambda t: t.replace("batch = [1, 2]", "batch = [1000000000000]"),
+     ["grids.quick[0].batch=[1000000000000]", "an integer in [1, 65536]"]),
+    (lambda t: t.replace("ctx_len = [64, 128]", "ctx_len = [64, 4294967296]"), ["grids.quick[0].ctx_len="]),
+    (lambda t: t.replace("{ min = 1, max = 8 }", "{ min = 1, max = 1000000000000 }"),
+     ["knobs.num_splits.max=1000000000000", "an integer in [1, 65536]"]),
+    (lambda t: t.replace("block_n = { values = [16, 32, 64] }", "block_n = { values = [16, 1099511627776] }"),
+     ["knobs.block_n.values="]),
+    # nan passed every comparison and filtered out every shape: "0/0 points done", exit 0.
+    (lambda t: t.replace("min_keys_per_split = 1", "max_kv_gb = nan"), ["grids.quick[0].max_kv_gb=nan", "finite"]),
+    (lambda t: t.replace("min_keys_per_split = 1", "max_kv_gb = inf"), ["grids.quick[0].max_kv_gb=inf"]),
+    (lambda t: t.replace("min_keys_per_split = 1", "max_kv_gb = 1e-12"),
+     ["grids.quick[0].max_kv_gb=1e-12", "keeps some shape of the block"]),
+    (lambda t: t.replace("ctx_len = [64, 128]", f"ctx_len = {list(range(1, 60_000))}"),
+     ["grids.quick[0] has 119998 shapes", "at most 100000"]),
 ]
 
 
@@ -173,3 +188,17 @@ def test_wave_filling_splits_follow_each_head_tile():
     # 4 tokens x 128 heads: 32 CTAs at BLOCK_H 16 (floor(132 / 32) = 4, 8, 12, ...), 8 at 64 (16, 33, 49)
     assert {12, 20, 28} <= splits[16] and not {12, 20, 28} & splits[64]
     assert {33, 49} <= splits[64] and 49 not in splits[16]
+
+
+def test_a_card_that_is_not_utf8_or_a_path_too_long_is_one_line(tmp_path, capsys):
+    p = tmp_path / "latin1.toml"
+    p.write_bytes(GOOD.replace('seed = "000"', 'description = "caf\xe9"').encode("latin-1"))
+    with pytest.raises(CardError, match="latin1.toml: not UTF-8 text"):
+        cards.load(p)
+    long_path = str(tmp_path / ("d" * 5000)) + ".toml"
+    with pytest.raises(CardError, match=r"\(5\d{3} characters\) is not allowed; expected a card file"):
+        cards.load(long_path)
+    for card in (str(p), long_path, str(tmp_path)):  # a folder is no card either
+        assert main(["sweep", card, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("splitlab: error:") and err.count("\n") == 1 and "Traceback" not in err

@@ -9,7 +9,7 @@ from splitlab.errors import SplitlabError
 from splitlab.kernels import combine as combine_mod
 from splitlab.kernels import reference
 from splitlab.kernels.combine import combine, combine_grid, combine_tile
-from splitlab.kernels.testing import TOLERANCE, lse_err, poison_, rel_err
+from splitlab.kernels.testing import TOLERANCE, assert_same_nonfinite, lse_err, poison_, rel_err
 
 
 def _partials(rows, heads, splits, dv, *, seed=0, empty_frac=0.3):
@@ -113,3 +113,110 @@ def test_rejects_bad_partials():
         combine(po, pl[..., None])
     with pytest.raises(ValueError, match="partial_lse"):
         combine(po, pl[:, :, :2])
+
+
+# --- NaN, empty splits, and the output buffers ------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: exp(NaN)
+@pytest.mark.parametrize("splits", [3, 150])  # one chunk of splits; several (the NaN in a later chunk)
+def test_a_nan_lse_gives_nan_where_the_reference_does(splits):
+    """One NaN partial lse (a split that attended a NaN key): that (row, head) is NaN in out and lse, as in the
+    reference; the empty splits (lse -inf, NaN garbage rows) beside it still contribute nothing elsewhere. It used
+    to be skipped like an empty split: no NaN where the reference has 40."""
+    po, pl = _partials(2, 3, splits, 40, seed=11)
+    pl[1, 2, splits - 2] = float("nan")
+    out, lse = combine(po, pl)
+    ref, ref_lse = reference.combine(po, pl)
+    assert torch.isnan(ref[1, 2]).all() and torch.isnan(ref_lse[1, 2])
+    assert_same_nonfinite(out, ref, torch.float32)
+    assert torch.equal(torch.isnan(lse), torch.isnan(ref_lse))
+    fin = torch.isfinite(ref_lse)
+    assert (lse[fin] - ref_lse[fin]).abs().max() <= 1e-5
+    assert torch.all(out[0, 0] == 0) and torch.isneginf(lse[0, 0])  # the all-empty row
+
+
+def test_nan_in_a_live_partial_reaches_its_column_only():
+    po, pl = _partials(2, 2, 4, 24, seed=12, empty_frac=0.0)
+    po[1, 1, 2, 5] = float("nan")
+    out, lse = combine(po, pl)
+    assert torch.isnan(out[1, 1, 5]) and torch.isnan(out).sum() == 1 and torch.isfinite(lse[1]).all()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_positive_infinite_lse_is_not_finite_either():
+    po, pl = _partials(2, 2, 3, 16, seed=13, empty_frac=0.0)
+    pl[1, 1, 0] = float("inf")
+    out, lse = combine(po, pl)
+    assert torch.isnan(out[1, 1]).all() and not torch.isfinite(lse[1, 1])
+    assert torch.isfinite(out[1, 0]).all() and torch.isfinite(lse[1, 0])
+
+
+def _bad_out_cases():
+    rows, heads, dv = 2, 3, 16
+    f32 = dict(dtype=torch.float32)
+    return [
+        ("out too small", dict(out=torch.empty(rows, heads, dv - 1, **f32)), r"^out has shape \(2, 3, 15\)"),
+        ("out too few rows", dict(out=torch.empty(1, heads, dv, **f32)), r"^out has shape"),
+        ("out int32", dict(out=torch.empty(rows, heads, dv, dtype=torch.int32)), r"^out has dtype torch.int32"),
+        ("out float64", dict(out=torch.empty(rows, heads, dv, dtype=torch.float64)), r"^out has dtype"),
+        ("out 2-d", dict(out=torch.empty(rows * heads, dv, **f32)), r"^out has shape"),
+        ("out not a tensor", dict(out=[0.0] * 96), r"^out is a list"),
+        ("out on meta", dict(out=torch.empty(rows, heads, dv, device="meta", **f32)), r"^out is on meta"),
+        ("out overlapping", dict(out=torch.empty(1, 1, dv, **f32).expand(rows, heads, dv)),
+         r"^out has strides \(0, 0, 1\) whose elements may overlap"),
+        ("out_dtype int", dict(out_dtype=torch.int32), r"^out_dtype=torch.int32 is not allowed"),
+        ("out_dtype mismatch", dict(out=torch.empty(rows, heads, dv, **f32), out_dtype=torch.float16),
+         r"^out has dtype torch.float32; expected out_dtype"),
+        ("lse too small", dict(lse=torch.empty(rows, heads - 1, **f32)), r"^lse has shape"),
+        ("lse fp16", dict(lse=torch.empty(rows, heads, dtype=torch.float16)), r"^lse has dtype"),
+        ("lse overlapping", dict(lse=torch.empty(rows, 1, **f32).expand(rows, heads)), r"^lse has strides"),
+    ]
+
+
+@pytest.mark.parametrize("name,kwargs,message", _bad_out_cases(), ids=[c[0] for c in _bad_out_cases()])
+def test_bad_output_buffers_are_refused(name, kwargs, message):
+    """``out`` / ``lse`` of the wrong shape, dtype, device or overlapping strides: a one-line SplitlabError (an out
+    too small used to segfault, an int32 one was written)."""
+    po, pl = _partials(2, 3, 4, 16)
+    with pytest.raises(SplitlabError, match=message) as exc:
+        combine(po, pl, **kwargs)
+    assert "\n" not in str(exc.value)
+
+
+def test_outputs_sharing_memory_with_the_partials_are_refused():
+    po, pl = _partials(2, 3, 4, 16)
+    with pytest.raises(SplitlabError, match="^out shares memory with partial_out"):
+        combine(po, pl, out=po[:, :, 0])
+    with pytest.raises(SplitlabError, match="^lse shares memory with partial_lse"):
+        combine(po, pl, lse=pl[:, :, 1])
+    buf = torch.empty(2 * 3 * 16 + 6)
+    with pytest.raises(SplitlabError, match="^lse shares memory with out"):
+        combine(po, pl, out=buf[:96].view(2, 3, 16), lse=buf[90:96].view(2, 3))
+
+
+def test_strided_output_buffers_are_honoured():
+    po, pl = _partials(2, 3, 4, 16, seed=14)
+    out = poison_(torch.empty(16, 3, 2)).permute(2, 1, 0)  # [2, 3, 16] with the columns outermost
+    lse = poison_(torch.empty(3, 2)).t()
+    combine(po, pl, out=out, lse=lse)
+    ref, ref_lse = reference.combine(po, pl)
+    assert rel_err(out, ref) <= 1e-6 and lse_err(lse, ref_lse) <= 1e-5
+
+
+def test_overlap_and_span_rules():
+    from splitlab.kernels._launch import check_spans, overlapping
+
+    assert not overlapping(torch.empty(2, 3, 4)) and not overlapping(torch.empty(4, 3).t())
+    assert not overlapping(torch.empty(1, 5).expand(1, 5)) and not overlapping(torch.empty(6, 8)[:, ::2])
+    assert overlapping(torch.empty(3, 1).expand(3, 4))
+    assert overlapping(torch.empty(7).as_strided((3, 3), (1, 2)))  # element (2, 0) is element (0, 1)
+    check_spans("x", torch.empty_strided((2, 2**16), (1, 2**15), device="meta"), (1,))  # (2^16 - 1) * 2^15 < 2^31
+    with pytest.raises(SplitlabError, match=r"^x has shape \(2, 65537\) and strides \(1, 32768\): dimension 1 spans"):
+        check_spans("x", torch.empty_strided((2, 2**16 + 1), (1, 2**15), device="meta"), (1,))
+
+
+def test_rejects_empty_head_dim():
+    po, pl = _partials(2, 2, 3, 16)
+    with pytest.raises(SplitlabError, match="^partial_out has shape"):
+        combine(po[..., :0], pl)

@@ -79,6 +79,15 @@ def test_bytes_and_flops_count_unique_kv_once():
     (dict(batch=0), "batch=0"), (dict(batch=-1), "batch=-1"), (dict(batch=1.5), "batch=1.5"),
     (dict(num_q_heads=12, num_kv_heads=8), "num_q_heads=12"), (dict(kind="dense"), "kind='dense'"),
     (dict(dtype="int4"), "dtype='int4'"), (dict(ctx_len=0), "ctx_len=0"),
+    # Past the documented bounds (LIMITS): a batch of 10**12 was a MemoryError, 1e30 an OverflowError, 10**8 a
+    # planner that walked the batch for minutes.
+    (dict(batch=10**12), "batch=1000000000000 is not allowed; expected an integer in [1, 65536]"),
+    (dict(batch=1e30), "batch=1e+30 is not allowed"), (dict(batch=float("inf")), "batch=inf"),
+    (dict(batch=float("nan")), "batch=nan"), (dict(batch=65537), "batch=65537"),
+    (dict(num_q_heads=8192, num_kv_heads=8), "num_q_heads=8192"), (dict(head_dim_qk=4096), "head_dim_qk=4096"),
+    (dict(head_dim_v=1025), "head_dim_v=1025"), (dict(ctx_len=1 << 31), "ctx_len=2147483648"),
+    (dict(page_size=1 << 17), "page_size=131072"), (dict(topk=4), "topk=4 is not allowed for kind='gqa'"),
+    (dict(seq_lens=(8,)), "seq_lens has 1 entries; expected batch=2"),
 ])
 def test_bad_workloads_name_the_argument(changes, arg):
     base = dict(kind="gqa", batch=2, num_q_heads=32, num_kv_heads=8, head_dim_qk=128, head_dim_v=128, ctx_len=8)
@@ -86,6 +95,35 @@ def test_bad_workloads_name_the_argument(changes, arg):
         DecodeWorkload(**(base | changes))
 
 
+
+
+def test_the_limits_are_accepted_and_documented():
+    w = DecodeWorkload("sparse_mla", workloads.LIMITS["batch"], 4096, 1, 1024, 1024, workloads.LIMITS["ctx_len"],
+                       page_size=workloads.LIMITS["page_size"], topk=workloads.LIMITS["topk"])
+    assert w.batch == 1 << 16 and w.keys_per_request == 1 << 20
+    assert "LIMITS[field]" in DecodeWorkload.__doc__
+    assert set(workloads.LIMITS) == {"batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
+                                     "page_size", "topk"}
+
+
+def test_check_int_takes_an_upper_bound():
+    from splitlab.errors import check_int
+
+    assert check_int("n", 8, maximum=8) == 8 and check_int("n", 4.0, minimum=0, maximum=8) == 4
+    with pytest.raises(SplitlabError, match=re.escape("n=9 is not allowed; expected an integer in [1, 8]")):
+        check_int("n", 9, maximum=8)
+    with pytest.raises(SplitlabError, match=re.escape("n=inf is not allowed; expected an integer in [1, 8]")):
+        check_int("n", float("inf"), maximum=8)
+
+
+def test_modular_refuses_where_its_sm100_rule_divides_by_zero():
+    from splitlab import planners
+
+    w = workloads.get("deepseek-v3-mla", batch=1).with_(num_q_heads=1024)
+    with pytest.raises(SplitlabError, match="num_q_heads=1024 is not allowed for planner='modular'"):
+        planners.plan(w, "b200", "modular")
+    assert planners.plan(w.with_(num_q_heads=512), "b200", "modular").num_splits >= 1  # 8 head groups: defined
+    assert planners.plan(w, "mi355x", "modular").num_splits >= 1  # the AMD rule has no such floor
 
 
 def test_mla_needs_one_kv_head_and_sparse_needs_topk():

@@ -1,7 +1,8 @@
 """Sweeps on Dask (``splitlab.bench.dist``): a local cluster of two CPU worker processes runs a fake-timer sweep
-while one worker is SIGKILLed mid-point (by the point itself, ``sweep_fixtures:selfkill``, so the kill lands
-in a point deterministically); the merged results hold exactly the points of a single-process run, none
-missing, none doubled, one ``error`` (the point in flight). A rerun adds nothing. Without Dask installed the
+while one worker is SIGKILLed mid-point (by the point itself, ``sweep_fixtures:selfkill``, which kills the
+session's process, so the kill lands in a point deterministically); the merged results hold exactly the points
+of a single-process run, none missing, none doubled, one ``error`` (the point in flight). A rerun adds nothing.
+A point that crashes or hangs costs only its point worker, not the Dask worker. Without Dask installed the
 single-process path works and ``--workers`` says which extra to install."""
 
 import os
@@ -92,6 +93,26 @@ def test_a_killed_worker_loses_only_its_point_and_nothing_is_doubled(tmp_path, c
     again = dist.run(card, _opts(tmp_path / "dask", resume=True), cluster=cluster)
     assert again.statuses == {} and again.done == again.total == len(want)
     assert len(rows_of(sweep_dir)) == len(want) and len(results.load(sweep_dir)) == len(want)
+
+
+def test_a_crashing_or_hanging_point_costs_that_point_only_on_dask(tmp_path, cluster):
+    """Each task's session measures in a point worker of its own: a segfault, an abort or a hang ends that worker,
+    not the Dask worker (same pids before and after), and the run finishes with those points stored error."""
+    from distributed import Client
+    from sweep_fixtures import FAULTS
+
+    card = card_for(tmp_path, "faulty")
+    with Client(cluster) as client:
+        pids_before = set(client.run(os.getpid).values())
+    res = dist.run(card, _opts(tmp_path / "dask", point_timeout_s=2.0), cluster=cluster, tasks_per_worker=1)
+    df = results.load(res.sweep_dir)
+    assert res.done == res.total == len(df) and df.point_id.is_unique
+    where = df.num_splits.astype(str) + "," + df.batch.astype(str) + "," + df.ctx_len.astype(str)
+    errors = dict(zip(where[df.status == "error"], df.error[df.status == "error"], strict=True))
+    assert sorted(errors) == sorted(FAULTS) and errors["8,2,64"].startswith("timed out after 2 s")
+    assert errors["2,1,64"].startswith("worker died with SIGSEGV") and (df[df.status != "error"].status == "ok").all()
+    with Client(cluster) as client:
+        assert set(client.run(os.getpid).values()) == pids_before
 
 
 def test_pinning_and_gpu_columns():

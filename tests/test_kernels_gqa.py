@@ -11,13 +11,17 @@ import splitlab.kernels.gqa as gqa
 from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
+from splitlab.kernels._launch import VALIDATE_ENV
 from splitlab.kernels.gqa import gqa_decode, gqa_launch_facts
 from splitlab.kernels.testing import (
     TOLERANCE,
     assert_matches_reference,
+    assert_same_nonfinite,
     gqa_inputs,
     poison_unread_pages_,
     rel_err,
+    set_key_,
+    strided_lens,
 )
 from splitlab.workloads import DecodeWorkload
 
@@ -234,3 +238,114 @@ def test_planned_launch_refuses_lengths_past_the_block_table():
     x["seq_lens"][1] = -1
     with pytest.raises(SplitlabError, match=r"^seq_lens"):
         gqa_decode(**x)
+
+
+# --- hostile inputs: strides, NaN / inf in a key, out-of-range table and lengths --------------------------------
+
+
+@pytest.mark.parametrize("how", ["column", "every-other"])
+@pytest.mark.parametrize("S", [None, 3])
+def test_non_contiguous_seq_lens_are_honoured(how, S):
+    """``seq_lens`` as a column of a [B, 2] tensor or ``t[::2]``, the memory beside each length holding 2^30:
+    read through its stride, the right number (the kernel reading the neighbours would attend garbage)."""
+    lens = [29, 0, 50]
+    inp = gqa_inputs(3, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=21)
+    ref = reference.gqa_decode(**inp, return_lse=True)
+    inp["seq_lens"] = strided_lens(lens, how)
+    out, lse = gqa_decode(**inp, num_splits=S, block_n=16, return_lse=True)
+    assert_matches_reference(out, lse, *ref, torch.float32, [1])
+
+
+@pytest.mark.parametrize("cache,value,index", [
+    ("k_cache", math.nan, (0, 5)),  # a NaN score: every head of kv head 0 attends it -> their rows NaN
+    ("v_cache", math.nan, (1, 3)),  # a NaN value: column 3 of kv head 1's heads
+    ("k_cache", math.inf, (0, 2)),  # +-inf scores: NaN rows where q[.., 2] > 0, the key ignored where < 0
+    ("v_cache", -math.inf, (1, 4)),  # -inf in column 4 of kv head 1's heads
+])
+@pytest.mark.parametrize("S", [1, 2, 5])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: inf - inf, 0 * inf
+def test_nan_and_inf_in_a_key_reach_the_output(allocs, cache, value, index, S):
+    """A non-finite entry in one key of request 0 (key 19 of 200, in one split of several) reaches the output
+    exactly where the fp64 reference has it, split or not; request 1 and the other heads stay right. Before the
+    merge propagated a NaN lse, a split launch dropped the NaN split and returned attention over the others."""
+    inp = gqa_inputs(2, 4, 2, 16, [200, 70], page_size=16, dtype=torch.float32, seed=22)
+    set_key_(inp[cache], inp["block_table"], 0, 19, value, *index)
+    inp["q"][0, :2, index[1]] = torch.tensor([0.5, -0.5])  # kv head 0's two heads: one of each sign
+    ref = reference.gqa_decode(**inp)
+    assert not torch.isfinite(ref[0]).all() and torch.isfinite(ref[1]).all()
+    assert_same_nonfinite(gqa_decode(**inp, num_splits=S, block_n=16), ref, torch.float32)
+
+
+@pytest.mark.parametrize("path", ["planned", "validate", "env"])
+def test_block_table_entries_out_of_range_are_refused(path, monkeypatch):
+    """An entry a request reads outside [0, num_pages) is refused on the planned path (it syncs anyway) and with
+    the switch on an explicit num_splits (``validate=True`` or ``SPLITLAB_VALIDATE=1``)."""
+    inp = gqa_inputs(3, 4, 2, 16, [30, 50, 7], page_size=16, dtype=torch.float32, seed=23)
+    knobs = {"planned": {}, "validate": dict(num_splits=2, validate=True), "env": dict(num_splits=2)}[path]
+    if path == "env":
+        monkeypatch.setenv(VALIDATE_ENV, "1")
+    for bad_page in (inp["k_cache"].shape[0], 10**6, -1):
+        inp["block_table"][1, 3] = bad_page  # request 1's last page (50 keys: 4 pages of 16)
+        with pytest.raises(SplitlabError, match=rf"^block_table\[1, 3\] = {bad_page} is outside \[0, num_pages"):
+            gqa_decode(**inp, **knobs)
+
+
+def test_unvalidated_bad_entries_are_never_read_and_give_nan():
+    """Without validation (explicit num_splits, the default there) a page out of range is never dereferenced:
+    the request that reads it comes out NaN (not a finite wrong number, not a crash), the others right. An entry
+    a request does not read may hold anything, on every path."""
+    inp = gqa_inputs(3, 4, 2, 16, [30, 50, 7], page_size=16, dtype=torch.float32, seed=24)
+    ref = reference.gqa_decode(**inp)
+    inp["block_table"][2, 1:] = -(10**6)  # past request 2's one page: never read, accepted everywhere
+    for knobs in ({}, dict(num_splits=2, validate=True)):
+        assert rel_err(gqa_decode(**inp, **knobs), ref) <= TOLERANCE[torch.float32]
+    inp["block_table"][1, 2] = 10**6
+    for S in (1, 2):
+        out = gqa_decode(**inp, num_splits=S, block_n=16)
+        assert torch.isnan(out[1]).all()
+        assert rel_err(out[[0, 2]], ref[[0, 2]]) <= TOLERANCE[torch.float32]
+
+
+def test_lengths_past_the_table_are_refused_or_nan(monkeypatch):
+    """A length beyond the block table (or negative) with an explicit num_splits: refused with the switch, and
+    without it the request is NaN (it used to attend memory past the table: rel err 3.5e15)."""
+    inp = gqa_inputs(3, 4, 2, 16, [30, 50, 7], page_size=16, dtype=torch.float32, seed=25)
+    ref = reference.gqa_decode(**inp)
+    for bad_len in (4 * 16 + 1, 10**9, -3):
+        x = dict(inp, seq_lens=inp["seq_lens"].clone())
+        x["seq_lens"][0] = bad_len
+        with pytest.raises(SplitlabError, match=r"^seq_lens has values in"):
+            gqa_decode(**x, num_splits=2, validate=True)
+        out = gqa_decode(**x, num_splits=2)
+        assert torch.isnan(out[0]).all() and rel_err(out[1:], ref[1:]) <= TOLERANCE[torch.float32]
+    monkeypatch.setenv(VALIDATE_ENV, "0")  # off everywhere: the planned path still checks the lengths it reads
+    with pytest.raises(SplitlabError, match=r"^seq_lens has values in"):
+        gqa_decode(**x)
+    x["seq_lens"][0] = 30
+    x["block_table"][0, 0] = 10**6
+    assert torch.isnan(gqa_decode(**x)[0]).all()  # the table is not checked: the kernel gives NaN
+
+
+def test_the_switch_refuses_bad_values(monkeypatch):
+    inp = gqa_inputs(1, 2, 1, 16, [9], dtype=torch.float32)
+    with pytest.raises(SplitlabError, match=r"^validate='yes' is not allowed"):
+        gqa_decode(**inp, num_splits=1, validate="yes")
+    monkeypatch.setenv(VALIDATE_ENV, "true")
+    with pytest.raises(SplitlabError, match=rf"^{VALIDATE_ENV}='true' is not allowed"):
+        gqa_decode(**inp, num_splits=1)
+    assert gqa_decode(**inp, num_splits=1, validate=False).shape == (1, 2, 16)  # the argument wins
+
+
+def test_layouts_the_kernel_cannot_address_are_refused(monkeypatch):
+    """A dimension the kernel indexes in 32 bits spanning 2^31 elements or more is refused before any launch
+    (meta tensors: no memory; the device check is lifted for them)."""
+    from splitlab.kernels import _launch
+
+    monkeypatch.setattr(_launch, "check_launch_device", lambda *a: None)
+    meta = dict(device="meta", dtype=torch.float32)
+    inp = dict(q=torch.empty_strided((2, 4, 16), (1, 2**30, 4), **meta),  # heads 2^30 apart: 3 * 2^30 >= 2^31
+               k_cache=torch.empty(3, 16, 2, 16, **meta), v_cache=torch.empty(3, 16, 2, 16, **meta),
+               block_table=torch.empty(2, 1, dtype=torch.int32, device="meta"),
+               seq_lens=torch.empty(2, dtype=torch.int32, device="meta"))
+    with pytest.raises(SplitlabError, match=r"^q has shape \(2, 4, 16\) and strides .* dimension 1 spans"):
+        gqa_decode(**inp, num_splits=1)

@@ -11,11 +11,13 @@ import splitlab.kernels.mla as mla
 from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
+from splitlab.kernels._launch import VALIDATE_ENV
 from splitlab.kernels.mla import mla_decode, mla_defaults, mla_launch_facts, smem_bytes
 from splitlab.kernels.testing import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
     assert_matches_reference,
+    assert_same_nonfinite,
     fp8_query,
     lse_err,
     mla_inputs,
@@ -24,6 +26,8 @@ from splitlab.kernels.testing import (
     quantize_fp8,
     reference_inputs,
     rel_err,
+    set_key_,
+    strided_lens,
     workload_inputs,
 )
 from splitlab.workloads import DecodeWorkload
@@ -300,3 +304,92 @@ def test_launch_facts_reject_other_kinds_and_bad_knobs():
     assert f.block_h == 64 and f.block_n == 64
     with pytest.raises(SplitlabError, match="^dtype="):
         mla_defaults(128, 576, "fp8_e5m2")
+
+
+# --- hostile inputs: strides, NaN / inf in a key, out-of-range table and lengths --------------------------------
+
+
+@pytest.mark.parametrize("how", ["column", "every-other"])
+@pytest.mark.parametrize("S", [None, 3])
+def test_non_contiguous_seq_lens_are_honoured(how, S):
+    """``seq_lens`` read through its stride (the neighbouring memory holds 2^30): it was read as if contiguous
+    (rel err 1.12, or a segfault for a large neighbour)."""
+    lens = [37, 0, 70]
+    inp = mla_inputs(3, 5, 48, lens, page_size=16, dtype=torch.float32, seed=31)
+    ref = reference.mla_decode(**inp, head_dim_v=32, return_lse=True)
+    inp["seq_lens"] = strided_lens(lens, how)
+    out, lse = mla_decode(**inp, head_dim_v=32, num_splits=S, block_n=16, return_lse=True)
+    assert_matches_reference(out, lse, *ref, torch.float32, [1])
+
+
+@pytest.mark.parametrize("value,col", [(math.nan, 7), (math.nan, 40), (math.inf, 40), (-math.inf, 44)])
+@pytest.mark.parametrize("S", [1, 3])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: inf - inf
+def test_nan_and_inf_in_a_key_reach_the_output(allocs, value, col, S):
+    """A non-finite entry in one latent row of request 0 (key 21 of 90; a V column, or a rope column): the output
+    is NaN / finite exactly where the fp64 reference's is (heads with q[.., col] > 0 see +inf scores, < 0 drop
+    the key), split or not; request 1 stays right."""
+    inp = mla_inputs(2, 5, 48, [90, 33], page_size=16, dtype=torch.float32, seed=32)
+    set_key_(inp["kv_cache"], inp["block_table"], 0, 21, value, col)
+    inp["q"][0, :, col] = torch.tensor([0.5, -0.5, 0.25, -1.0, 2.0])
+    ref = reference.mla_decode(**inp, head_dim_v=32)
+    assert not torch.isfinite(ref[0]).all() and torch.isfinite(ref[1]).all()
+    assert_same_nonfinite(mla_decode(**inp, head_dim_v=32, num_splits=S, block_n=16), ref, torch.float32)
+
+
+def test_block_table_out_of_range(monkeypatch):
+    """An entry a request reads outside [0, num_pages): refused on the planned path and with the switch; without
+    it never read (this used to segfault), the request NaN and the others right."""
+    inp = mla_inputs(3, 5, 48, [37, 70, 5], page_size=16, dtype=torch.float32, seed=33)
+    ref = reference.mla_decode(**inp, head_dim_v=32)
+    inp["block_table"][2, 1:] = 10**6  # never read (request 2 has one page): accepted
+    assert rel_err(mla_decode(**inp, head_dim_v=32), ref) <= TOLERANCE[torch.float32]
+    inp["block_table"][1, 4] = -(10**6)
+    for knobs in ({}, dict(num_splits=2, validate=True)):
+        with pytest.raises(SplitlabError, match=r"^block_table\[1, 4\] = -1000000 is outside \[0, num_pages"):
+            mla_decode(**inp, head_dim_v=32, **knobs)
+    monkeypatch.setenv(VALIDATE_ENV, "1")
+    with pytest.raises(SplitlabError, match=r"^block_table\[1, 4\]"):
+        mla_decode(**inp, head_dim_v=32, num_splits=2)
+    monkeypatch.delenv(VALIDATE_ENV)
+    for S in (1, 2):
+        out = mla_decode(**inp, head_dim_v=32, num_splits=S, block_n=16)
+        assert torch.isnan(out[1]).all() and rel_err(out[[0, 2]], ref[[0, 2]]) <= TOLERANCE[torch.float32]
+
+
+def test_lengths_past_the_table_are_refused_or_nan():
+    inp = mla_inputs(2, 5, 48, [37, 20], page_size=16, dtype=torch.float32, seed=34)
+    ref = reference.mla_decode(**inp, head_dim_v=32)
+    for bad_len in (3 * 16 + 1, 2**31 - 1, -1):
+        x = dict(inp, seq_lens=inp["seq_lens"].clone())
+        x["seq_lens"][0] = bad_len
+        with pytest.raises(SplitlabError, match=r"^seq_lens has values in"):
+            mla_decode(**x, head_dim_v=32, num_splits=2, validate=True)
+        out = mla_decode(**x, head_dim_v=32, num_splits=2)
+        assert torch.isnan(out[0]).all() and rel_err(out[1], ref[1]) <= TOLERANCE[torch.float32]
+
+
+def test_an_empty_cache_reads_nothing():
+    """A cache of 0 pages: empty requests are fine; a request with keys is refused (validated) or NaN."""
+    inp = mla_inputs(2, 5, 48, [0, 0], page_size=16, dtype=torch.float32)
+    inp["kv_cache"] = inp["kv_cache"][:0]
+    out = mla_decode(**inp, head_dim_v=32, num_splits=2)
+    assert torch.all(out == 0)
+    inp["seq_lens"][1] = 3
+    with pytest.raises(SplitlabError, match=r"^block_table\[1, 0\] = .* num_pages = 0\)"):
+        mla_decode(**inp, head_dim_v=32)
+    out = mla_decode(**inp, head_dim_v=32, num_splits=2)
+    assert torch.all(out[0] == 0) and torch.isnan(out[1]).all()
+
+
+def test_layouts_the_kernel_cannot_address_are_refused(monkeypatch):
+    """A dimension indexed in 32 bits spanning 2^31 elements: refused before any launch (meta tensors)."""
+    from splitlab.kernels import _launch
+
+    monkeypatch.setattr(_launch, "check_launch_device", lambda *a: None)
+    meta = dict(device="meta", dtype=torch.float32)
+    x = dict(q=torch.empty(2, 4, 48, **meta), kv_cache=torch.empty_strided((3, 16, 48), (48, 2**28, 1), **meta),
+             block_table=torch.empty(2, 1, dtype=torch.int32, device="meta"),
+             seq_lens=torch.empty(2, dtype=torch.int32, device="meta"))
+    with pytest.raises(SplitlabError, match=r"^kv_cache has shape \(3, 16, 48\) and strides .* dimension 1 spans"):
+        mla_decode(**x, head_dim_v=32, num_splits=1)

@@ -10,6 +10,7 @@ import torch
 from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
+from splitlab.kernels._launch import VALIDATE_ENV
 from splitlab.kernels.sparse_mla import (
     sparse_block_k,
     sparse_mla_decode,
@@ -20,6 +21,7 @@ from splitlab.kernels.testing import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
     assert_matches_reference,
+    assert_same_nonfinite,
     fp8_query,
     lse_err,
     poison_,
@@ -243,3 +245,50 @@ def test_the_launch_takes_the_planners_head_tile_when_it_plans_the_splits():
     assert f.ctas == waves.ctas(w, p.num_splits, block_h=16)
     assert sparse_mla_launch_facts(w, device="h200", block_h=32).block_h == 32  # a given tile wins
     assert sparse_mla_launch_facts(w, num_splits=2, device="h200").block_h == 32  # no plan: the default tile
+
+
+# --- hostile inputs: NaN / inf in a row, indices out of range without the check ------------------------------
+
+
+@pytest.mark.parametrize("value,col", [(math.nan, 3), (math.inf, 40)])
+@pytest.mark.parametrize("S", [1, 3])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: inf - inf
+def test_nan_and_inf_in_a_row_reach_the_output(allocs, value, col, S):
+    """A non-finite entry in one pool row that token 0 attends (and token 1 does not): NaN / finite exactly where
+    the fp64 reference has it, split or not."""
+    inp = sparse_mla_inputs(2, 5, 48, 64, num_slots=100, invalid_frac=0.2, dtype=torch.float32, seed=41)
+    slot = int(inp["indices"][0][inp["indices"][0] >= 0][20])
+    inp["indices"][1][inp["indices"][1] == slot] = -1
+    inp["kv_cache"][slot, col] = value
+    inp["q"][0, :, col] = torch.tensor([0.5, -0.5, 0.25, -1.0, 2.0])
+    ref = reference.sparse_mla_decode(**inp, head_dim_v=32)
+    assert not torch.isfinite(ref[0]).all() and torch.isfinite(ref[1]).all()
+    assert_same_nonfinite(sparse_mla_decode(**inp, head_dim_v=32, num_splits=S, block_k=16), ref, torch.float32)
+
+
+@pytest.mark.parametrize("bad_index", [30, 10**6, -2, -(10**6)])
+def test_unchecked_indices_out_of_range_give_nan(bad_index, monkeypatch):
+    """With the check off (``validate=False`` or ``SPLITLAB_VALIDATE=0``; what graph capture does by default) an
+    index outside [-1, num_slots) is never gathered and its token comes out NaN, the others right; by default
+    and with ``validate=True`` it is refused."""
+    inp = sparse_mla_inputs(3, 4, 48, 20, num_slots=30, dtype=torch.float32, seed=42)
+    ref = reference.sparse_mla_decode(**inp, head_dim_v=32)
+    inp["indices"][1, 7] = bad_index
+    for knobs in ({}, dict(validate=True)):
+        with pytest.raises(SplitlabError, match=r"^indices has values in"):
+            sparse_mla_decode(**inp, head_dim_v=32, num_splits=2, **knobs)
+    out = sparse_mla_decode(**inp, head_dim_v=32, num_splits=2, validate=False)
+    assert torch.isnan(out[1]).all() and rel_err(out[[0, 2]], ref[[0, 2]]) <= TOLERANCE[torch.float32]
+    monkeypatch.setenv(VALIDATE_ENV, "0")
+    assert torch.isnan(sparse_mla_decode(**inp, head_dim_v=32, num_splits=1)[1]).all()
+
+
+def test_layouts_the_kernel_cannot_address_are_refused(monkeypatch):
+    """A dimension indexed in 32 bits spanning 2^31 elements: refused before any launch (meta tensors)."""
+    from splitlab.kernels import _launch
+
+    monkeypatch.setattr(_launch, "check_launch_device", lambda *a: None)
+    x = dict(q=torch.empty(2, 4, 48, device="meta"), kv_cache=torch.empty(30, 48, device="meta"),
+             indices=torch.empty_strided((2, 20), (1, 2**27), dtype=torch.int32, device="meta"))
+    with pytest.raises(SplitlabError, match=r"^indices has shape \(2, 20\) and strides .* dimension 1 spans"):
+        sparse_mla_decode(**x, head_dim_v=32, num_splits=1, validate=False)

@@ -29,6 +29,8 @@ MiB = 1 << 20
 # An sm_80 card with the H100's 132 SMs, so the FA2 path can be checked with the same numbers (FA2 doubles the
 # SM count to 264 for its 128-thread CTAs).
 SM80_132 = DeviceSpec("sm80-132", "nvidia", "sm_80", 132, 2000, 40, 300, "test device")
+# An sm_90 card with 256 SMs (FA3's path with a roomy wave).
+SM90_256 = DeviceSpec("sm90-256", "nvidia", "sm_90", 256, 4800, 60, 989, "test device")
 
 
 def _exact_fa2(bnm, num_sms, n_blocks, max_splits):
@@ -191,6 +193,49 @@ def test_tile_sizes():
     assert tile_size_fwd_sm90(64, 512, False, False)[:2] == (64, 64)  # MLA q_v path
     assert tile_size_fwd_sm90(128, 128, False, False, 1, False, True)[:2] == (128, 160)  # fp8 paged
     assert (round_up_headdim(576), round_up_headdimv(512), round_up_headdim(100)) == (256, 512, 128)
+
+
+def test_tile_sizes_hdim_64_are_mains():
+    # hopper/tile_size.h @ 0251105a (main), bf16 hdim <= 64: dv 512 -> 64 x 64; dv 256 -> 128 x 96; else
+    # use_blockN_128 = causal || local || paged_kv_non_TMA -> {192, 128 or 192, use_blockN_128, true}.
+    # (The unmerged PR head 07602adc has 192 x 160 for local / paged non-TMA and 128 x 112 for dv 256.)
+    assert tile_size_fwd_sm90(64, 64, False, False) == (192, 192, False, True)
+    assert tile_size_fwd_sm90(64, 64, True, False) == (192, 128, True, True)  # causal
+    assert tile_size_fwd_sm90(64, 64, False, True) == (192, 128, True, True)  # local
+    assert tile_size_fwd_sm90(64, 64, False, False, 2, False, True) == (192, 128, True, True)  # paged, no TMA
+    assert tile_size_fwd_sm90(64, 128, False, False, 2, False, True) == (192, 128, True, True)
+    assert tile_size_fwd_sm90(64, 256, False, False) == (128, 96, True, False)
+    assert tile_size_fwd_sm90(64, 512, False, False, 2, False, True) == (64, 64, False, False)
+    assert tile_size_fwd_sm90(64, 64, False, False, 1, False, True) == (192, 160, True, True)  # fp8
+
+
+def test_fa3_hdim_64_split_follows_mains_tiles():
+    # batch 7, 48 q heads / 1 kv head, head dim 64, 1924 keys, page 64, 256 SMs (sm_90).
+    # d = 64 is not in (64, 128]: causal dropped. get_pagedkv_tma: tile 192 x 192, 64 % 192 != 0 -> non-TMA,
+    # so kBlockM x kBlockN = 192 x 128 (main; the PR head 07602adc gives 192 x 160).
+    # seqlen_k = cdiv(1924, 64) * 64 = 1984 -> cdiv(1984, 128) = 16 n-blocks; m-blocks cdiv(48, 192) = 1;
+    # varlen counts the batch as 1: total_mblocks = 1 * 1 * 1 = 1 < 0.8 * 256. max_splits = min(128, 256, 16)
+    # = 16; eff(s) = s / 256, max 16 / 256; the first s with s / 256 >= 0.85 * 16 / 256 = 13.6 / 256 is 14.
+    # (With 160-key tiles: 13 n-blocks, 0.85 * 13 = 11.05 -> 12.)
+    # Dynamic: 7 * 16 = 112 blocks, blocks_per_sm = ceil(112 * 1.1 * 1 / 256) = 1 -> min(16, 14) = 14 each.
+    w = workloads.DecodeWorkload("gqa", 7, 48, 1, 64, 64, 1924, page_size=64)
+    p = plan(w, SM90_256, "flash_attn")
+    assert (p.num_splits, p.block_n, p.per_request) == (14, 128, (14,) * 7)
+    assert (p.extra["kBlockM"], p.extra["num_n_blocks"], p.extra["num_splits_static"]) == (192, 16, 14)
+    assert p.extra["pagedkv_tma"] is False
+
+
+def test_fa3_past_992_requests_every_split_is_one():
+    # b > 992: mha_fwd still sets num_splits_dynamic_ptr (varlen), so get_num_splits counts the batch as 1;
+    # prepare_varlen_num_blocks then runs as cdiv(b, 992) > 1 CTAs and sets every request's split to 1.
+    # llama-3-8b shape (32/8 heads, d 128 -> causal kept, paged 16 -> non-TMA 128 x 128), 4096 keys on 132
+    # SMs: 32 n-blocks, 1 m-block, total_mblocks 8; eff(s) = 8 s / 132 up to s = 16 (0.970), and s = 32 ties
+    # it; 0.85 * 0.970 = 0.824: s = 13 gives 0.788, s = 14 gives 0.848 -> static 14.
+    w = workloads.DecodeWorkload("gqa", 1000, 32, 8, 128, 128, 4096, page_size=16)
+    p = plan(w, "h200", "flash_attn")
+    assert (p.num_splits, p.per_request, p.extra["num_splits_static"]) == (1, None, 14)
+    p = plan(w.with_(batch=992), "h200", "flash_attn")  # one prepare CTA: the dynamic split runs
+    assert p.per_request is not None and p.extra["num_splits_static"] == 14
 
 
 def test_prepare_varlen_num_splits():

@@ -26,6 +26,7 @@ from splitlab.planners.flashinfer import (
     num_chunks,
     partition_paged_kv_cache_binary_search_min_num_page_per_batch,
     plan_head_tiles,
+    plan_head_tiles_074,
     plan_splits,
     select_kernel,
 )
@@ -193,6 +194,46 @@ def test_head_tiles_count_the_grid_in_32_head_ctas():
 ])
 def test_plan_head_tiles(t, h, topk, sms, want):
     assert plan_head_tiles(num_tokens=t, num_heads=h, topk=topk, num_sms=sms) == want
+
+
+# FlashInfer 0.7.4 (wheel commit 77039051) against the seed's v3 text, by hand. GB10: 48 SMs, third 16,
+# two_thirds 32, two waves 96 one-tile CTAs, eight waves 384.
+@pytest.mark.parametrize(("t", "h", "topk", "sms", "v3", "v074"), [
+    # 127 tokens x 64 heads = 508 CTAs, 1 chunk: v3's band has no upper bound -> 1; 0.7.4: 508 > 384 -> 2.
+    (127, 64, 1, GB10, 1, 2),
+    # Eight waves exactly (96 x 4 = 384) is still inside 0.7.4's band; one token more (388) is not.
+    (96, 64, 128, GB10, 1, 1), (97, 64, 128, GB10, 1, 2),
+    # H=128, 2 chunks: 128 tokens x 8 = 1024 CTAs > 384 -> 0.7.4 pairs again; 32 tokens (256) stays 1 on both.
+    (128, 128, 128, GB10, 1, 2), (32, 128, 128, GB10, 1, 1),
+    # Up to two waves both pair (H=128, T=8: 64 CTAs); 3 chunks is outside the band on both.
+    (8, 128, 128, GB10, 2, 2), (127, 64, 192, GB10, 2, 2),
+    # Sub-wave H=64, 8 chunks: 8 tokens x 4 = 32 CTAs == two_thirds: v3 < 32 -> 1; 0.7.4 inclusive on GB10 -> 2.
+    (8, 64, 512, GB10, 1, 2),
+    # ... 7 tokens (28 CTAs) pairs on both; 7 chunks never pairs H=64 below a wave.
+    (7, 64, 512, GB10, 2, 2), (8, 64, 448, GB10, 1, 1),
+    # Off a small die the two agree: RTX 5090 (170 SMs, third 56, two_thirds 113), H=64, 8 chunks: 28 tokens
+    # (112 CTAs) -> 2 on both, 29 tokens (116) -> 1 on both.
+    (28, 64, 512, RTX5090, 2, 2), (29, 64, 512, RTX5090, 1, 1),
+    # PRO 6000 two_thirds = 125 (not a multiple of 4); a full wave far past eight waves (1600 tokens x 4) -> 2.
+    (1600, 64, 64, PRO6000, 2, 2),
+])
+def test_plan_head_tiles_074_against_v3(t, h, topk, sms, v3, v074):
+    assert plan_head_tiles(num_tokens=t, num_heads=h, topk=topk, num_sms=sms) == v3
+    assert plan_head_tiles_074(num_tokens=t, num_heads=h, topk=topk, num_sms=sms) == v074
+
+
+@given(t=st.integers(1, 4096), h=st.sampled_from([8, 16, 32, 48, 64, 80, 96, 112, 128]),
+       topk=st.integers(1, 4096), extra=st.integers(0, 1024), sms=st.integers(1, 256))
+def test_plan_head_tiles_074_differs_from_v3_only_where_0_7_4_changed_it(t, h, topk, extra, sms):
+    kw = dict(num_tokens=t, num_heads=h, topk=topk, extra_topk=extra, num_sms=sms)
+    old, new = plan_head_tiles(**kw), plan_head_tiles_074(**kw)
+    ctas, chunks = t * h // 16, num_chunks(topk, extra)
+    past_eight_waves = h % 32 == 0 and h > 32 and chunks <= 2 and ctas > 8 * sms
+    h64_at_two_thirds = h == 64 and chunks >= 8 and sms // 3 <= ctas == 2 * sms // 3 < sms
+    if sms >= 64 or not (past_eight_waves or h64_at_two_thirds):
+        assert new == old
+    else:  # both changes turn one tile into two
+        assert (old, new) == (1, 2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -381,16 +422,17 @@ def test_adapter_gqa():
     # grid 1 * 132 -> (split, 16 pages, 16) -> 4 tiles per request, kv chunk 256 tokens.
     w = workloads.get("llama-3-8b", batch=4, ctx_len=1024)
     p = plan(w, "h100", "flashinfer")
-    assert (p.num_splits, p.block_n, p.per_request) == (4, 256, (4, 4, 4, 4))
+    assert (p.num_splits, p.kv_chunk, p.per_request) == (4, 256, (4, 4, 4, 4))
+    assert p.block_n is None  # a chunk length, not a kernel tile
     assert p.extra["split_kv"] is True and "num_blocks_per_sm=1 assumed" in p.note
     # 32 requests: 256 >= 132 -> unsplit, chunk = 8192 / 16 = 512 pages.
     p = plan(w.with_(batch=32, ctx_len=8192), "h100", "flashinfer")
-    assert (p.num_splits, p.block_n, p.per_request) == (1, 8192, (1,) * 32)
+    assert (p.num_splits, p.kv_chunk, p.per_request) == (1, 8192, (1,) * 32)
     # Ragged (100, 1000, 0) tokens: pages (7, 63, 0), floor 8; every mid down to 8 fits (1+8+0 chunks * 8
     # <= 132) -> chunk 8; tiles (1, 8, 1) (the empty request still gets one).
     wr = workloads.get("llama-3-8b", batch=3, ctx_len=1000).with_(seq_lens=(100, 1000, 0), ctx_len=1000)
     p = plan(wr, "h100", "flashinfer")
-    assert (p.num_splits, p.block_n, p.per_request) == (8, 128, (1, 8, 1))
+    assert (p.num_splits, p.kv_chunk, p.per_request) == (8, 128, (1, 8, 1))
     assert p.extra["new_batch_size"] == 10
 
 
@@ -400,7 +442,31 @@ def test_adapter_mla():
     # -> 152) -> 16 tiles of 512 tokens.
     w = workloads.get("deepseek-v3-mla", batch=1, ctx_len=8192)
     p = plan(w, "h200", "flashinfer")
-    assert (p.num_splits, p.block_n, p.extra["gdy"]) == (16, 512, 8)
+    assert (p.num_splits, p.kv_chunk, p.block_n, p.extra["gdy"]) == (16, 512, None, 8)
+
+
+def test_adapter_0_7_4_beside_the_seeds_version():
+    # The stated case: 127 tokens, 64 heads, top-k 1 on GB10 (48 SMs): head tiles 1 (v3) against 2 (0.7.4).
+    # One chunk never splits (chunks > 2 fails): (1, 1) on both; block_h = 16 * head_tiles.
+    w = workloads.DecodeWorkload(kind="sparse_mla", batch=127, num_q_heads=64, num_kv_heads=1, head_dim_qk=512,
+                                 head_dim_v=512, ctx_len=4096, page_size=1, topk=1)
+    seed, rel = plan(w, "gb10", "flashinfer"), plan(w, "gb10", "flashinfer-0.7.4")
+    assert (seed.planner, seed.num_splits, seed.block_h, seed.extra["head_tiles"]) == ("flashinfer", 1, 16, 1)
+    assert (rel.planner, rel.num_splits, rel.block_h, rel.extra["head_tiles"]) == ("flashinfer-0.7.4", 1, 32, 2)
+    assert "cake (v3)" in seed.note and "cake (0.7.4)" in rel.note
+    # 8 tokens, 64 heads, top-k 512 (8 chunks), GB10: 32 CTAs == two_thirds -> 1 (v3) / 2 (0.7.4); the grid
+    # (32 or 16 CTAs) is never <= grid cap 16 / 2 -> unsplit either way: (1, 8).
+    w8 = w.with_(batch=8, topk=512)
+    assert (plan(w8, "gb10", "flashinfer").block_h, plan(w8, "gb10", "flashinfer-0.7.4").block_h) == (16, 32)
+    assert plan(w8, "gb10", "flashinfer").num_splits == plan(w8, "gb10", "flashinfer-0.7.4").num_splits == 1
+    # Off a small die and for the paged-decode planner the two are the same plan (but for its name).
+    for wl, dev in [(workloads.get("deepseek-v4-sparse-mla", batch=64, ctx_len=65536), "rtx-pro-6000"),
+                    (workloads.get("llama-3-8b", batch=4, ctx_len=1024), "h100"),
+                    (workloads.get("deepseek-v3-mla", batch=1, ctx_len=8192), "h200")]:
+        a, b = plan(wl, dev, "flashinfer"), plan(wl, dev, "flashinfer-0.7.4")
+        assert (a.num_splits, a.block_h, a.kv_chunk, a.per_request) == (b.num_splits, b.block_h, b.kv_chunk,
+                                                                         b.per_request)
+    assert "flashinfer-0.7.4" in names("gqa") and "flashinfer-0.7.4" in names("sparse_mla")
 
 
 def test_adapter_kinds():

@@ -3,6 +3,7 @@ kill (no row lost, none duplicated), the CLI. Implementations are ``tests/sweep_
 reference-based) or splitlab's real kernels under Triton's interpreter on a handful of tiny points; times
 come from the fake timer."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -50,8 +51,13 @@ def card_for(tmp_path, impl):
 
 
 def opts(tmp_path, **kw):
+    """Sweep options for these tests. Points are measured in the test's process unless ``isolate=True`` is
+    given: the harness logic most tests check does not depend on where a point runs, and a worker process costs
+    seconds to start; the isolation tests, the CLI tests (subprocesses, the default isolated path) and the
+    real-kernel test run in point workers."""
     kw.setdefault("grid", "quick")
     kw.setdefault("timer", "fake")
+    kw.setdefault("isolate", False)
     return SweepOptions(out=tmp_path / "runs", device="h200", quiet=True, **kw)
 
 
@@ -119,7 +125,7 @@ def test_planner_devices_and_planner_tile_knobs():
 # --- check, then time -------------------------------------------------------------------------------------
 
 def test_wrong_points_are_stored_wrong_and_not_timed(tmp_path):
-    timer = CountingTimer()
+    timer = CountingTimer()  # measured in this process, so that the timer's record is here to read
     res = sweep.run(card_for(tmp_path, "broken"), opts(tmp_path), timer=timer)
     df = results.load(res.sweep_dir)
     wrong = df[df.status == "wrong"]
@@ -161,7 +167,7 @@ reference = "splitlab.kernels.reference:{name}"\nlaunch_facts = "splitlab.kernel
         card = cards.load(p)
         # Only the grid points (planners would add a few more interpreter runs each).
         card = dataclasses.replace(card, planner_knobs=())
-        res = sweep.run(card, opts(tmp_path), timer=CountingTimer())
+        res = sweep.run(card, opts(tmp_path, isolate=True), timer=CountingTimer())  # as on a GPU node
         df = results.load(res.sweep_dir)
         assert len(df) == 2 and (df.status == "ok").all(), df[["num_splits", "status", "error"]]
         assert (df.rel_err < 2e-2).all() and set(df.num_splits) == {1, 3}
@@ -173,10 +179,92 @@ def test_peers_without_a_gpu_are_skipped_with_the_reason(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    res = sweep.run(cards.load("sdpa_flash"), opts(tmp_path), timer=CountingTimer())
+    res = sweep.run(cards.load("sdpa_flash"), opts(tmp_path, isolate=True), timer=CountingTimer())
     df = results.load(res.sweep_dir)
     assert len(df) == 4 and (df.status == "skipped").all() and df.error.str.contains("needs a CUDA GPU").all()
     assert df.num_splits.isna().all() and df.ctas.isna().all()
+
+
+# --- isolation: a point that crashes or hangs costs that point only -----------------------------------------
+
+def _workers_of(session_pid):
+    """Live point workers started by the session process ``session_pid`` (Linux: read from /proc)."""
+    from splitlab.bench.worker import WORKER_ENV
+
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if f"{WORKER_ENV}={session_pid}".encode() in env and stat.split(") ", 1)[-1][:1] not in ("Z", "X"):
+            out.append(int(d.name))
+    return out
+
+
+def test_a_crashing_or_hanging_point_is_an_error_and_the_session_goes_on(tmp_path):
+    from sweep_fixtures import FAULTS
+
+    card = card_for(tmp_path, "faulty")
+    n = len(grid.expand(card, "quick", H200).points)
+    res = sweep.run(card, opts(tmp_path, point_timeout_s=2.0, isolate=True), timer=CountingTimer())
+    assert res.stopped == "finished" and res.left == 0 and len(results.journals(res.sweep_dir)) == 1  # one session
+    df = _check_complete(res.sweep_dir, n)
+    where = df.num_splits.astype(str) + "," + df.batch.astype(str) + "," + df.ctx_len.astype(str)
+    bad = df[where.isin(list(FAULTS))].set_index(where[where.isin(list(FAULTS))])
+    assert len(bad) == 3 and (bad.status == "error").all() and bad.p50_us.isna().all()
+    assert bad.error["2,1,64"] == "worker died with SIGSEGV during this point; not retried"
+    assert bad.error["4,1,128"] == "worker died with SIGABRT during this point; not retried"
+    assert bad.error["8,2,64"] == "timed out after 2 s (the worker was killed); not retried"
+    assert 2.0 <= bad.elapsed_s["8,2,64"] < 30
+    assert (df[~where.isin(list(FAULTS))].status == "ok").all() and res.statuses == {"ok": n - 3, "error": 3}
+    assert _workers_of(os.getpid()) == []  # the session's last worker was stopped with it
+    # A resume has nothing left to do: the failed points are finished (error), not retried.
+    again = sweep.run(card, opts(tmp_path, resume=True, point_timeout_s=2.0, isolate=True), timer=CountingTimer())
+    assert again.statuses == {} and again.left == 0
+
+
+def test_the_point_worker_is_kept_and_replaced_only_after_it_dies(tmp_path):
+    from splitlab.bench.worker import PointWorker
+
+    card = card_for(tmp_path, "faulty")
+    pts = {f"{p.facts['num_splits']},{p.workload.batch},{p.workload.ctx_len}": p
+           for p in grid.expand(card, "quick", H200).points if p.in_grid}
+    w = PointWorker(card.impl, "fake", H200, 1, timeout_s=30)
+    try:
+        first = [w.measure(pts[k], {"point_id": k}) for k in ("1,1,64", "4,1,64", "8,1,64")]
+        pid = w.proc.pid
+        assert [r["status"] for r in first] == ["ok"] * 3 and w.starts == 1  # one worker, kept between points
+        assert w.measure(pts["2,1,64"], {"point_id": "x"})["error"].startswith("worker died with SIGSEGV")
+        assert w.measure(pts["1,1,128"], {"point_id": "y"})["status"] == "ok" and w.starts == 2
+        assert w.proc.pid != pid
+    finally:
+        w.close()
+    assert w.proc is None
+
+
+def test_sigterm_while_a_point_hangs_stops_the_session_and_its_worker(tmp_path):
+    cmd, env = _cli(tmp_path, "faulty")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep_dir = tmp_path / "runs" / "t_faulty-quick"
+    deadline = time.time() + 120
+    hung = None
+    while time.time() < deadline and hung is None and proc.poll() is None:
+        time.sleep(0.1)
+        events = [e for j in results.journals(sweep_dir) for e in results.read_journal(j)] if sweep_dir.exists() else []
+        starts = {e["point_id"]: e["row"] for e in events if e["event"] == "start"}
+        done = {e["row"]["point_id"] for e in events if e["event"] == "row"}
+        hung = next((r for pid, r in starts.items() if pid not in done and
+                     (r["num_splits"], r["batch"], r["ctx_len"]) == (8, 2, 64)), None)
+    assert hung is not None, proc.communicate(timeout=5)
+    assert len(_workers_of(proc.pid)) == 1
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "stopped: interrupted" in out, err
+    assert _workers_of(proc.pid) == []  # killed with the session, not left hanging
+    abandoned = [e for j in results.journals(sweep_dir) for e in results.read_journal(j) if e["event"] == "abandon"]
+    assert [e["point_id"] for e in abandoned] == [hung["point_id"]]
 
 
 # --- durability: resume, kills, limits ------------------------------------------------------------------
@@ -202,9 +290,10 @@ def _check_complete(sweep_dir, n_points):
 
 
 def test_resume_after_the_process_dies_mid_point(tmp_path):
+    """The session's own process dies (kill -9, the OOM killer): its point worker dies with it."""
     cmd, env = _cli(tmp_path, "killer", env={"SWEEP_KILL_AT": "4,1,128"})
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 9, proc.stderr
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
     card = card_for(tmp_path, "killer")
     n = len(grid.expand(card, "quick", H200).points)
     sweep_dir = tmp_path / "runs" / "t_killer-quick"
@@ -255,6 +344,11 @@ def test_resume_after_sigkill_from_outside_loses_nothing(tmp_path):
     time.sleep(0.07)  # most likely inside a point
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    for _ in range(50):  # the point worker dies with its session (PR_SET_PDEATHSIG)
+        if not _workers_of(proc.pid):
+            break
+        time.sleep(0.1)
+    assert _workers_of(proc.pid) == []
     events = [e for j in results.journals(sweep_dir) for e in results.read_journal(j)]
     in_flight = {e["point_id"] for e in events if e["event"] == "start"} - \
         {e["row"]["point_id"] for e in events if e["event"] == "row"}
@@ -332,6 +426,143 @@ def test_a_torn_journal_line_is_ignored(tmp_path):
     _check_complete(res.sweep_dir, len(grid.expand(card, "quick", H200).points))
 
 
+# --- damaged folders: the journals are the source of truth ----------------------------------------------------
+
+def _started(tmp_path, capsys=None, limit=5):
+    """A sweep of the exact card with ``limit`` points done (Parquet, CSV and sidecar written)."""
+    card = card_for(tmp_path, "exact")
+    res = sweep.run(card, opts(tmp_path, limit=limit), timer=CountingTimer())
+    return card, res.sweep_dir, res.sweep_id
+
+
+def _dry_run(tmp_path, capsys):
+    code = main(["sweep", str(tmp_path / "exact.toml"), "--grid", "quick", "--out", str(tmp_path / "runs"),
+                 "--dry-run", "--device", "h200"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+DAMAGES = {
+    "truncated results.parquet": ("results.parquet", lambda b: b[: len(b) // 2]),
+    "garbled results.parquet": ("results.parquet", lambda b: b[:100] + bytes(len(b) - 100)),
+    "truncated sweep.json": ("sweep.json", lambda b: b[: len(b) // 3]),
+    "non-object sweep.json": ("sweep.json", lambda b: b"[1, 2, 3]"),
+    "non-UTF-8 sweep.json": ("sweep.json", lambda b: b"\xff\xfe" + b[2:]),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_resume_and_dry_run_from_intact_journals_whatever_happened_to_parquet_or_sidecar(tmp_path, capsys, damage):
+    card, sweep_dir, sweep_id = _started(tmp_path)
+    n = len(grid.expand(card, "quick", H200).points)
+    name, harm = DAMAGES[damage]
+    (sweep_dir / name).write_bytes(harm((sweep_dir / name).read_bytes()))
+    code, out, err = _dry_run(tmp_path, capsys)
+    assert code == 0, err
+    assert f"(sweep {sweep_id}): 5 done, {n - 5} left" in out and f"warning: {sweep_dir / name}" in out
+    assert not list(sweep_dir.glob("*.damaged-*"))  # --dry-run writes nothing
+    with pytest.warns(UserWarning, match="reading the sweep from its journals") if "parquet" in name else \
+            contextlib.nullcontext():
+        assert len(results.load(sweep_dir)) == 5
+    res = sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    assert res.sweep_id == sweep_id and res.left == 0 and "damaged" in capsys.readouterr().err
+    df = _check_complete(sweep_dir, n)
+    assert (df.sweep_id == sweep_id).all() and (df.status == "ok").all()
+    assert len(list(sweep_dir.glob(f"{name}.damaged-*"))) == 1  # kept for inspection
+    side = json.loads((sweep_dir / "sweep.json").read_text())
+    assert side["sweep_id"] == sweep_id and side["timer"] == "fake" and side["rows"] == n
+    assert ("rebuilt_from" in side) == (name == "sweep.json") and "recovered_from" not in side
+    again = sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())  # sound again: nothing moved
+    assert again.statuses == {} and len(list(sweep_dir.glob("*.damaged-*"))) == 1
+
+
+def test_a_sweep_of_a_newer_schema_is_never_written_to(tmp_path, capsys):
+    card, sweep_dir, _ = _started(tmp_path)
+    side = json.loads((sweep_dir / "sweep.json").read_text())
+    (sweep_dir / "sweep.json").write_text(json.dumps({**side, "schema_version": results.SCHEMA_VERSION + 1}))
+    before = sorted(p.name for p in sweep_dir.iterdir())
+    sizes = {j.name: j.stat().st_size for j in results.journals(sweep_dir)}
+    for args in (["--resume"], ["--dry-run"]):
+        code = main(["sweep", str(tmp_path / "exact.toml"), "--grid", "quick", "--out", str(tmp_path / "runs"),
+                     "--timer", "fake", "--quiet", "--device", "h200", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"schema_version={results.SCHEMA_VERSION + 1} is not allowed" in err
+    assert sorted(p.name for p in sweep_dir.iterdir()) == before
+    assert {j.name: j.stat().st_size for j in results.journals(sweep_dir)} == sizes
+    # A journal holding newer rows (its sidecar sound) is refused the same way.
+    (sweep_dir / "sweep.json").write_text(json.dumps(side))
+    j = results.journals(sweep_dir)[0]
+    row = dict(rows_of(sweep_dir)[0], schema_version=results.SCHEMA_VERSION + 1, point_id="f" * 16)
+    with open(j, "a") as f:
+        f.write(json.dumps({"event": "row", "row": row}) + "\n")
+    with pytest.raises(results.SchemaError, match="is not allowed"):
+        sweep.run(card, opts(tmp_path, resume=True), timer=CountingTimer())
+    assert len(results.journals(sweep_dir)) == 1
+
+
+@pytest.mark.parametrize(("field", "value", "word"), [
+    ("device", {"name": "h200", "sm_count": "abc"}, "device.sm_count='abc' is not allowed"),
+    ("env", {"device": {"name": "cpu", "sm_count": "abc"}}, "env.device.sm_count='abc' is not allowed"),
+    ("sweep_id", 5, "sweep_id=5 is not allowed"),
+    ("env", [], "env=[] is not allowed"),
+])
+def test_a_sidecar_field_of_the_wrong_type_is_one_line(tmp_path, capsys, field, value, word):
+    card, sweep_dir, _ = _started(tmp_path, limit=1)
+    side = json.loads((sweep_dir / "sweep.json").read_text())
+    (sweep_dir / "sweep.json").write_text(json.dumps({**side, field: value}))
+    for args in (["--resume"], ["--dry-run"]):
+        code = main(["sweep", str(tmp_path / "exact.toml"), "--grid", "quick", "--out", str(tmp_path / "runs"),
+                     "--timer", "fake", "--quiet", "--device", "h200", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and word in err and "sweep.json" in err, err
+
+
+def test_resume_for_another_device_is_refused(tmp_path):
+    card, sweep_dir, _ = _started(tmp_path, limit=1)
+    with pytest.raises(SplitlabError, match="device='b200' is not allowed .*expected 'h200-sxm'"):
+        sweep.run(card, dataclasses.replace(opts(tmp_path, resume=True), device="b200"), timer=CountingTimer())
+
+
+# --- leftovers ----------------------------------------------------------------------------------------------------
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_temporary_files_are_removed_on_resume_and_none_are_left(tmp_path):
+    card, sweep_dir, _ = _started(tmp_path)
+    assert not list(sweep_dir.glob(".*.tmp"))  # a normal exit leaves none
+    dead, host = _dead_pid(), results._HOST
+    stale = [f".results.parquet.{dead}.tmp", f".results.parquet.{dead}@{host}.tmp", f".results.csv.{dead}.tmp",
+             f".sweep.json.{dead}.a1b2c3.tmp", f".sweep.json.{dead}@{host}.a1b2c3.tmp"]
+    kept = [f".results.parquet.{os.getppid()}@{host}.tmp",  # a live process's
+            f".results.parquet.{dead}@other-host.tmp",  # another machine's (a shared folder): maybe alive there
+            ".notes.1.tmp"]  # not ours
+    for name in stale + kept:
+        (sweep_dir / name).write_bytes(b"x")
+    sweep.run(card, opts(tmp_path, resume=True, limit=1), timer=CountingTimer())
+    assert sorted(p.name for p in sweep_dir.glob(".*.tmp")) == sorted(kept)
+
+
+def test_an_interrupted_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    df = results.frame([])
+    real = os.replace
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        results.write_parquet(df, tmp_path / "results.parquet")
+    with pytest.raises(KeyboardInterrupt):
+        sweep._write_json_atomic(tmp_path / "sweep.json", {"a": 1})
+    monkeypatch.setattr(os, "replace", real)
+    assert list(tmp_path.iterdir()) == []
+
+
 # --- CLI ------------------------------------------------------------------------------------------------
 
 def test_cli_dry_run_and_run(tmp_path, capsys):
@@ -354,6 +585,20 @@ def test_cli_dry_run_and_run(tmp_path, capsys):
     assert code == 0 and f"{n}/{n} points done" in capsys.readouterr().out
     assert main(["sweep", str(p), "--shard", "2/2", "--dry-run"]) == 2
     assert "--shard" in capsys.readouterr().err
+
+
+def test_cli_point_timeout_reaches_the_sweep(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "exact.toml"
+    p.write_text(card_text("exact"))
+    seen = []
+    monkeypatch.setattr(sweep.Runner, "describe", lambda self, rows: seen.append(self.opts.point_timeout_s) or "")
+    base = ["sweep", str(p), "--grid", "quick", "--out", str(tmp_path / "runs"), "--dry-run"]
+    assert main(base + ["--point-timeout", "2.5"]) == 0 and main(base) == 0
+    assert seen == [2.5, sweep.POINT_TIMEOUT_S]
+    for bad in ("0", "-1", "nan", "soon"):
+        assert main(base + ["--point-timeout", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--point-timeout" in err and err.count("\n") == 1, err
 
 
 def test_cli_refuses_gpu_timers_without_a_gpu(tmp_path, capsys):

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -69,6 +70,12 @@ _SHAPE_INT_KEYS = ("batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_
 _BLOCK_OPTIONS = ("max_kv_gb", "min_keys_per_split", "planner_devices", "description")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_MIN_KEYS_PER_SPLIT = 32
+#: The largest value a knob range may allow (``knobs.NAME.max`` and each of ``values``).
+MAX_KNOB = 1 << 16
+#: The most shapes one block may make (the product of its shape lists and models).
+MAX_BLOCK_SHAPES = 100_000
+#: A card larger than this is not a card (the shipped ones are a few KB).
+MAX_CARD_BYTES = 1 << 20
 
 
 class CardError(SplitlabError):
@@ -169,16 +176,25 @@ def names() -> list[str]:
     return sorted(p.stem for p in cards_dir().glob("*.toml"))
 
 
+def _is_file(p: Path) -> bool:
+    try:
+        return p.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL character
+        return False
+
+
 def find(card: str | Path) -> Path:
     """A card by path, or by name in ``./kernels`` or the repository's ``kernels/``."""
+    from splitlab.args import shown
+
     p = Path(card)
-    if p.is_file():
+    if str(card).strip() and _is_file(p):
         return p
     for base in (Path("kernels"), cards_dir()):
         q = base / (p.name if p.suffix == ".toml" else f"{p.name}.toml")
-        if q.is_file():
+        if p.name and _is_file(q):
             return q
-    raise CardError(f"card={str(card)!r} is not allowed; expected a card file or one of {', '.join(names())}")
+    raise CardError(f"card={shown(str(card))} is not allowed; expected a card file or one of {', '.join(names())}")
 
 
 # --- validation -------------------------------------------------------------------------------------------
@@ -211,15 +227,19 @@ class _Check:
             raise self.bad(key, value, "a non-empty string" + (" of letters, digits, _ . -" if pattern else ""))
         return value
 
-    def integer(self, key: str, value: object, minimum: int = 1) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.bad(key, value, f"an integer >= {minimum}")
+    def integer(self, key: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or \
+                (maximum is not None and value > maximum):
+            raise self.bad(key, value, f"an integer >= {minimum}" if maximum is None else
+                           f"an integer in [{minimum}, {maximum}]")
         return value
 
-    def int_list(self, key: str, value: object, minimum: int = 1) -> tuple[int, ...]:
+    def int_list(self, key: str, value: object, minimum: int = 1, maximum: int | None = None) -> tuple[int, ...]:
         vals = value if isinstance(value, list) else [value]
-        if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in vals):
-            raise self.bad(key, value, f"an integer >= {minimum} or a non-empty list of them")
+        if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum or
+                           (maximum is not None and v > maximum) for v in vals):
+            rng = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+            raise self.bad(key, value, f"{rng} or a non-empty list of them")
         return tuple(vals)
 
     def str_list(self, key: str, value: object, choices: list[str] | None = None) -> tuple[str, ...]:
@@ -240,12 +260,13 @@ def _knob_range(c: _Check, name: str, spec: object) -> KnobRange:
     if "values" in spec:
         if "min" in spec or "max" in spec:
             raise CardError(f"{c.path}: {key} has values and min/max; expected one or the other")
-        return KnobRange(name, values=c.int_list(f"{key}.values", spec["values"]), pow2=pow2)
+        return KnobRange(name, values=c.int_list(f"{key}.values", spec["values"], maximum=MAX_KNOB), pow2=pow2)
     if "min" not in spec or "max" not in spec:
         which = f"{key}.min and {key}.max" if "min" not in spec and "max" not in spec else \
             f"{key}.{'min' if 'min' not in spec else 'max'}"
         raise c.missing(which, "a range {min = .., max = ..} or values = [..]")
-    lo, hi = c.integer(f"{key}.min", spec["min"]), c.integer(f"{key}.max", spec["max"])
+    lo, hi = c.integer(f"{key}.min", spec["min"], maximum=MAX_KNOB), c.integer(f"{key}.max", spec["max"],
+                                                                                maximum=MAX_KNOB)
     if lo > hi:
         raise c.bad(f"{key}.max", hi, f"an integer >= min ({lo})")
     return KnobRange(name, lo=lo, hi=hi, pow2=pow2)
@@ -331,15 +352,15 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     # Options.
     max_kv_gb = spec.get("max_kv_gb")
     if max_kv_gb is not None and (isinstance(max_kv_gb, bool) or not isinstance(max_kv_gb, int | float)
-                                  or max_kv_gb <= 0):
-        raise c.bad(f"{where}.max_kv_gb", max_kv_gb, "a number > 0 (GB of unique KV)")
+                                  or not math.isfinite(max_kv_gb) or max_kv_gb <= 0):
+        raise c.bad(f"{where}.max_kv_gb", max_kv_gb, "a finite number > 0 (GB of unique KV)")
     mkps = c.integer(f"{where}.min_keys_per_split", spec.get("min_keys_per_split", DEFAULT_MIN_KEYS_PER_SPLIT))
     pdevs = c.str_list(f"{where}.planner_devices", spec["planner_devices"], devices.names()) \
         if "planner_devices" in spec else ()
     descr = c.string(f"{where}.description", spec["description"]) if "description" in spec else ""
 
     # Shapes.
-    axes: dict[str, tuple] = {k: c.int_list(f"{where}.{k}", spec[k], minimum=1)
+    axes: dict[str, tuple] = {k: c.int_list(f"{where}.{k}", spec[k], minimum=1, maximum=workloads.LIMITS[k])
                               for k in _SHAPE_INT_KEYS if k in spec}
     axes["dtype"] = c.str_list(f"{where}.dtype", spec.get("dtype", "bf16"), list(workloads.DTYPES))
     models = c.str_list(f"{where}.model", spec["model"], workloads.names()) if "model" in spec else (None,)
@@ -358,9 +379,14 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     elif kind == "sparse_mla" and "topk" not in axes:
         axes["topk"] = (None,)
     shapes = []
+    least: int | None = None  # the smallest unique KV of a shape max_kv_gb filtered out
     order = ("num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "page_size", "topk", "dtype", "batch",
              "ctx_len")
     present = [k for k in order if k in axes]
+    n_shapes = len(models) * math.prod(len(axes[k]) for k in present)
+    if n_shapes > MAX_BLOCK_SHAPES:
+        raise CardError(f"{c.path}: {where} has {n_shapes} shapes (the product of its lists); expected at most "
+                        f"{MAX_BLOCK_SHAPES}")
     for m in models:
         for combo in itertools.product(*(axes[k] for k in present)):
             f = dict(zip(present, combo, strict=True))
@@ -381,6 +407,11 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
                 raise CardError(f"{c.path}: {where}: {e}") from None
             if max_kv_gb is None or w.kv_bytes <= max_kv_gb * 1e9:
                 shapes.append(w)
+            else:
+                least = w.kv_bytes if least is None else min(least, w.kv_bytes)
+    if not shapes:
+        raise c.bad(f"{where}.max_kv_gb", max_kv_gb, f"a bound that keeps some shape of the block (every shape "
+                    f"reads more unique KV; the smallest {least / 1e9:.3g} GB)")
     return Block(where, tuple(shapes), knob_axes, None if max_kv_gb is None else float(max_kv_gb), mkps, pdevs,
                  descr, wave_splits)
 
@@ -388,7 +419,15 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
 def load(path: str | Path) -> Card:
     """Read and validate a kernel card (a path, or a shipped card's name); ``CardError`` when malformed."""
     p = find(path)
-    text = p.read_text()
+    try:
+        if p.stat().st_size > MAX_CARD_BYTES:
+            raise CardError(f"{p}: {p.stat().st_size} bytes is not allowed; expected a card of at most "
+                            f"{MAX_CARD_BYTES} bytes")
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CardError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason}); expected a TOML card in UTF-8") from None
+    except OSError as e:
+        raise CardError(f"{p}: cannot be read ({e.strerror or type(e).__name__}); expected a readable card") from None
     c = _Check(p)
     try:
         data = tomllib.loads(text)

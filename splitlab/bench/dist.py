@@ -15,12 +15,16 @@ one task per shard runs the ordinary ``sweep.Runner`` for that shard in the work
 fsynced journal, in the shared sweep folder), with ``resume`` on, so a task that re-enters a shard skips what
 is finished.
 
-Faults. A worker that dies mid-point (killed, crashed, out of memory) loses that point only: Dask reruns the
-task (the Nanny restarts the worker; other workers take it as well), and the rerun, a resumed session, stores
-the point the dead session had started as ``error`` (not retried) and goes on. A task that exhausts Dask's
-``allowed-failures`` (``KilledWorker``) is resubmitted while it makes progress; a shard whose GPU context broke
-(``SweepAborted``) has its worker restarted and is resubmitted. Rows are deduplicated by point_id and a shard
-has one live session at a time, so no row is ever doubled. When every task has ended the driver rebuilds the
+Faults. Each task's session measures its points in a point worker process of its own (``sweep``'s isolation,
+``splitlab.bench.worker``), so a point that crashes (a segfault, an abort), hangs past ``--point-timeout`` or
+breaks the CUDA context costs that point and that point worker only: it is stored ``error`` with the reason and
+the task goes on; the Dask worker is untouched. A Dask worker that dies itself mid-point (killed, out of host
+memory) loses that point only: Dask reruns the task (the Nanny restarts the worker; other workers take it as
+well), and the rerun, a resumed session, stores the point the dead session had started as ``error`` (not
+retried) and goes on. A task that exhausts Dask's ``allowed-failures`` (``KilledWorker``) is resubmitted while
+it makes progress; a shard whose point worker cannot start (``SweepAborted``) has its Dask worker restarted and
+is resubmitted. A point is written by one session (a shard has one live session at a time) and rows are kept
+one per point (``results.best_rows``), so no row is ever doubled. When every task has ended the driver rebuilds the
 sweep's ``results.parquet`` / ``results.csv`` / ``sweep.json`` from all journals (``results.load`` reads the
 journals at any time, too).
 """
@@ -38,6 +42,7 @@ from splitlab.bench.cards import Card
 from splitlab.bench.sweep import Runner, SweepAborted, SweepOptions, SweepResult
 from splitlab.errors import SplitlabError
 
+SCHEDULER_CONNECT_S = 5  # --scheduler: seconds to wait for the scheduler to answer
 TASKS_PER_WORKER = 4  # shards per worker: finer shards balance better and a KilledWorker costs less
 MISSING = "--workers/--scheduler need Dask: pip install splitlab[dist] (dask and distributed)"
 
@@ -178,7 +183,7 @@ def run(card: Card, options: SweepOptions, *, workers: int | None = None, schedu
     runner = Runner(card, options)
     timer_name = runner._timer_name()  # refuses an existing sweep without --resume, or another timer
     if timer_name != "fake" and workers is not None and not visible_gpus():
-        runner._make_timer(timer_name)  # the one-line error: a GPU timer without a GPU
+        runner._check_timer(timer_name)  # the one-line error: a GPU timer without a GPU
     exp = runner.expansion()
     shapes = len({p.workload for p in exp.points})
     deadline = time.time() + 60 * options.max_minutes if options.max_minutes else None
@@ -188,7 +193,16 @@ def run(card: Card, options: SweepOptions, *, workers: int | None = None, schedu
     own = None
     if cluster is None and scheduler is None:
         own = cluster = local_cluster(workers)
-    client = distributed.Client(scheduler if scheduler is not None else cluster, set_as_default=False)
+    if scheduler is not None:
+        try:  # a wrong address fails in seconds, not after Dask's 30 s default (60 s for a name that never resolves)
+            client = distributed.Client(scheduler, set_as_default=False, timeout=SCHEDULER_CONNECT_S)
+        except (OSError, TimeoutError, ValueError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SplitlabError(f"--scheduler={scheduler!r}: no Dask scheduler answered within {SCHEDULER_CONNECT_S} s "
+                                f"({why}); expected the address of a running scheduler (dask scheduler prints it)"
+                                ) from None
+    else:
+        client = distributed.Client(cluster, set_as_default=False)
     try:
         resources = _check_workers(client)
         n_workers = len(client.scheduler_info()["workers"])

@@ -1,4 +1,5 @@
-"""PyTorch's own decode paths, timed beside splitlab's kernels: SDPA (flash, cuDNN) and FlexAttention.
+"""PyTorch's own decode paths, timed beside splitlab's kernels: SDPA (flash, cuDNN) and FlexAttention; and the
+checks the library peers share (``peers_flashinfer``, ``peers_flashmla``).
 
 They take contiguous KV ``[B, Hkv, N, D]`` (their natural decode layout; splitlab's kernels read a paged
 cache) with one query token per request and uniform lengths. Each returns a zero-argument callable that
@@ -8,11 +9,33 @@ runs one decode, or raises ``RuntimeError`` with the reason when the backend ref
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 
 import torch
 
 _FLEX_CACHE: dict = {}
+
+
+def library_missing(module: str, what: str, install: str) -> str | None:
+    """One line saying that ``what`` needs the Python package ``module`` and how to get it, or None when it is
+    importable (found, not imported: the peers import their library only where a point runs)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{what} is not installed here (no module {module!r}); {install}"
+
+
+def gpu_missing(label: str, *, arch: tuple[int, int] | None = None) -> str | None:
+    """One line saying why ``label`` cannot run on this machine's GPU (none, or, with ``arch``, older than that
+    compute capability), or None."""
+    if not torch.cuda.is_available():
+        return f"{label}: needs a CUDA GPU; torch sees none"
+    if arch is not None and torch.cuda.get_device_capability() < arch:
+        have = ".".join(map(str, torch.cuda.get_device_capability()))
+        return f"{label}: needs compute capability {arch[0]}.{arch[1]} or newer; this GPU has {have}"
+    return None
 
 
 def contiguous_kv(batch: int, num_q_heads: int, num_kv_heads: int, d: int, n: int, dv: int | None = None,

@@ -7,26 +7,39 @@ stored ``wrong`` and not timed; a point that raises (compile error, out of memor
 stored ``error`` with the reason and the sweep goes on; an implementation that cannot run here (a peer
 without a GPU) gives ``skipped`` rows.
 
+Isolation. Each point is measured in a worker process (``splitlab.bench.worker``: one per session, kept from
+point to point, replaced after it dies), so a point that crashes the process (a segfault, an abort) is stored
+``error`` "worker died with SIGSEGV", and one that runs past ``SweepOptions.point_timeout_s`` (``--point-timeout``)
+is killed and stored ``error`` "timed out after N s"; the session goes on with the next point, as it does after
+a sticky CUDA error (the worker is replaced). ``isolate=False`` measures in the session's own process
+(debugging); a sticky CUDA error then ends the session (``SweepAborted``).
+
 Durability. Each session appends to its own journal (``journal-<session>.jsonl``, one JSON object a line,
 flushed and fsynced, the file locked while the session lives): a ``start`` marker before a point runs, its
 ``row`` after. A resumed sweep skips finished points; a point started in a journal whose session is gone
 and never finished killed its process: it is written ``error`` ("process died during this point") and not
 retried. A session stopped from outside (Ctrl-C, SIGTERM) marks the point in flight ``abandon``: it is
-retried once, then written ``error``. ``results.parquet`` is rebuilt from all journals (deduplicated by
-point_id) every ``refresh_every`` points and when the session ends, so a kill loses at most the point in
-flight and a row is never duplicated.
+retried once, then written ``error``. ``results.parquet`` is rebuilt from all journals (one row per point,
+``results.best_rows``) every ``refresh_every`` points and when the session ends, so a kill loses at most the
+point in flight and a row is never duplicated. Files are written whole, then renamed (``results.tmp_path``);
+a session removes the temporary files of dead processes of its host when it opens the folder.
+
+Damage. The journals are the source of truth: a damaged ``results.parquet`` is moved aside
+(``results.parquet.damaged-<time>``) and rebuilt from them; a ``sweep.json`` that is not a JSON object is moved
+aside likewise and rebuilt from the journals (sweep id, timer, grid, environment). ``--dry-run`` says so and
+writes nothing. A sweep of a newer schema version, or a sidecar whose fields have the wrong type, is refused
+with one line (never appended to).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import os
 import secrets
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,9 +51,9 @@ from splitlab.bench.cards import Card
 from splitlab.bench.env import capture
 from splitlab.bench.grid import Expansion, Point
 from splitlab.bench.timing import FakeTimer, Timer, make_timer
+from splitlab.bench.worker import Measurer, PointWorker, WorkerFailed
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
-from splitlab.workloads import DecodeWorkload
 
 try:  # journals are locked while their session lives, so a resume can tell a dead session from a live one
     import fcntl
@@ -52,10 +65,14 @@ INTERRUPTED_TWICE = "interrupted from outside twice during this point; not retri
 #: Rough planning figures for --dry-run's estimate (seconds): per point (check, capture, replays, Python)
 #: and per shape (inputs on the GPU, fp64 reference); compiles and very long kernels come on top.
 EST_POINT_S, EST_SHAPE_S = 0.4, 1.0
+#: Default ``point_timeout_s``: generous for a GPU point (compiles, inputs, fp64 reference and the replays of the
+#: largest shapes take well under a minute); raise it for Triton's interpreter on large shapes.
+POINT_TIMEOUT_S = 300.0
 
 
 class SweepAborted(SplitlabError):
-    """The sweep stopped because the GPU context is unusable (a sticky CUDA error); resume in a new process."""
+    """The sweep stopped because the GPU context is unusable (a sticky CUDA error, measuring in-process) or no
+    point worker could be started; resume in a new process."""
 
 
 @dataclass
@@ -74,6 +91,8 @@ class SweepOptions:
     refresh_every: int = 50
     seed: int = 1
     argv: list[str] | None = None
+    point_timeout_s: float | None = POINT_TIMEOUT_S  # a point running longer is killed and stored error; None: no limit
+    isolate: bool = True  # measure each point in a worker process (crash/hang isolation); False: in this one
 
 
 @dataclass
@@ -115,12 +134,12 @@ def sweep_dir(card: Card, options: SweepOptions) -> Path:
 
 def _write_json_atomic(path: Path, data: dict, *, exclusive: bool = False) -> bool:
     """Write ``path`` whole or not at all; with ``exclusive``, only if it does not exist (False if it did)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
+    tmp = results.tmp_path(path, secrets.token_hex(3))
     try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
         if exclusive:
             try:
                 os.link(tmp, path)
@@ -189,48 +208,11 @@ def _json_default(o: object) -> object:
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
-def _message(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300] if text else ''}".strip()
-
-
-def _cuda_broken() -> str | None:
-    """The sticky CUDA error that makes the context unusable, if there is one."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    try:
-        torch.cuda.synchronize()
-    except Exception as e:  # an illegal address or a launch failure poisons the context for good
-        return _message(e)
-    return None
-
-
-class _Shape:
-    """Inputs (and their rotated copies) and the reference output of one shape, built once (the reference on
-    first use)."""
-
-    def __init__(self, card: Card, w: DecodeWorkload, device: str, seed: int) -> None:
-        import torch
-
-        from splitlab.kernels.testing import references
-
-        self.inputs = card.impl.inputs(w, device=device, seed=seed)
-        #: The reference output for a launch with head tile ``block_h`` (an fp8 cache's 64-row tiles compute
-        #: with an fp8-rounded q: ``testing.reference_inputs``).
-        self.ref_for = references(w, self.inputs, lambda x: card.impl.reference(w, x))
-        self.set_bytes = sum(t.numel() * t.element_size() for t in self.inputs.values()
-                             if isinstance(t, torch.Tensor))
-        self.sets = [self.inputs]
-
-    def input_sets(self, n: int) -> list[dict]:
-        """``n`` input sets: the first and ``n - 1`` copies at other addresses (same values)."""
-        import torch
-
-        while len(self.sets) < n:
-            self.sets.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self.inputs.items()})
-        return self.sets[:n]
+def _stamp_aside(path: Path) -> Path:
+    """Move a damaged file aside (``<name>.damaged-<UTC time>``), keeping it for inspection; the new name."""
+    aside = path.with_name(f"{path.name}.damaged-{_utc_stamp()}-{secrets.token_hex(2)}")
+    os.replace(path, aside)
+    return aside
 
 
 # --- the runner ---------------------------------------------------------------------------------------------
@@ -243,8 +225,6 @@ class Runner:
         self.device = sweep_device(card, options.device)
         self.dir = sweep_dir(card, options)
         self._timer = timer
-        self._shape_key: DecodeWorkload | None = None
-        self._shape: _Shape | BaseException | None = None
 
     # -- planning ----------------------------------------------------------------------------------------
     def expansion(self) -> Expansion:
@@ -257,8 +237,67 @@ class Runner:
         return grid_mod.shard(exp.points, i, n)
 
     def sidecar(self) -> dict | None:
-        p = self.dir / "sweep.json"
-        return json.loads(p.read_text()) if p.is_file() else None
+        """The sweep's sidecar (checked: ``results.read_sidecar``), None if there is none. One that is not a JSON
+        object is rebuilt from the journals (in memory; ``recovered_from`` names the damage, which ``_open``
+        moves aside), or None if they hold nothing of the sweep."""
+        path = self.dir / "sweep.json"
+        try:
+            return results.read_sidecar(path)
+        except results.DamagedFile as e:
+            return self._recover_sidecar(str(e))
+
+    def _recover_sidecar(self, damage: str) -> dict | None:
+        """A sidecar rebuilt from what the journals (and a readable Parquet) say: the sweep id, timer, grid,
+        kernel, device and the first session's environment; None if they hold no trace of the sweep."""
+        st = results.sweep_state(self.dir)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pq_path = self.dir / "results.parquet"
+            old = results.read_parquet_or_warn(pq_path) if pq_path.is_file() else None
+        rows = st.rows + ([] if old is None else old.astype(object).where(old.notna(), None).to_dict("records"))
+        heads = st.sessions
+
+        def first(key: str, *sources: list[dict]) -> object:
+            return next((x[key] for src in sources for x in src if isinstance(x.get(key), str) and x[key]), None)
+
+        sweep_id = first("sweep_id", heads, rows)
+        if sweep_id is None:
+            return None  # no session ever wrote a row or a header that names it: a new sweep starts
+        env = next((h["env"] for h in heads if isinstance(h.get("env"), dict)
+                    and isinstance(h["env"].get("device", {}), dict)), {})
+        device = first("device", rows)
+        device = asdict(self.device) if device in (None, self.device.name) else dict(name=device)
+        return dict(schema_version=results.SCHEMA_VERSION, sweep_id=sweep_id, kernel=first("kernel", rows) or
+                    self.card.name, grid=first("grid", heads, rows) or self.opts.grid,
+                    timer=first("timer", heads) or first("timing", [r for r in rows if r.get("status") == "ok"]),
+                    card=dict(path=str(self.card.path), sha1=first("card_sha1", heads)),
+                    device=device, env=env, sessions=[],
+                    recovered_from=damage)
+
+    def _damage_note(self, side: dict | None) -> list[str]:
+        """Lines saying what is damaged in the folder and how the sweep goes on (``--dry-run``, warnings)."""
+        out = []
+        if side is not None and side.get("recovered_from"):
+            out.append(f"{side['recovered_from']}: the sidecar is damaged; rebuilt from the journals (sweep "
+                       f"{side['sweep_id']}), the damaged file is kept as sweep.json.damaged-*")
+        elif side is None and (self.dir / "sweep.json").is_file():
+            out.append(f"{self.dir / 'sweep.json'}: the sidecar is damaged and the journals hold no trace of the "
+                       "sweep; a new sweep starts (the damaged file is kept as sweep.json.damaged-*)")
+        pq_path = self.dir / "results.parquet"
+        why = results.parquet_damage(pq_path) if pq_path.is_file() else None
+        if why is not None:
+            out.append(f"{why}; it is rebuilt from the journals (the damaged file is kept as "
+                       "results.parquet.damaged-*)")
+        return out
+
+    def _state(self) -> tuple[results.SweepState, set[str]]:
+        """The journals' state and every finished point (the journals' and a readable Parquet's), checked: a
+        journal line or row this schema does not allow, or a newer schema version, is refused here, before
+        anything is written."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a damaged Parquet: _damage_note / _open say so
+            df, st = results.rebuild(self.dir)
+        return st, st.finished | set(df["point_id"])
 
     def describe(self, *, rows: int = 8) -> str:
         """The ``--dry-run`` text: what the sweep would run, and how far an existing one got."""
@@ -277,8 +316,10 @@ class Runner:
             lines.append(f"{len(exp.notes)} planner notes (a planner refused a shape, or chose a knob outside the "
                          "card's range); they go to sweep.json")
         side = self.sidecar()
+        if self.dir.is_dir():
+            lines += [f"warning: {x}" for x in self._damage_note(side)]
         if side is not None:
-            done = results.sweep_state(self.dir).finished
+            done = self._state()[1]
             left = sum(p.point_id not in done for p in pts)
             lines.append(f"{self.dir} exists (sweep {side['sweep_id']}): {len(pts) - left} done, {left} left "
                          "(--resume continues it)")
@@ -313,15 +354,19 @@ class Runner:
         return s / 60
 
     # -- running ------------------------------------------------------------------------------------------
-    def _make_timer(self, name: str) -> Timer:
-        if self._timer is not None:
-            return self._timer
-        if name != "fake":
+    def _check_timer(self, name: str) -> None:
+        """Refuse a GPU timer without a GPU (one line)."""
+        if self._timer is None and name != "fake":
             import torch
 
             if not torch.cuda.is_available():
                 raise SplitlabError(f"timer={name!r} needs a CUDA GPU; torch sees none (timer='fake' runs the "
                                     "harness on the CPU with modelled times that are not measurements)")
+
+    def _make_timer(self, name: str) -> Timer:
+        if self._timer is not None:
+            return self._timer
+        self._check_timer(name)
         return make_timer(name, self.device)
 
     def _timer_name(self) -> str:
@@ -333,31 +378,78 @@ class Runner:
                                 "(or choose another --out)")
         timer = self.opts.timer or (self._timer.name if self._timer is not None else None) \
             or (side or {}).get("timer") or self.card.timer
-        if side is not None and side.get("timer") != timer:
+        if side is not None and side.get("timer") != timer and not (side.get("recovered_from") and
+                                                                     side.get("timer") is None):
             raise SplitlabError(f"timer={timer!r} is not allowed for {self.dir}; expected {side.get('timer')!r}, "
                                 "the timer it was started with (one sweep, one timing method)")
         return timer
 
+    def _fresh_sidecar(self, exp: Expansion, env: dict, timer: str) -> dict:
+        return dict(
+            schema_version=results.SCHEMA_VERSION,
+            sweep_id=f"{self.card.name}-{self.opts.grid}-{_utc_stamp()}-{secrets.token_hex(2)}",
+            kernel=self.card.name, impl=self.card.impl_label, impl_import=self.card.impl_import,
+            kind=self.card.kind, seeds=list(self.card.seeds), grid=self.opts.grid, timer=timer,
+            card=dict(path=str(self.card.path), sha1=self.card.sha1, text=self.card.text),
+            compare=list(self.card.compare), planner_knobs=list(self.card.planner_knobs),
+            device=asdict(self.device), counts=exp.counts(), planner_notes=exp.notes,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), env=env, sessions=[],
+        )
+
+    def _set_aside(self, name: str, why: str) -> None:
+        """Move a damaged file of the sweep folder aside, unless another session has just done so (and maybe
+        written a sound one in its place)."""
+        path = self.dir / name
+        if name == "results.parquet":
+            if results.parquet_damage(path) is None:
+                return
+        else:
+            try:
+                results.read_sidecar(path)
+                return  # sound (or gone)
+            except results.DamagedFile:
+                pass
+        try:
+            aside = _stamp_aside(path)
+        except FileNotFoundError:
+            return
+        print(f"splitlab: warning: {why}; moved to {aside.name}, rebuilt from the journals", file=sys.stderr)
+
     def _open(self, exp: Expansion, env: dict, timer: str) -> dict:
-        """Create the sweep folder and sidecar, or check an existing one (kernel, grid, device) for --resume."""
+        """Create the sweep folder and sidecar, or check an existing one (kernel, grid, device) for --resume;
+        remove dead processes' temporary files; move a damaged sidecar or Parquet aside (rebuilt from the
+        journals)."""
         side = self.sidecar()
+        if self.dir.is_dir():
+            results.clean_stale_tmp(self.dir)
+            why = results.parquet_damage(self.dir / "results.parquet") \
+                if (self.dir / "results.parquet").is_file() else None
+            if why is not None:
+                self._set_aside("results.parquet", why)
+            if side is None and (self.dir / "sweep.json").exists():
+                self._set_aside("sweep.json", f"{self.dir / 'sweep.json'}: damaged, and no journal names the sweep")
+        if side is not None and side.get("recovered_from"):
+            self._set_aside("sweep.json", side["recovered_from"])
+            fresh = self._fresh_sidecar(exp, env, timer)
+            side = {**fresh, **{k: v for k, v in side.items() if v not in (None, {}, [])}, "timer": timer}
+            side["rebuilt_from"] = side.pop("recovered_from")  # a record, not a state: the file is sound again
+            side.pop("created", None)
+            if not _write_json_atomic(self.dir / "sweep.json", side, exclusive=True):
+                side = self.sidecar()  # another shard rebuilt it a moment ago
         if side is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            new = dict(
-                schema_version=results.SCHEMA_VERSION,
-                sweep_id=f"{self.card.name}-{self.opts.grid}-{_utc_stamp()}-{secrets.token_hex(2)}",
-                kernel=self.card.name, impl=self.card.impl_label, impl_import=self.card.impl_import,
-                kind=self.card.kind, seeds=list(self.card.seeds), grid=self.opts.grid, timer=timer,
-                card=dict(path=str(self.card.path), sha1=self.card.sha1, text=self.card.text),
-                compare=list(self.card.compare), planner_knobs=list(self.card.planner_knobs),
-                device=asdict(self.device), counts=exp.counts(), planner_notes=exp.notes,
-                created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), env=env, sessions=[],
-            )
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise SplitlabError(f"{self.dir}: cannot be made a sweep folder ({e.strerror or e}); choose another "
+                                    "--out") from None
+            new = self._fresh_sidecar(exp, env, timer)
             if not _write_json_atomic(self.dir / "sweep.json", new, exclusive=True):
                 side = self.sidecar()  # another shard created it a moment ago
             else:
                 side = new
-        assert side is not None
+        if side is None:
+            raise SplitlabError(f"{self.dir / 'sweep.json'}: another session replaced it while this one opened the "
+                                "sweep; run the command again")
         for key, mine in (("kernel", self.card.name), ("grid", self.opts.grid)):
             if side.get(key) != mine:
                 raise SplitlabError(f"{self.dir} holds a sweep of {key}={side.get(key)!r}; expected {mine!r}")
@@ -365,6 +457,11 @@ class Runner:
         if theirs != mine:
             raise SplitlabError(f"{self.dir} was measured on {theirs!r}; this machine has {mine!r} (start a new "
                                 "sweep with another --out)")
+        planned = side.get("device", {}).get("name")
+        if planned is not None and planned != self.device.name:
+            raise SplitlabError(f"device={self.device.name!r} is not allowed for {self.dir}; expected {planned!r}, "
+                                "the device it was planned for (one sweep, one device: pass --device "
+                                f"{planned} or choose another --out)")
         if side.get("card", {}).get("sha1") != self.card.sha1:
             print(f"splitlab: warning: {self.card.path} changed since {self.dir} was started; finished points are "
                   "kept, the grid is expanded from the card as it is now", file=sys.stderr)
@@ -387,26 +484,28 @@ class Runner:
                                     "on the same points (use --shard i/n for parallel sessions)")
 
     def run(self) -> SweepResult:
-        """Run (or resume) the sweep; returns what this session did. Raises ``SweepAborted`` after a sticky
-        CUDA error (the point is stored; resume in a fresh process)."""
+        """Run (or resume) the sweep; returns what this session did. Raises ``SweepAborted`` when no point worker
+        can be started, or (``isolate=False``) after a sticky CUDA error (the point is stored; resume in a fresh
+        process)."""
         exp = self.expansion()
         timer_name = self._timer_name()
-        timer = self._make_timer(timer_name)
+        self._check_timer(timer_name)
         env = capture(self.opts.argv)
         side = self._open(exp, env, timer_name)
         self._live_conflict()
+        st, done = self._state()  # refuses what this schema cannot read before anything is written
         session = f"{_utc_stamp()}-{os.getpid()}-{secrets.token_hex(2)}"
         journal = Journal(self.dir / f"journal-{session}.jsonl")
         res = SweepResult(self.dir, side["sweep_id"], session)
-        self.sweep_id, self.session, self.timer = side["sweep_id"], session, timer
+        self.sweep_id, self.session = side["sweep_id"], session
         base = dict(schema_version=results.SCHEMA_VERSION, sweep_id=side["sweep_id"], grid=self.opts.grid,
                     device=self.device.name, sm_count=self.device.sm_count, session=session, **_where(env))
         self.base = base
         self.blank = dict.fromkeys(results.COLUMNS)  # every row carries every column
         try:
-            journal.write(dict(event="session", session=session, shard=self.opts.shard, timer=timer.name,
-                               grid=self.opts.grid, card_sha1=self.card.sha1, env=env))
-            self._loop(exp, journal, res)
+            journal.write(dict(event="session", session=session, sweep_id=side["sweep_id"], shard=self.opts.shard,
+                               timer=timer_name, grid=self.opts.grid, card_sha1=self.card.sha1, env=env))
+            self._loop(exp, journal, res, st, done, timer_name)
         finally:
             journal.close()
             self._finish(res)
@@ -434,11 +533,17 @@ class Runner:
             settled.add(pid)
         return settled
 
-    def _loop(self, exp: Expansion, journal: Journal, res: SweepResult) -> None:
+    def _measurer(self, timer_name: str) -> PointWorker | Measurer:
+        """What measures this session's points: a worker process (``isolate``), or this process."""
+        if self.opts.isolate:
+            return PointWorker(self.card.impl, self._timer if self._timer is not None else timer_name, self.device,
+                               self.opts.seed, self.opts.point_timeout_s)
+        return Measurer(self.card.impl, self._make_timer(timer_name), self.opts.seed)
+
+    def _loop(self, exp: Expansion, journal: Journal, res: SweepResult, st: results.SweepState, done: set[str],
+              timer_name: str) -> None:
         pts = self.my_points(exp)
-        st = results.sweep_state(self.dir)
-        done = st.finished | self._parquet_ids()
-        done |= self._settle_dead(st, journal, res, {p.point_id for p in pts} - done)
+        done = done | self._settle_dead(st, journal, res, {p.point_id for p in pts} - done)
         res.total = len(pts)
         pending = [p for p in pts if p.point_id not in done]
         res.done = res.total - len(pending)
@@ -448,7 +553,9 @@ class Runner:
         deadline = time.monotonic() + 60 * self.opts.max_minutes if self.opts.max_minutes else None
         ran = 0
         old = _install_sigterm()
+        measurer = None
         try:
+            measurer = self._measurer(timer_name)
             for p in pending:
                 if self.opts.limit is not None and ran >= self.opts.limit:
                     res.stopped = "limit"
@@ -458,8 +565,18 @@ class Runner:
                     break
                 skeleton = {**self.blank, **p.row(sm_count=self.device.sm_count), **self.base}
                 try:
+                    if isinstance(measurer, PointWorker):
+                        try:
+                            measurer.start()  # before the start marker: a worker that cannot start costs no point
+                        except WorkerFailed as e:
+                            res.stopped = "aborted"
+                            raise SweepAborted(f"{e}; nothing of point {p.point_id} ran: run the same command with "
+                                               "--resume") from None
                     journal.write(dict(event="start", point_id=p.point_id, row=skeleton))
-                    row, fatal = self._measure(p, skeleton)
+                    if isinstance(measurer, PointWorker):
+                        row, fatal = measurer.measure(p, skeleton), None
+                    else:
+                        row, fatal = measurer.measure(p, skeleton)
                     journal.write(dict(event="row", row=row))
                 except KeyboardInterrupt:
                     # Stopped from outside (Ctrl-C, SIGTERM), not killed by the point: it is retried once. (An
@@ -481,65 +598,23 @@ class Runner:
             if res.stopped != "interrupted":
                 res.stopped = "interrupted"
         finally:
+            if isinstance(measurer, PointWorker):
+                measurer.close(kill=res.stopped in ("interrupted", "aborted"))
+            elif measurer is not None:
+                measurer.drop_shape()
             _restore_sigterm(old)
             progress.close()
-            self._shape, self._shape_key = None, None
 
     def _parquet_ids(self) -> set[str]:
-        """Points the Parquet holds (all of them are in the journals, unless the journals were deleted)."""
+        """Points the Parquet holds (all of them are in the journals, unless the journals were deleted); none if
+        it is damaged."""
         p = self.dir / "results.parquet"
-        return set(pd.read_parquet(p, columns=["point_id"])["point_id"]) if p.is_file() else set()
-
-    def _shape_for(self, w: DecodeWorkload) -> _Shape:
-        if self._shape_key != w:
-            self._shape, self._shape_key = None, w
-            gc.collect()
-            _empty_cache()
-            try:
-                self._shape = _Shape(self.card, w, _torch_device(), self.opts.seed)
-            except Exception as e:  # e.g. out of memory: every point of the shape gets this reason
-                self._shape = e.with_traceback(None)  # keep no frame (and no half-built tensor) alive
-        if isinstance(self._shape, BaseException):
-            raise self._shape
-        assert self._shape is not None
-        return self._shape
-
-    def _measure(self, p: Point, skeleton: dict) -> tuple[dict, str | None]:
-        """Check, then time, one point; (row, the sticky CUDA error if the context is gone)."""
-        from splitlab.kernels.testing import TOLERANCE, query_dtype, rel_err
-
-        t0 = time.monotonic()
-        row = dict(skeleton, timing=self.timer.name)
-        fatal = None
-        reason = self.card.impl.unavailable()
-        if reason is not None:
-            row.update(status="skipped", error=reason)
-        else:
-            try:
-                w = p.workload
-                shape = self._shape_for(w)
-                err = rel_err(self.card.impl.call(w, shape.inputs, p.knobs)(), shape.ref_for(p.facts.get("block_h")))
-                tol = TOLERANCE[query_dtype(w.dtype)]
-                row["rel_err"] = err
-                if not err <= tol:
-                    row.update(status="wrong", error=f"rel_err {err:.3g} > tolerance {tol:g} of {w.dtype}; not timed")
-                else:
-                    impl, knobs = self.card.impl, p.knobs
-
-                    def calls(n: int) -> list:
-                        return [impl.call(w, s, knobs) for s in shape.input_sets(n)]
-
-                    t = self.timer.measure(calls, set_bytes=shape.set_bytes, workload=w,
-                                           num_splits=p.facts.get("num_splits"))
-                    row.update(status="ok", p20_us=t.p20_us, p50_us=t.p50_us, p80_us=t.p80_us, n_samples=t.n_samples,
-                               timing_detail=t.method, gbps=w.kv_bytes / (t.p50_us * 1e3) if t.p50_us > 0 else None)
-            except Exception as e:
-                row.update(status="error", error=_message(e))
-                fatal = _cuda_broken()
-                if fatal is None:
-                    _empty_cache()
-        row.update(elapsed_s=round(time.monotonic() - t0, 3), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        return row, fatal
+        if not p.is_file():
+            return set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            df = results.read_parquet_or_warn(p)
+        return set() if df is None else set(df["point_id"])
 
     # -- results ------------------------------------------------------------------------------------------
     def _refresh(self) -> tuple[pd.DataFrame, results.SweepState]:
@@ -551,10 +626,15 @@ class Runner:
         """Rebuild the Parquet and the CSV from every journal and record the sessions in the sidecar; returns the
         journals' state as read."""
         df, st = self._refresh()
-        tmp = self.dir / f".results.csv.{os.getpid()}.tmp"
-        results.to_csv(df, tmp)
-        os.replace(tmp, self.dir / "results.csv")
+        tmp = results.tmp_path(self.dir / "results.csv")
+        try:
+            results.to_csv(df, tmp)
+            os.replace(tmp, self.dir / "results.csv")
+        finally:
+            tmp.unlink(missing_ok=True)
         side = self.sidecar() or {}
+        if "recovered_from" in side:  # damaged since this session opened it: what the journals say is written
+            side["rebuilt_from"] = side.pop("recovered_from")
         side["sessions"] = [dict(session=h.get("session"), shard=h.get("shard"), timer=h.get("timer"),
                                  card_sha1=h.get("card_sha1"), env=h.get("env")) for h in st.sessions]
         side["rows"] = len(df)
@@ -574,20 +654,6 @@ def _where(env: dict) -> dict:
     if idx is not None and idx < len(entries) and entries[idx].isdigit():
         idx = int(entries[idx])  # CUDA_VISIBLE_DEVICES=3: torch's cuda:0 is the host's GPU 3
     return dict(host=env.get("host"), gpu_index=idx, gpu_uuid=dev.get("uuid"))
-
-
-def _torch_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _empty_cache() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        with contextlib.suppress(Exception):
-            torch.cuda.empty_cache()
 
 
 def _install_sigterm():

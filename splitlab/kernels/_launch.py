@@ -1,5 +1,34 @@
 """What the three launchers share: knob and tensor validation, and launch facts (grid, CTAs) that the
-sweep harness can read without launching anything."""
+sweep harness can read without launching anything.
+
+Tensor arguments. Every launcher checks each tensor's dims, dtype and device (``check_tensor``; a launch runs on
+a GPU, or on the CPU under ``TRITON_INTERPRET=1``: ``check_launch_device``), passes every stride to its kernel
+(any layout is honoured), and refuses a dimension the kernels index in 32-bit arithmetic whose span reaches 2^31
+elements (``check_spans``). An ``out`` / ``lse`` buffer given to ``combine`` must have the exact shape, a float
+dtype (fp32 for lse), q's device and strides whose elements do not overlap (``check_out``).
+
+Validation of values (the switch). What a kernel reads *through* a value -- the pages a block table names, the
+lengths that say how many of them, the slots sparse MLA's indices name -- can only be checked by reading the
+values on the host (one device-to-host sync, which CUDA graph capture forbids). ``validate_setting`` resolves the
+one switch every launcher takes:
+
+* the launcher argument ``validate``: True (check), False (do not), None (default: the environment's setting);
+* else the environment variable ``SPLITLAB_VALIDATE`` (``VALIDATE_ENV``): ``1`` check, ``0`` do not;
+* else the launcher's default: ON where the launcher synchronises anyway (``num_splits=None``, whose planner reads
+  ``seq_lens``; sparse MLA, which has always checked its indices, except under graph capture), OFF on the paged
+  launchers' explicit-``num_splits`` path, which stays free of host syncs.
+
+What is checked (``check_paged_values``, ``check_indices``): ``0 <= seq_lens <= max_pages * page_size``; every
+block-table entry a request reads (its first ``cdiv(seq_len, page_size)`` columns; the rest are never read and may
+hold anything) in ``[0, num_pages)``; sparse indices in ``[-1, num_slots)``. Asking for validation under graph
+capture is refused (``SplitlabError``).
+
+Without validation the kernels still never read outside the cache, the pool or the block table: a length outside
+``[0, max_pages * page_size]`` makes its request's output NaN (every kernel); a block-table entry or an index out of
+range is not dereferenced and makes its request's output NaN on the Triton kernels, and leaves it *undefined* on
+the sm_90 Gluon tile (``mla_sm90``, paged MLA; its sparse path gives NaN). No launcher returns a finite number for
+such input when validation is on.
+"""
 
 from __future__ import annotations
 
@@ -68,6 +97,69 @@ def check_tensor(name: str, t: object, ndim: int, *, dtypes: tuple[torch.dtype, 
     if device is not None and t.device != device:
         raise SplitlabError(f"{name} is on {t.device}; expected {device} like q")
     return t
+
+
+#: Dimensions the kernels index in 32-bit arithmetic (head, column, slot in a page, ...) must span fewer elements.
+INT32_SPAN = 1 << 31
+
+
+def check_spans(name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
+    """Refuse a layout the kernels would address wrongly: along each of ``dims`` (indexed in 32-bit arithmetic in
+    the kernels) ``(size - 1) * stride`` must stay below 2^31 elements."""
+    for d in dims:
+        span = (t.shape[d] - 1) * t.stride(d)
+        if span >= INT32_SPAN:
+            raise SplitlabError(f"{name} has shape {tuple(t.shape)} and strides {tuple(t.stride())}: dimension {d} "
+                                f"spans {span} elements; expected fewer than 2^31 (the kernels index it in 32 bits)")
+
+
+def overlapping(t: torch.Tensor) -> bool:
+    """True unless ``t``'s elements are provably distinct memory: with the dimensions of size > 1 sorted by
+    stride, each stride exceeds the span of the ones before it (a zero stride, as ``expand`` makes, fails; so do
+    rare interleaved layouts whose elements happen to be distinct)."""
+    reach = 0
+    dims = [(size, stride) for size, stride in zip(t.shape, t.stride(), strict=True) if size > 1]
+    for size, stride in sorted(dims, key=lambda d: d[1]):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+def check_out(name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...],
+              device: torch.device) -> torch.Tensor:
+    """An output buffer: a tensor of exactly ``shape``, one of ``dtypes``, on ``device``, whose elements do not
+    overlap (any other strides are honoured)."""
+    check_tensor(name, t, len(shape), dtypes=dtypes, device=device)
+    if tuple(t.shape) != tuple(shape):
+        raise SplitlabError(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)}")
+    if overlapping(t):
+        raise SplitlabError(f"{name} has strides {tuple(t.stride())} whose elements may overlap (shape "
+                            f"{tuple(t.shape)}); expected non-overlapping strides (e.g. a contiguous tensor or a "
+                            "permutation of one)")
+    return t
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when the byte ranges ``a`` and ``b`` span intersect (a conservative test of aliasing)."""
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        if t.numel() == 0:
+            return 0, 0
+        last = sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def check_launch_device(name: str, t: torch.Tensor) -> None:
+    """A kernel launches on a CUDA GPU, or on the CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set
+    before import); looked up through the module (``_launch.check_launch_device``), a seam for the compile test."""
+    if t.device.type == "cuda" or (t.device.type == "cpu" and INTERPRET):
+        return
+    if t.device.type == "cpu":
+        raise SplitlabError(f"{name} is on the CPU; expected a GPU tensor (or TRITON_INTERPRET=1 set before import)")
+    raise SplitlabError(f"{name} is on {t.device}; expected a CUDA tensor")
 
 
 def check_kv_dtype(q: torch.Tensor, kv_cache: torch.Tensor, kv_scale: float | None) -> float:
@@ -180,3 +272,69 @@ def alloc(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     tests can poison with NaN everything a kernel must overwrite. Callers look it up through the module
     (``_launch.alloc``) so that a patch reaches them."""
     return torch.empty(*shape, dtype=dtype, device=device)
+
+
+# --- validation of the values a kernel reads through (the switch; see the module docstring) ----------------
+
+#: The environment switch: ``1`` validates, ``0`` does not, unset (or empty) leaves each launcher its default.
+VALIDATE_ENV = "SPLITLAB_VALIDATE"
+
+
+def validate_setting(validate: object) -> bool | None:
+    """The validation asked for: the ``validate`` argument when not None, else ``SPLITLAB_VALIDATE`` (``1`` /
+    ``0``), else None (the launcher's default)."""
+    if validate is not None:
+        if not isinstance(validate, bool):
+            raise SplitlabError(f"validate={validate!r} is not allowed; expected True, False or None "
+                                f"(None: {VALIDATE_ENV}, else the launcher's default)")
+        return validate
+    env = os.environ.get(VALIDATE_ENV, "")
+    if env == "":
+        return None
+    if env not in ("0", "1"):
+        raise SplitlabError(f"{VALIDATE_ENV}={env!r} is not allowed; expected 1 (validate), 0 (do not) or unset "
+                            "(each launcher's default)")
+    return env == "1"
+
+
+def no_validation_under_capture(t: torch.Tensor, what: str) -> None:
+    """Refuse validation asked for (argument or environment) while ``t``'s stream is captured into a graph."""
+    if capturing(t):
+        raise SplitlabError(f"validate=True (or {VALIDATE_ENV}=1) is not allowed while capturing a CUDA graph: "
+                            f"{what} would read device values on the host; pass validate=False when capturing")
+
+
+def check_paged_values(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pages: int, page_size: int, *,
+                       table: bool = True) -> tuple[int, int]:
+    """``(min, max)`` of ``seq_lens`` (B >= 1), read in one host sync, after refusing lengths outside
+    ``[0, max_pages * page_size]`` and, with ``table``, a block-table entry that a request reads (its first
+    ``cdiv(seq_len, page_size)`` columns) outside ``[0, num_pages)``. About ten small device ops and one sync."""
+    max_pages = block_table.shape[1]
+    cap = max_pages * page_size
+    lo, hi = torch.aminmax(seq_lens)
+    stats = [lo.long(), hi.long()]
+    if table and max_pages > 0:
+        starts = torch.arange(0, cap, page_size, dtype=torch.int64, device=seq_lens.device)  # first key of a page
+        read = starts[None, :] < seq_lens[:, None]  # [B, max_pages]: entries the request reads
+        bad = read & (block_table.clamp(0, max(num_pages - 1, 0)) != block_table) if num_pages > 0 else read
+        stats.append(bad.sum())
+    vals = torch.stack(stats).tolist()  # the one host sync
+    lo_v, hi_v = vals[0], vals[1]
+    if lo_v < 0 or hi_v > cap:
+        raise SplitlabError(f"seq_lens has values in [{lo_v}, {hi_v}]; expected [0, max_pages * page_size = {cap}] "
+                            f"(block_table has {max_pages} columns of {page_size}-key pages)")
+    if len(vals) > 2 and vals[2]:
+        b, p = (int(i) for i in bad.nonzero()[0].tolist())  # the error path: a second sync is fine
+        v, n = int(block_table[b, p]), int(seq_lens[b])
+        raise SplitlabError(f"block_table[{b}, {p}] = {v} is outside [0, num_pages = {num_pages}) and request {b} "
+                            f"reads it (seq_lens[{b}] = {n}, {page_size} keys a page; {vals[2]} read entries out of "
+                            "range in all)")
+    return lo_v, hi_v
+
+
+def check_indices(indices: torch.Tensor, num_slots: int) -> None:
+    """Refuse a sparse index outside ``[-1, num_slots)`` (-1: no key); one host sync."""
+    lo, hi = torch.stack(torch.aminmax(indices)).tolist()
+    if lo < -1 or hi >= num_slots:
+        raise SplitlabError(f"indices has values in [{lo}, {hi}]; expected values in [-1, num_slots) = "
+                            f"[-1, {num_slots}) (-1 = invalid)")

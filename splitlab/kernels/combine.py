@@ -6,6 +6,11 @@ sum, merged by log-sum-exp.
 
 A split with no keys has ``lse_s = -inf`` and weight 0: it contributes nothing, its (possibly
 uninitialised) partial row is never read into the sum, and -inf minus -inf never happens.
+
+NaN is never dropped. A split whose lse is NaN (a NaN among its keys, or a key scoring +inf, makes the partial
+kernels store one) makes the row's ``out`` and ``lse`` NaN, as the unsplit kernel and the fp64 reference give;
+so does a +inf lse (no kernel stores one). A NaN in a live split's partial row reaches the same columns of
+``out``. Only a split whose lse is exactly -inf is skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from splitlab.kernels._launch import check_tensor
+from splitlab.errors import SplitlabError
+from splitlab.kernels import _launch
+from splitlab.kernels._launch import FLOAT_DTYPES, check_out, check_spans, check_tensor, shares_memory
 
 
 @triton.jit
@@ -40,7 +47,9 @@ def _combine_kernel(
 
     # One pass, online over chunks of BLOCK_S splits (one chunk when S <= BLOCK_S). The lse and partial
     # loads of a chunk are issued together (one memory latency, not two); a split whose lse is -inf gets
-    # weight 0 and its row, possibly uninitialised, is replaced by 0 before any arithmetic.
+    # weight 0 and its row, possibly uninitialised, is replaced by 0 before any arithmetic. A NaN lse is live:
+    # it stays out of the running max (whose NaN handling differs between the GPU and the interpreter) and
+    # its weight exp(NaN) = NaN makes the sum, and so out and lse, NaN.
     m = tl.full((), float("-inf"), tl.float32)  # running max of the lse seen so far
     acc = tl.zeros([BLOCK_D], tl.float32)
     wsum = tl.zeros((), tl.float32)
@@ -50,8 +59,8 @@ def _combine_kernel(
         lse_s = tl.load(pl_base + offs_s * pl_stride_s, mask=in_range, other=float("-inf"))
         po = tl.load(po_base + offs_s[:, None] * po_stride_s + offs_d[None, :] * po_stride_d,
                      mask=in_range[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-        live = lse_s > float("-inf")
-        m_new = tl.maximum(m, tl.max(lse_s, axis=0))
+        live = lse_s != float("-inf")
+        m_new = tl.maximum(m, tl.max(tl.where(lse_s == lse_s, lse_s, float("-inf")), axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m - m_safe)  # 0 while nothing live has been seen (m = -inf)
         w = tl.where(live, tl.exp(lse_s - m_safe), 0.0)
@@ -105,18 +114,51 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
     heads])``.
 
     ``out`` defaults to a new tensor of ``out_dtype`` (fp32 if not given); a row whose splits are all
-    empty comes out all zero with ``lse = -inf``.
+    empty comes out all zero with ``lse = -inf``; a NaN lse makes its row NaN (see the module docstring).
+    A given ``out`` must be ``[rows, heads, Dv]`` of fp32 / fp16 / bf16 (``out_dtype``, if also given, must
+    match), a given ``lse`` ``[rows, heads]`` fp32, both on the partials' device with non-overlapping elements
+    (any strides) and sharing no memory with the partials; anything else is refused with a ``SplitlabError``.
     """
     check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32, torch.float16, torch.bfloat16))
-    check_tensor("partial_lse", partial_lse, 3, dtypes=(torch.float32,), device=partial_out.device)
+    _launch.check_launch_device("partial_out", partial_out)
+    dev = partial_out.device
+    check_tensor("partial_lse", partial_lse, 3, dtypes=(torch.float32,), device=dev)
     rows, heads, splits, dv = partial_out.shape
     if tuple(partial_lse.shape) != (rows, heads, splits):
-        raise ValueError(f"partial_lse has shape {tuple(partial_lse.shape)}; expected {(rows, heads, splits)} "
-                         "to match partial_out")
+        raise SplitlabError(f"partial_lse has shape {tuple(partial_lse.shape)}; expected {(rows, heads, splits)} "
+                            "to match partial_out")
+    if dv < 1:
+        raise SplitlabError(f"partial_out has shape {tuple(partial_out.shape)}; expected [rows, heads, S, Dv >= 1]")
+    check_spans("partial_out", partial_out, (1, 2, 3))
+    check_spans("partial_lse", partial_lse, (1, 2))
+    if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
+        raise SplitlabError(f"out_dtype={out_dtype!r} is not allowed; expected one of "
+                            f"{', '.join(map(str, FLOAT_DTYPES))}")
     if out is None:
-        out = torch.empty(rows, heads, dv, dtype=out_dtype or torch.float32, device=partial_out.device)
+        out = torch.empty(rows, heads, dv, dtype=out_dtype or torch.float32, device=dev)
+    else:
+        check_out("out", out, (rows, heads, dv), FLOAT_DTYPES, dev)
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise SplitlabError(f"out has dtype {out.dtype}; expected out_dtype={out_dtype} (or leave one unset)")
+        check_spans("out", out, (1, 2))
     if lse is None:
-        lse = torch.empty(rows, heads, dtype=torch.float32, device=partial_out.device)
+        lse = torch.empty(rows, heads, dtype=torch.float32, device=dev)
+    else:
+        check_out("lse", lse, (rows, heads), (torch.float32,), dev)
+        check_spans("lse", lse, (1,))
+    for name, t in (("out", out), ("lse", lse)):
+        for src_name, src in (("partial_out", partial_out), ("partial_lse", partial_lse)):
+            if shares_memory(t, src):
+                raise SplitlabError(f"{name} shares memory with {src_name}; expected separate buffers")
+    if shares_memory(out, lse):
+        raise SplitlabError("lse shares memory with out; expected separate buffers")
+    return launch_combine(partial_out, partial_lse, out, lse)
+
+
+def launch_combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``combine`` without its checks: for the launchers, whose partials and outputs are their own buffers."""
+    rows, heads, splits, dv = partial_out.shape
     block_s, block_d, num_warps = combine_tile(rows, heads, splits, dv)
     _combine_kernel[combine_grid(rows, heads, splits, dv)](
         partial_out, partial_lse, out, lse,

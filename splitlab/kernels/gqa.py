@@ -33,16 +33,20 @@ from splitlab.kernels._launch import (
     TORCH_DTYPE_NAMES,
     LaunchFacts,
     check_knob,
+    check_paged_values,
     check_pow2,
     check_same_dtype,
+    check_spans,
     check_tensor,
     interpret_upcast,
     no_sync_under_capture,
+    no_validation_under_capture,
     resolve_device,
     resolve_sm_scale,
+    validate_setting,
 )
-from splitlab.kernels.combine import combine, combine_grid
-from splitlab.kernels.paging import tile_pages
+from splitlab.kernels.combine import combine_grid, launch_combine
+from splitlab.kernels.paging import any_bad, checked_len, poison, tile_pages
 from splitlab.planners._math import next_power_of_two
 from splitlab.workloads import DecodeWorkload
 
@@ -58,6 +62,7 @@ def _gqa_partial_kernel(
     q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, out_ptr, lse_ptr,
     qk_scale,  # sm_scale * log2(e)
     num_kv_heads, group, num_splits,
+    seq_lens_stride, num_pages, max_keys,  # max_keys: block_table's columns * PAGE_SIZE
     q_stride_b, q_stride_h, q_stride_d,
     k_stride_p, k_stride_s, k_stride_h, k_stride_d,
     v_stride_p, v_stride_s, v_stride_h, v_stride_d,
@@ -78,8 +83,9 @@ def _gqa_partial_kernel(
     kvh = pid_bh % num_kv_heads
     b64 = b.to(tl.int64)
 
-    # This request's keys, split into num_splits tile-aligned pieces: [start, end).
-    seq_len = tl.load(seq_lens_ptr + b)
+    # This request's keys, split into num_splits tile-aligned pieces: [start, end). A length outside
+    # [0, max_keys] reads nothing and stores NaN (paging.checked_len).
+    seq_len, bad_len = checked_len(tl.load(seq_lens_ptr + b64 * seq_lens_stride), max_keys)
     split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
@@ -107,13 +113,17 @@ def _gqa_partial_kernel(
 
     # The block-table entries of the next tile are loaded one iteration ahead and carried in registers,
     # so the K/V addresses of a tile do not depend on a load of the same iteration (see splitlab.kernels.paging).
-    page_next = tile_pages(bt_row, bt_stride_p, start, end, offs_n, PAGE_SIZE, BLOCK_N)
+    # An entry out of the cache is clamped into it and flagged (paging.tile_pages): the request then stores NaN.
+    page_next, bad_pages = tile_pages(bt_row, bt_stride_p, start, end, offs_n, num_pages, PAGE_SIZE, BLOCK_N)
     for start_n in range(start, end, BLOCK_N):
-        # Every tile holds at least one live key (start_n < end), so the row max below is finite.
+        # Every tile holds at least one live key (start_n < end); its row max is finite unless every key so far
+        # scores -inf (an infinite key) or NaN, hence m_safe, as in mla.softmax_update.
         pos = start_n + offs_n
         mask_n = pos < end
         page = page_next
-        page_next = tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, PAGE_SIZE, BLOCK_N)
+        page_next, bad_next = tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, num_pages, PAGE_SIZE,
+                                         BLOCK_N)
+        bad_pages = bad_pages | bad_next
         # Paged gather: token pos lives in page block_table[b, pos // PAGE_SIZE], slot pos % PAGE_SIZE.
         slot = pos % PAGE_SIZE
         k_rows = page * k_stride_p + slot * k_stride_s
@@ -128,8 +138,9 @@ def _gqa_partial_kernel(
         s = tl.where(mask_n[None, :], s, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)  # exp2(-inf) = 0 on the first tile
-        p = tl.exp2(s - m_new[:, None])
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # keeps -inf - -inf out
+        alpha = tl.exp2(m_i - m_safe)  # exp2(-inf) = 0 on the first tile
+        p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
 
         # V tile [BLOCK_N, BLOCK_D]: BLOCK_N * D * elt bytes.
@@ -139,7 +150,9 @@ def _gqa_partial_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
-    # Epilogue: a split without keys writes zeros and lse = -inf (the combine gives it weight 0).
+    # Epilogue: a split without keys writes zeros and lse = -inf (the combine gives it weight 0); a NaN among the
+    # keys, a length or a page out of range give NaN (which the combine propagates).
+    l_i = poison(l_i, bad_len | any_bad(bad_pages, PAGE_SIZE, BLOCK_N))
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
@@ -244,40 +257,46 @@ def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
         raise SplitlabError(f"block_table has shape {tuple(block_table.shape)}; expected [{B}, max_pages]")
     if tuple(seq_lens.shape) != (B,):
         raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
-    if dev.type == "cpu" and not _launch.INTERPRET:
-        raise SplitlabError("q is on the CPU; expected a GPU tensor "
-                            "(or TRITON_INTERPRET=1 set before import)")
+    _launch.check_launch_device("q", q)
+    # Dimensions the kernel indexes in 32 bits (batch, page and kv-head offsets are 64-bit).
+    for name, t, dims in (("q", q, (1, 2)), ("k_cache", k_cache, (1, 3)), ("v_cache", v_cache, (1, 3)),
+                          ("block_table", block_table, (1,))):
+        check_spans(name, t, dims)
 
 
 def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                seq_lens: torch.Tensor, *, num_splits: int | None = None, block_n: int | None = None,
                num_warps: int | None = None, num_stages: int | None = None, sm_scale: float | None = None,
-               return_lse: bool = False):
+               return_lse: bool = False, validate: bool | None = None):
     """Paged GQA/MHA/MQA decode, one query token per request.
 
-    q [B, Hq, D]; k_cache, v_cache [num_pages, page_size, Hkv, D] (any strides); block_table [B, max_pages]
-    int32 (request b's token i lives in page ``block_table[b, i // page_size]``, slot ``i % page_size``);
-    seq_lens [B] int32 (0 allowed). Returns out [B, Hq, D] in q's dtype, or ``(out, lse)`` with lse fp32
-    [B, Hq] natural log (-inf, and an all-zero out row, for a request without keys).
+    q [B, Hq, D]; k_cache, v_cache [num_pages, page_size, Hkv, D]; block_table [B, max_pages] int32 (request
+    b's token i lives in page ``block_table[b, i // page_size]``, slot ``i % page_size``); seq_lens [B] int32
+    (0 allowed). Any strides (views, a column of a wider tensor). Returns out [B, Hq, D] in q's dtype, or
+    ``(out, lse)`` with lse fp32 [B, Hq] natural log (-inf, and an all-zero out row, for a request without keys;
+    NaN rows where a key the request attends holds NaN, as the reference gives).
 
     ``num_splits=None`` asks ``splitlab.planners.default_plan`` on the GPU q lives on (the H200 preset when
-    interpreting on the CPU); it reads ``seq_lens`` min and max in one host sync (and refuses lengths outside
-    ``[0, max_pages * page_size]``): pass ``num_splits`` under CUDA graphs. With an explicit ``num_splits``
-    nothing syncs, so ``seq_lens`` and the block table are trusted, as with every paged kernel.
+    interpreting on the CPU); it reads ``seq_lens`` in one host sync: pass ``num_splits`` under CUDA graphs.
+
+    ``validate`` (``_launch.validate_setting``: None follows ``SPLITLAB_VALIDATE``, else the default) refuses
+    lengths outside ``[0, max_pages * page_size]`` and block-table entries a request reads outside
+    ``[0, num_pages)``. Default: on with ``num_splits=None`` (within its one sync; the length check is always
+    made there), off with an explicit ``num_splits`` (no sync). Unvalidated, such inputs are never read past:
+    their requests come out NaN.
     """
     _check_inputs(q, k_cache, v_cache, block_table, seq_lens)
     B, Hq, D = q.shape
-    _, page_size, Hkv, _ = k_cache.shape
+    num_pages, page_size, Hkv, _ = k_cache.shape
+    max_pages = block_table.shape[1]
     scale = resolve_sm_scale(sm_scale, D)
+    want = validate_setting(validate)
 
     dtype = TORCH_DTYPE_NAMES[q.dtype]
     if num_splits is None:
         no_sync_under_capture(q, "gqa_decode(num_splits=None)")
-        lo, hi = torch.stack([seq_lens.min(), seq_lens.max()]).tolist()  # the one host sync
-        max_pages = block_table.shape[1]
-        if lo < 0 or hi > max_pages * page_size:
-            raise SplitlabError(f"seq_lens has values in [{lo}, {hi}]; expected [0, max_pages * page_size = "
-                                f"{max_pages * page_size}]")
+        # The one host sync: the longest request for the planner, and the checks.
+        _, hi = check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False)
         ctx_len = max(1, hi)
         device = resolve_device(like=q)
         w = DecodeWorkload(kind="gqa", batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim_qk=D, head_dim_v=D,
@@ -285,6 +304,9 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         facts = gqa_launch_facts(w, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                                  device=device)
     else:
+        if want:
+            no_validation_under_capture(q, "gqa_decode")
+            check_paged_values(block_table, seq_lens, num_pages, page_size)
         knobs = (num_splits, block_n, num_warps, num_stages)
         # The knob types are part of the key: True == 1, yet num_splits=True must be refused.
         key = (B, Hq, Hkv, D, page_size, dtype, *knobs, tuple(map(type, knobs)))
@@ -305,6 +327,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         lse_strides = (lse.stride(0), lse.stride(1), 0)
     else:
         dst = _launch.alloc(B, Hq, S, D, dtype=torch.float32, device=q.device)
+        check_spans(f"the partials of num_splits={S}", dst, (1, 2, 3))
         dst_lse = _launch.alloc(B, Hq, S, dtype=torch.float32, device=q.device)
         dst_strides = (dst.stride(0), dst.stride(1), dst.stride(2), dst.stride(3))
         lse_strides = tuple(dst_lse.stride())
@@ -315,6 +338,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         q, k_cache, v_cache, block_table, seq_lens, dst, dst_lse,
         scale * LOG2E,
         Hkv, group, S,
+        seq_lens.stride(0), num_pages, max_pages * page_size,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
         *dst_strides, *lse_strides,
         PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=facts.block_h, BLOCK_N=facts.block_n, BLOCK_D=block_d,
@@ -323,5 +347,5 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     )
     if S > 1:
         out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
-        combine(dst, dst_lse, out=out, lse=lse)
+        launch_combine(dst, dst_lse, out, lse)
     return (out, lse) if return_lse else out

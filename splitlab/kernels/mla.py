@@ -20,10 +20,13 @@ The tile math (Q load, latent-row load, the online-softmax update of one tile, t
 ``@triton.jit`` helpers that ``sparse_mla`` reuses; only the address of the rows differs (a paged
 gather here, a top-k index gather there).
 
-Host syncs. ``num_splits=None`` asks the default planner, which needs the longest request: one device
-reduction over ``seq_lens`` (``min``/``max`` in one transfer), also used to check ``0 <= seq_lens <=
-max_pages * page_size``. With an explicit ``num_splits`` the launcher does not sync, and the caller
-vouches for ``seq_lens`` and ``block_table`` (entries < num_pages), as with every paged kernel.
+Host syncs and validation. ``num_splits=None`` asks the default planner, which needs the longest request: one
+host sync over ``seq_lens``, which also checks ``0 <= seq_lens <= max_pages * page_size`` and (validation on by
+default there) that every block-table entry a request reads is a page of the cache. With an explicit
+``num_splits`` the launcher does not sync unless asked to validate (``validate=True`` or ``SPLITLAB_VALIDATE=1``;
+see ``_launch``). Unvalidated, a length outside the table makes its request NaN, and an entry outside
+``[0, num_pages)`` is never read: its request is NaN on this kernel, undefined on the Gluon tile (``mla_sm90``).
+Any strides are honoured, ``seq_lens`` and the block table's included.
 """
 
 from __future__ import annotations
@@ -44,17 +47,21 @@ from splitlab.kernels._launch import (
     LaunchFacts,
     check_knob,
     check_kv_dtype,
+    check_paged_values,
     check_pow2,
+    check_spans,
     check_tensor,
     device_guard,
     dot_input_precision,
     interpret_upcast,
     no_sync_under_capture,
+    no_validation_under_capture,
     resolve_device,
     resolve_sm_scale,
+    validate_setting,
 )
-from splitlab.kernels.combine import combine, combine_grid
-from splitlab.kernels.paging import tile_pages
+from splitlab.kernels.combine import combine_grid, launch_combine
+from splitlab.kernels.paging import any_bad, checked_len, poison, tile_pages
 from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
@@ -273,7 +280,7 @@ def _widen(x, dtype, qk_scale):
 
 
 @triton.jit
-def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale, p_dtype_like,
+def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, fill, m_i, l_i, qk_scale, q_row_scale, p_dtype_like,
                      HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8_QK: tl.constexpr):
     """The QK half of ``softmax_update``: scaled scores, the new running max and sum, the rescale factor
     of the old state, and the probabilities in the PV dot's dtype (``p_dtype_like``'s)."""
@@ -286,7 +293,7 @@ def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scal
         # A separate dot plus an add (not the first dot as the second's accumulator) keeps the rope
         # dot out of the first one's forward slice, so ISOLATE_QK can work.
         s += tl.dot(q_r, tl.trans(kv_r), input_precision=DOT_PRECISION) * scale
-    s = tl.where(valid[None, :], s, float("-inf"))
+    s = tl.where(valid[None, :], s, fill)
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
@@ -296,12 +303,13 @@ def _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scal
 
 
 @triton.jit
-def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
+def softmax_update(q_v, q_r, kv_v, kv_r, valid, fill, m_i, l_i, acc, qk_scale, q_row_scale,
                    HEAD_DIM_R: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr,
                    KV_FP8: tl.constexpr, FP8_QK: tl.constexpr, PV_DTYPE: tl.constexpr):
     """Fold one key tile into the online softmax of a head tile (base 2: ``qk_scale = sm_scale *
     log2(e)``, ``m_i`` the running max of scaled scores, ``l_i`` the running sum, ``acc`` the unnormalised
-    ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score -inf; a tile with no valid key
+    ``[BLOCK_H, BLOCK_DV]`` output). Keys with ``valid`` false score ``fill``: -inf (paged MLA), or per key
+    -inf or NaN (sparse MLA, ``paging.key_masks``: an index out of range); a tile with no valid key and no NaN
     leaves the state unchanged (``m_safe`` keeps -inf - -inf out). FLOPs: 2*BLOCK_H*BLOCK_N*(Dqk + Dv).
 
     ``ISOLATE_QK`` (see ``isolate_qk``): the scores and the softmax are computed inside a branch that is
@@ -331,16 +339,16 @@ def softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_s
         kv_pv = kv_v
     if ISOLATE_QK:
         if qk_scale > 0.0:  # always (the launchers refuse sm_scale <= 0)
-            m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale,
-                                                      kv_pv, HEAD_DIM_R, DOT_PRECISION, FP8_QK)
+            m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, fill, m_i, l_i, qk_scale,
+                                                      q_row_scale, kv_pv, HEAD_DIM_R, DOT_PRECISION, FP8_QK)
         else:
             m_new, l_new = m_i, l_i
             alpha = tl.full(m_i.shape, 1.0, tl.float32)
             # Not a constant: a constant in the PV operand's layout would take its own shared memory.
             p = (tl.zeros([q_v.shape[0], kv_v.shape[0]], tl.float32) * qk_scale).to(kv_pv.dtype)
     else:
-        m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, qk_scale, q_row_scale,
-                                                  kv_pv, HEAD_DIM_R, DOT_PRECISION, FP8_QK)
+        m_new, l_new, alpha, p = _scores_to_probs(q_v, q_r, kv_v, kv_r, valid, fill, m_i, l_i, qk_scale,
+                                                  q_row_scale, kv_pv, HEAD_DIM_R, DOT_PRECISION, FP8_QK)
     acc = acc * alpha[:, None]
     acc = tl.dot(p, kv_pv, acc, input_precision=DOT_PRECISION)
     return m_new, l_new, acc
@@ -380,6 +388,7 @@ def store_head_tile(acc, m_i, l_i, v_scale, out_row_ptr, lse_row_ptr, offs_h, ma
 def _mla_decode_kernel(
     q_ptr, kv_ptr, bt_ptr, seq_lens_ptr, out_ptr, lse_ptr,
     num_heads, num_head_tiles, num_splits, qk_scale, v_scale,
+    seq_lens_stride, num_pages, max_keys,  # max_keys: block_table's columns * PAGE_SIZE
     q_stride_b, q_stride_h, q_stride_d,
     kv_stride_p, kv_stride_s, kv_stride_d,
     bt_stride_b, bt_stride_p,
@@ -398,8 +407,9 @@ def _mla_decode_kernel(
     split = rest % num_splits
     b = rest // num_splits
 
-    # This request's split: whole BLOCK_N tiles, sized by its own length (ragged batches balance).
-    seq_len = tl.load(seq_lens_ptr + b)
+    # This request's split: whole BLOCK_N tiles, sized by its own length (ragged batches balance). A length
+    # outside [0, max_keys] reads nothing and stores NaN (paging.checked_len).
+    seq_len, bad_len = checked_len(tl.load(seq_lens_ptr + b.to(tl.int64) * seq_lens_stride), max_keys)
     split_size = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_size
     end = tl.minimum(start + split_size, seq_len)
@@ -416,22 +426,26 @@ def _mla_decode_kernel(
     # Per tile: BLOCK_N latent rows (BLOCK_N * Dqk * elt bytes) plus 4 bytes of block table per page. The
     # next tile's pages are read one iteration ahead, so the row loads pipeline (splitlab.kernels.paging).
     offs_t = tl.arange(0, BLOCK_N)
-    page_next = tile_pages(bt_row, bt_stride_p, start, end, offs_t, PAGE_SIZE, BLOCK_N)
+    # An entry out of the cache is clamped into it and flagged (paging.tile_pages): the request then stores NaN.
+    page_next, bad_pages = tile_pages(bt_row, bt_stride_p, start, end, offs_t, num_pages, PAGE_SIZE, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + offs_t
         valid = offs_n < end
         page = page_next
-        page_next = tile_pages(bt_row, bt_stride_p, n0 + BLOCK_N, end, offs_t, PAGE_SIZE, BLOCK_N)
+        page_next, bad_next = tile_pages(bt_row, bt_stride_p, n0 + BLOCK_N, end, offs_t, num_pages, PAGE_SIZE,
+                                         BLOCK_N)
+        bad_pages = bad_pages | bad_next
         # A tile lies in one page when PAGE_SIZE % BLOCK_N == 0 (page is a scalar: contiguous rows).
         rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
-        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
-                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, float("-inf"), m_i, l_i, acc, qk_scale,
+                                       q_row_scale, HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
                                        q_ptr.dtype.element_ty)
 
-    # Final output (out_stride_s == 0 when unsplit) or this split's partial (fp32 from this kernel).
-    store_head_tile(acc, m_i, l_i, v_scale,
+    # Final output (out_stride_s == 0 when unsplit) or this split's partial (fp32 from this kernel); NaN for a
+    # length or a page out of range.
+    store_head_tile(acc, m_i, poison(l_i, bad_len | any_bad(bad_pages, PAGE_SIZE, BLOCK_N)), v_scale,
                     out_ptr + b.to(tl.int64) * out_stride_b + split * out_stride_s,
                     lse_ptr + b.to(tl.int64) * lse_stride_b + split * lse_stride_s,
                     offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
@@ -503,6 +517,7 @@ def alloc_outputs(rows: int, heads: int, head_dim_v: int, num_splits: int, dtype
         return out, lse, (out.stride(0), out.stride(1), 0, out.stride(2)), (lse.stride(0), lse.stride(1), 0)
     po = _launch.alloc(rows, heads, num_splits, head_dim_v, dtype=mla_sm90.partial_dtype(dtype, sm90),
                        device=device)
+    check_spans(f"the partials of num_splits={num_splits}", po, (1, 2, 3))
     pl = _launch.alloc(rows, heads, num_splits, dtype=torch.float32, device=device)
     return po, pl, po.stride(), pl.stride()
 
@@ -513,8 +528,8 @@ def finish_outputs(o: torch.Tensor, l: torch.Tensor, num_splits: int, dtype: tor
         out, lse = o, l
     else:
         rows, heads, _, dv = o.shape
-        out, lse = combine(o, l, out=_launch.alloc(rows, heads, dv, dtype=dtype, device=o.device),
-                           lse=_launch.alloc(rows, heads, dtype=torch.float32, device=o.device))
+        out, lse = launch_combine(o, l, _launch.alloc(rows, heads, dv, dtype=dtype, device=o.device),
+                                  _launch.alloc(rows, heads, dtype=torch.float32, device=o.device))
     return (out, lse) if return_lse else out
 
 
@@ -527,12 +542,18 @@ def empty_result(rows: int, heads: int, head_dim_v: int, q: torch.Tensor, return
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                *, head_dim_v: int = 512, num_splits: int | None = None, block_n: int | None = None,
                block_h: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
-               sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False):
+               sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False,
+               validate: bool | None = None):
     """Absorbed MLA decode (see the module docstring).
 
     q [B, H, Dqk]; kv_cache [num_pages, page_size, Dqk] (K = all columns, V = the first ``head_dim_v``);
-    block_table [B, max_pages] int32; seq_lens [B] int32. Returns out [B, H, head_dim_v] in q's dtype, or
-    ``(out, lse)`` with lse fp32 [B, H] (natural log; -inf for a request with no keys, whose row is 0).
+    block_table [B, max_pages] int32; seq_lens [B] int32; any strides. Returns out [B, H, head_dim_v] in q's
+    dtype, or ``(out, lse)`` with lse fp32 [B, H] (natural log; -inf for a request with no keys, whose row is 0;
+    NaN where a key the request attends holds NaN, as the reference gives).
+
+    ``validate`` (None: ``SPLITLAB_VALIDATE``, else on with ``num_splits=None``, off with an explicit
+    ``num_splits``) refuses lengths outside ``[0, max_pages * page_size]`` and block-table entries a request
+    reads outside ``[0, num_pages)`` (one host sync; refused under CUDA graph capture).
 
     Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200``
     preset when q is on the CPU; one host sync over seq_lens), ``block_n`` (keys per tile, power of two
@@ -546,12 +567,13 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
+    _launch.check_launch_device("q", q)
     check_tensor("kv_cache", kv_cache, 3, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
     kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
     check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
     check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
     B, H, Dqk = q.shape
-    _, page_size, kv_dim = kv_cache.shape
+    num_pages, page_size, kv_dim = kv_cache.shape
     max_pages = block_table.shape[1]
     if H < 1 or Dqk < 1:
         raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [B, H >= 1, Dqk >= 1]")
@@ -564,18 +586,21 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
         raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
     Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
     scale = resolve_sm_scale(sm_scale, Dqk)
+    # Dimensions the kernels index in 32 bits (batch and page offsets are 64-bit).
+    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1, 2)), ("block_table", block_table, (1,))):
+        check_spans(name, t, dims)
+    want = validate_setting(validate)
     if B == 0:
         return empty_result(0, H, Dv, q, return_lse)
 
     if num_splits is None:
-        # The one host sync: the longest request, for the planner (and a range check on seq_lens).
+        # The one host sync: the longest request, for the planner, and the checks.
         no_sync_under_capture(q, "mla_decode(num_splits=None)")
-        lo, hi = torch.stack([seq_lens.min(), seq_lens.max()]).tolist()
-        if lo < 0 or hi > max_pages * page_size:
-            raise SplitlabError(f"seq_lens has values in [{lo}, {hi}]; expected [0, max_pages * page_size = "
-                                f"{max_pages * page_size}]")
-        ctx = hi
+        _, ctx = check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False)
     else:
+        if want:
+            no_validation_under_capture(q, "mla_decode")
+            check_paged_values(block_table, seq_lens, num_pages, page_size)
         ctx = max_pages * page_size  # an upper bound, unused by the facts when num_splits is given
     w = DecodeWorkload(kind="mla", batch=B, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv,
                        ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[kv_cache.dtype])
@@ -585,16 +610,19 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
 
     S = f.num_splits
     block_dv, block_dr = padded_dims(Dqk, Dv)
-    sm90 = mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps, f.num_stages)
+    # (The Gluon tile clamps an unvalidated page into the cache, so it needs one: num_pages >= 1.)
+    sm90 = num_pages > 0 and mla_sm90.use_sm90(q, kv_cache.dtype, Dqk, Dv, f.block_h, f.block_n, f.num_warps,
+                                               f.num_stages)
     o, l, o_strides, l_strides = alloc_outputs(B, H, Dv, S, q.dtype, dev, sm90=sm90)
     with device_guard(q):
         if sm90:
             mla_sm90.launch_paged(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
-                                  l_strides, Dv)
+                                  l_strides, Dv, max_keys=max_pages * page_size)
             return finish_outputs(o, l, S, q.dtype, return_lse)
         _mla_decode_kernel[f.grid](
             q, kv_cache, block_table, seq_lens, o, l,
             H, cdiv(H, f.block_h), S, scale * kv_scale * LOG2E, kv_scale,
+            seq_lens.stride(0), num_pages, max_pages * page_size if num_pages else 0,  # (no key of an empty cache)
             *q.stride(), *kv_cache.stride(), *block_table.stride(), *o_strides, *l_strides,
             PAGE_SIZE=page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_N=f.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),

@@ -73,18 +73,25 @@ if HAVE_GLUON:
 if HAVE_GLUON:
 
     @gluon.jit
-    def _tile_rows(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, SPARSE: gl.constexpr,
-                   PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+    def _tile_rows(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, num_rows, SPARSE: gl.constexpr,
+                   PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr, CHECK: gl.constexpr):
         """(row offsets [BLOCK_N] int64 from ``kv_ptr``, valid) of the keys ``n0 + [0, BLOCK_N)`` in ``layout``
         (a SliceLayout over rows). Paged: ``map_row`` is the request's block table, a key's row is
         ``page * kv_stride_p + (key % PAGE_SIZE) * kv_stride_s``, valid below ``end``; sparse (PAGE_SIZE 1):
         ``map_row`` is the token's top-k indices, a row is ``index * kv_stride_p``, and an index of -1 is not
-        valid (its offset is never read). 4 bytes of map per key (a page's repeats hit L1)."""
+        valid (its offset is never read). With ``CHECK`` (the loader's copies) an entry outside ``[0, num_rows)``
+        (unvalidated input) is never followed: a slot is not valid (as -1), a page is clamped into the cache (a
+        mask would cost the loader registers it does not have: 24 bytes of spill, sm_90a, triton 3.6), so the copy
+        stays in bounds and the result is undefined. 4 bytes of map per key (a page's repeats hit L1)."""
         pos = n0 + gl.arange(0, BLOCK_N, layout=layout)
         if SPARSE:
             entry = gl.load(map_row + pos * map_stride, mask=pos < end, other=-1)
+            if CHECK:
+                entry = gl.where(entry < num_rows, entry, -1)
             return entry.to(gl.int64) * kv_stride_p, entry >= 0
         page = gl.load(map_row + (pos // PAGE_SIZE) * map_stride, mask=pos < end, other=0)
+        if CHECK:
+            page = gl.minimum(gl.maximum(page, 0), num_rows - 1)  # num_rows >= 1 on this kernel (mla.mla_decode)
         return page.to(gl.int64) * kv_stride_p + (pos % PAGE_SIZE).to(gl.int64) * kv_stride_s, pos < end
 
     @gluon.jit
@@ -96,13 +103,14 @@ if HAVE_GLUON:
         async_copy.async_copy_global_to_shared(smem, ptrs, mask=row_ok[:, None])
 
     @gluon.jit
-    def _tile_offsets(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, SPARSE: gl.constexpr,
+    def _tile_offsets(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, num_rows, SPARSE: gl.constexpr,
                       PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, ROWS_V: gl.constexpr, ROWS_R: gl.constexpr):
-        """``_tile_rows`` in the V part's and the rope part's copy layouts: (off_v, ok_v, off_r, ok_r)."""
-        off_v, ok_v = _tile_rows(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, SPARSE, PAGE_SIZE, BLOCK_N,
-                                 ROWS_V)
-        off_r, ok_r = _tile_rows(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, SPARSE, PAGE_SIZE, BLOCK_N,
-                                 ROWS_R)
+        """``_tile_rows`` (range-checked) in the V part's and the rope part's copy layouts: (off_v, ok_v, off_r,
+        ok_r)."""
+        off_v, ok_v = _tile_rows(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, num_rows, SPARSE, PAGE_SIZE,
+                                 BLOCK_N, ROWS_V, True)
+        off_r, ok_r = _tile_rows(map_row, map_stride, kv_stride_p, kv_stride_s, n0, end, num_rows, SPARSE, PAGE_SIZE,
+                                 BLOCK_N, ROWS_R, True)
         return off_v, ok_v, off_r, ok_r
 
     @gluon.jit
@@ -115,11 +123,12 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _part_softmax(bufs, bars, n_tiles, start, end, qk_scale, map_row, map_stride_k, out_row, lse_row, head_tile,
-                      num_heads, out_stride_h, out_stride_d, lse_stride_h,
+                      num_heads, out_stride_h, out_stride_d, lse_stride_h, bad_len,
                       SPARSE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM_V: gl.constexpr,
                       HEAD_DIM_R: gl.constexpr):
         """The default partition (4 warps): QK, the online softmax, P for the PV partition, the left half of PV,
-        the row sums and lse, and the left half of the output."""
+        the row sums and lse, and the left half of the output (NaN, both halves, for a length out of range:
+        ``bad_len``)."""
         q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem = bufs
         q_ready, kv_ready, kv_free, p_ready, p_free, epi = bars
         dtype: gl.constexpr = q_v_smem.dtype
@@ -147,7 +156,7 @@ if HAVE_GLUON:
                 s = warpgroup_mma(q_r_smem, kv_r_smem.index(buf).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(0, deps=[s])
             if SPARSE:  # an index of -1 scores -inf (its row was zero-filled, never read)
-                _, key_ok = _tile_rows(map_row, map_stride_k, 0, 0, n0, end, True, 1, BLOCK_N, KEYS)
+                _, key_ok = _tile_rows(map_row, map_stride_k, 0, 0, n0, end, 0, True, 1, BLOCK_N, KEYS, False)
             else:
                 key_ok = n0 + gl.arange(0, BLOCK_N, layout=KEYS) < end
             s = gl.where(key_ok[None, :], s * qk_scale, float("-inf"))
@@ -173,7 +182,9 @@ if HAVE_GLUON:
             gl.thread_barrier()
             mbarrier.arrive(kv_free.index(buf))
         # The row sums for the PV partition's epilogue; this half of the output and the lse (mla.store_head_tile:
-        # an empty split stores zeros and -inf). Bytes: BLOCK_H x (Dv / 2 x out elt + 4).
+        # an empty split stores zeros and -inf; a bad length NaN, paging.poison). Bytes: BLOCK_H x (Dv / 2 x out
+        # elt + 4).
+        l_i = gl.where(bad_len, float("nan"), l_i)
         l_smem.store(l_i)
         gl.thread_barrier()
         mbarrier.arrive(epi)
@@ -222,7 +233,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _part_pv(bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k, kv_ptr,
                  kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h, out_stride_d,
-                 SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+                 num_rows, SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
                  HEAD_DIM_V: gl.constexpr, HEAD_DIM_R: gl.constexpr):
         """A worker partition (4 warps): the right half of PV, from the softmax partition's P, and of the output."""
         q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem = bufs
@@ -252,8 +263,8 @@ if HAVE_GLUON:
     @gluon.jit
     def _part_load(bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k, kv_ptr,
                    kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h, out_stride_d,
-                   SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-                   HEAD_DIM_V: gl.constexpr, HEAD_DIM_R: gl.constexpr):
+                   num_rows, SPARSE: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_H: gl.constexpr,
+                   BLOCK_N: gl.constexpr, HEAD_DIM_V: gl.constexpr, HEAD_DIM_R: gl.constexpr):
         """A worker partition (4 warps): Q, then every latent tile into the buffer its predecessor but one left.
         Bytes: BLOCK_H x Dqk x 2 once, BLOCK_N x Dqk x 2 a tile (plus 4 of map per key)."""
         q_v_smem, q_r_smem, kv_v_smem, kv_r_smem, p_smem, alpha_smem, l_smem = bufs
@@ -267,8 +278,8 @@ if HAVE_GLUON:
         # the first QK, not two. Q is the older commit group, so waiting down to one group in flight lands it.
         h_v = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_V)
         h_r = head_tile * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS_R)
-        off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start, end, SPARSE,
-                                                 PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
+        off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start, end, num_rows,
+                                                 SPARSE, PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
         _copy_tile(q_v_smem, q_r_smem, q_base, h_v.to(gl.int64) * q_stride_h, h_v < num_heads,
                    h_r.to(gl.int64) * q_stride_h, h_r < num_heads, q_stride_d, HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
         async_copy.commit_group()
@@ -280,7 +291,7 @@ if HAVE_GLUON:
         gl.thread_barrier()
         mbarrier.arrive(q_ready)
         off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s, start + BLOCK_N, end,
-                                                 SPARSE, PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
+                                                 num_rows, SPARSE, PAGE_SIZE, BLOCK_N, ROWS_V, ROWS_R)
         _landed(kv_ready.index(0))  # (an empty split's arrive is never waited on)
         for i in range(1, n_tiles):
             buf = i % 2
@@ -289,8 +300,8 @@ if HAVE_GLUON:
                        HEAD_DIM_V, HEAD_DIM_R, CP_V, CP_R)
             # The next tile's map entries, read while this tile's copies fly.
             off_v, ok_v, off_r, ok_r = _tile_offsets(map_row, map_stride_k, kv_stride_p, kv_stride_s,
-                                                     start + (i + 1) * BLOCK_N, end, SPARSE, PAGE_SIZE, BLOCK_N,
-                                                     ROWS_V, ROWS_R)
+                                                     start + (i + 1) * BLOCK_N, end, num_rows, SPARSE, PAGE_SIZE,
+                                                     BLOCK_N, ROWS_V, ROWS_R)
             _landed(kv_ready.index(buf))
 
     @gluon.jit
@@ -307,6 +318,7 @@ if HAVE_GLUON:
     def _mla_sm90_kernel(
         q_ptr, kv_ptr, map_ptr, seq_lens_ptr, out_ptr, lse_ptr,
         num_heads, num_head_tiles, num_splits, num_keys, qk_scale,
+        seq_lens_stride, num_rows, max_keys,  # num_rows: pages (paged) or pool slots (sparse)
         q_stride_b, q_stride_h, q_stride_d,
         kv_stride_p, kv_stride_s, kv_stride_d,
         map_stride_b, map_stride_k,
@@ -329,7 +341,10 @@ if HAVE_GLUON:
         if SPARSE:
             seq_len = num_keys  # every token has top-k candidates
         else:
-            seq_len = gl.load(seq_lens_ptr + b)
+            seq_len = gl.load(seq_lens_ptr + b.to(gl.int64) * seq_lens_stride)
+        # A length outside [0, max_keys] (the block table's columns x PAGE_SIZE) reads nothing and stores NaN.
+        bad_len = (seq_len < 0) | (seq_len > max_keys)
+        seq_len = gl.where(bad_len, 0, seq_len)
         split_size = gl.cdiv(gl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
         start = split * split_size
         end = gl.minimum(start + split_size, seq_len)
@@ -366,14 +381,14 @@ if HAVE_GLUON:
         bars = (q_ready, kv_ready, kv_free, p_ready, p_free, epi)
         gl.warp_specialize([
             (_part_softmax, (bufs, bars, n_tiles, start, end, qk_scale, map_row, map_stride_k, out_row, lse_row,
-                             head_tile, num_heads, out_stride_h, out_stride_d, lse_stride_h, SPARSE, BLOCK_H, BLOCK_N,
-                             HEAD_DIM_V, HEAD_DIM_R)),
+                             head_tile, num_heads, out_stride_h, out_stride_d, lse_stride_h, bad_len, SPARSE, BLOCK_H,
+                             BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
             (_part_pv, (bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k,
                         kv_ptr, kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h,
-                        out_stride_d, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
+                        out_stride_d, num_rows, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
             (_part_load, (bufs, bars, n_tiles, start, end, q_base, q_stride_h, q_stride_d, map_row, map_stride_k,
                           kv_ptr, kv_stride_p, kv_stride_s, kv_stride_d, out_row, head_tile, num_heads, out_stride_h,
-                          out_stride_d, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
+                          out_stride_d, num_rows, SPARSE, PAGE_SIZE, BLOCK_H, BLOCK_N, HEAD_DIM_V, HEAD_DIM_R)),
         ], [PART_WARPS, PART_WARPS], [PV_REGS, LOADER_REGS])
 
 
@@ -416,10 +431,13 @@ def use_sm90(q: torch.Tensor, kv_dtype: torch.dtype, head_dim_qk: int, head_dim_
 
 def launch_paged(grid: tuple[int], q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                  seq_lens: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, num_splits: int, qk_scale: float,
-                 out_strides: tuple[int, ...], lse_strides: tuple[int, ...], head_dim_v: int) -> None:
-    """``mla.mla_decode``'s launch (its outputs and split; ``qk_scale`` in base 2) on the Gluon kernel."""
+                 out_strides: tuple[int, ...], lse_strides: tuple[int, ...], head_dim_v: int, *, max_keys: int
+                 ) -> None:
+    """``mla.mla_decode``'s launch (its outputs and split; ``qk_scale`` in base 2; ``max_keys`` = the block
+    table's columns x page size) on the Gluon kernel."""
     _launch(grid, q, kv_cache, kv_cache.stride(), block_table, seq_lens, 0, out, lse, num_splits, qk_scale,
-            out_strides, lse_strides, head_dim_v, sparse=False, page_size=kv_cache.shape[1])
+            out_strides, lse_strides, head_dim_v, sparse=False, page_size=kv_cache.shape[1],
+            seq_lens_stride=seq_lens.stride(0), num_rows=kv_cache.shape[0], max_keys=max_keys)
 
 
 def launch_sparse(grid: tuple[int], q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
@@ -428,15 +446,17 @@ def launch_sparse(grid: tuple[int], q: torch.Tensor, kv_cache: torch.Tensor, ind
     """``sparse_mla.sparse_mla_decode``'s launch on the Gluon kernel: a pool row is a page of one row."""
     stride_n, stride_d = kv_cache.stride()
     _launch(grid, q, kv_cache, (stride_n, 0, stride_d), indices, indices, indices.shape[1], out, lse, num_splits,
-            qk_scale, out_strides, lse_strides, head_dim_v, sparse=True, page_size=1)
+            qk_scale, out_strides, lse_strides, head_dim_v, sparse=True, page_size=1, seq_lens_stride=0,
+            num_rows=kv_cache.shape[0], max_keys=indices.shape[1])
 
 
 def _launch(grid, q, kv_cache, kv_strides, key_map, seq_lens, num_keys, out, lse, num_splits, qk_scale,
-            out_strides, lse_strides, head_dim_v, *, sparse, page_size):
+            out_strides, lse_strides, head_dim_v, *, sparse, page_size, seq_lens_stride, num_rows, max_keys):
     H = q.shape[1]
     _mla_sm90_kernel[grid](
         q, kv_cache, key_map, seq_lens, out, lse,
         H, -(-H // BLOCK_H), num_splits, num_keys, qk_scale,
+        seq_lens_stride, num_rows, max_keys,
         *q.stride(), *kv_strides, *key_map.stride(), *out_strides, *lse_strides,
         SPARSE=sparse, PAGE_SIZE=page_size, HEAD_DIM_V=head_dim_v, HEAD_DIM_R=q.shape[2] - head_dim_v,
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, num_warps=PARTITION_WARPS, maxnreg=MAXNREG,

@@ -90,9 +90,10 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
 
 def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge split partials by log-sum-exp. partial_out [rows, heads, S, Dv] (each split normalised by
-    its own sum), partial_lse [rows, heads, S] (-inf for a split with no keys) -> (out, lse)."""
+    its own sum), partial_lse [rows, heads, S] (-inf for a split with no keys) -> (out, lse). An empty split
+    (-inf) contributes nothing, its row unread; a NaN lse makes the whole (row, head) NaN."""
     po, pl = partial_out.double(), partial_lse.double()
-    lse = torch.logsumexp(pl, dim=-1)  # -inf where every split is empty
-    w = torch.exp(pl - torch.where(torch.isinf(lse), 0.0, lse)[..., None])  # 0 for empty splits
-    out = (w[..., None] * torch.where(torch.isinf(pl)[..., None], 0.0, po)).sum(dim=-2)
+    lse = torch.logsumexp(pl, dim=-1)  # -inf where every split is empty; NaN with a NaN lse
+    w = torch.exp(pl - torch.where(torch.isneginf(lse), 0.0, lse)[..., None])  # 0 for empty splits
+    out = (w[..., None] * torch.where(torch.isneginf(pl)[..., None], 0.0, po)).sum(dim=-2)
     return out, lse

@@ -14,9 +14,11 @@ rows gathered by index (int64 offsets; an invalid index's row is masked off, not
 one latent load serves QK and PV. A token whose indices are all -1 gets a zero row and ``lse = -inf``
 (so does a split that only saw -1s; ``combine`` then ignores it).
 
-Host syncs. The launcher checks ``-1 <= indices < num_slots`` with one device reduction (``min`` and
-``max`` in one transfer): an out-of-range index would be a silent out-of-bounds gather, which is worse
-than the sync. ``num_splits=None`` additionally asks the default planner (no further sync).
+Host syncs and validation. By default the launcher checks ``-1 <= indices < num_slots`` with one device
+reduction (``min`` and ``max`` in one transfer); ``num_splits=None`` additionally asks the default planner (no
+further sync). ``validate=False`` (or ``SPLITLAB_VALIDATE=0``) skips the check and the sync, as graph capture does
+unless validation is asked for (then refused). Unchecked, an index outside ``[-1, num_slots)`` is never gathered:
+its token comes out NaN on this kernel, undefined on the Gluon tile (``mla_sm90``). See ``_launch`` for the switch.
 """
 
 from __future__ import annotations
@@ -26,23 +28,27 @@ import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError
-from splitlab.kernels import mla_sm90
+from splitlab.kernels import _launch, mla_sm90
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     FP8_KV_DTYPE,
     TORCH_DTYPE_NAMES,
     LaunchFacts,
     capturing,
+    check_indices,
     check_knob,
     check_kv_dtype,
     check_pow2,
+    check_spans,
     check_tensor,
     device_guard,
     dot_input_precision,
     interpret_upcast,
+    no_validation_under_capture,
     resolve_device,
     resolve_sm_scale,
     split_len,
+    validate_setting,
 )
 from splitlab.kernels.combine import combine_grid
 from splitlab.kernels.mla import (
@@ -66,6 +72,7 @@ from splitlab.kernels.mla import (
     softmax_update,
     store_head_tile,
 )
+from splitlab.kernels.paging import key_masks
 from splitlab.planners._math import cdiv
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
@@ -123,7 +130,7 @@ def sparse_mla_defaults(num_heads: int, head_dim_qk: int, dtype: str | torch.dty
 @triton.jit
 def _sparse_mla_decode_kernel(
     q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr,
-    num_heads, num_head_tiles, num_splits, topk, split_size, qk_scale, v_scale,
+    num_heads, num_head_tiles, num_splits, topk, split_size, qk_scale, v_scale, num_slots,
     q_stride_t, q_stride_h, q_stride_d,
     kv_stride_n, kv_stride_d,
     idx_stride_t, idx_stride_k,
@@ -159,12 +166,14 @@ def _sparse_mla_decode_kernel(
     for k0 in range(start, end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         idx = tl.load(idx_row + offs_k * idx_stride_k, mask=offs_k < end, other=-1)
-        valid = idx >= 0
+        # -1 (and the tail past topk) is no key; an index outside [-1, num_slots) (unchecked input) is never
+        # gathered and scores NaN (paging.key_masks).
+        valid, fill = key_masks(idx != -1, (idx >= 0) & (idx < num_slots))
         rows = kv_ptr + idx.to(tl.int64) * kv_stride_n
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
                                       UPCAST)
-        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, m_i, l_i, acc, qk_scale, q_row_scale,
-                                       HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, fill[None, :], m_i, l_i, acc, qk_scale,
+                                       q_row_scale, HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
                                        q_ptr.dtype.element_ty)
 
     store_head_tile(acc, m_i, l_i, v_scale,
@@ -208,12 +217,13 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
                       head_dim_v: int = 512, num_splits: int | None = None, block_k: int | None = None,
                       block_h: int | None = None, num_warps: int | None = None, sm_scale: float | None = None,
-                      kv_scale: float | None = None, return_lse: bool = False):
+                      kv_scale: float | None = None, return_lse: bool = False, validate: bool | None = None):
     """Sparse top-k MLA decode (see the module docstring).
 
     q [T, H, Dqk]; kv_cache [num_slots, Dqk] (K = all columns, V = the first ``head_dim_v``); indices
-    [T, topk] int32 in ``[-1, num_slots)``, -1 = invalid. Returns out [T, H, head_dim_v] in q's dtype, or
-    ``(out, lse)`` with lse fp32 [T, H] (natural log; -inf and a zero row for a token with no valid index).
+    [T, topk] int32 in ``[-1, num_slots)``, -1 = invalid; any strides. Returns out [T, H, head_dim_v] in q's
+    dtype, or ``(out, lse)`` with lse fp32 [T, H] (natural log; -inf and a zero row for a token with no valid
+    index; NaN where a row the token attends holds NaN, as the reference gives).
 
     Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200`` preset
     when q is on the CPU), ``block_k`` (candidates per tile, power of two 16..256; default: the planner's
@@ -221,11 +231,13 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     16..64; default: the planner's when it plans the splits, else ``waves.default_block_h``), ``num_warps``.
     ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 pool (``torch.float8_e4m3fn``, beside a bf16/fp16 q)
     holds ``K / kv_scale`` and is dequantised in-kernel (``kv_scale`` default 1.0; as in ``mla_decode``).
-    Always one host sync: the range check of ``indices``. On an sm_90 GPU the 64-row tile of a 16-bit pool
-    (BLOCK_H 64, BLOCK_K 64, 8 warps) runs on the warp-specialized Gluon kernel ``mla_sm90``.
+    ``validate`` (None: ``SPLITLAB_VALIDATE``, else on, except under CUDA graph capture) refuses indices outside
+    ``[-1, num_slots)`` in one host sync. On an sm_90 GPU the 64-row tile of a 16-bit pool (BLOCK_H 64, BLOCK_K 64,
+    8 warps) runs on the warp-specialized Gluon kernel ``mla_sm90``.
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
+    _launch.check_launch_device("q", q)
     check_tensor("kv_cache", kv_cache, 2, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
     kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
     check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=dev)
@@ -241,15 +253,19 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         raise SplitlabError(f"indices has shape {tuple(indices.shape)}; expected [{T}, topk >= 1]")
     Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
     scale = resolve_sm_scale(sm_scale, Dqk)
+    # Dimensions the kernels index in 32 bits (token and slot offsets are 64-bit).
+    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1,)), ("indices", indices, (1,))):
+        check_spans(name, t, dims)
+    want = validate_setting(validate)
     if T == 0:
         return empty_result(0, H, Dv, q, return_lse)
 
-    # The one host sync: every index must be -1 or a real slot (the kernel gathers by it). Under CUDA graph
-    # capture no sync may happen: the check is skipped there and the caller vouches for the indices.
-    lo, hi = (-1, 0) if capturing(q) else torch.stack([indices.min(), indices.max()]).tolist()
-    if lo < -1 or hi >= num_slots:
-        raise SplitlabError(f"indices has values in [{lo}, {hi}]; expected values in [-1, num_slots) = "
-                            f"[-1, {num_slots}) (-1 = invalid)")
+    # The one host sync: every index must be -1 or a real slot. Under CUDA graph capture no sync may happen:
+    # by default the check is skipped there (the kernel never gathers an out-of-range index).
+    if want:
+        no_validation_under_capture(q, "sparse_mla_decode")
+    if want or (want is None and not capturing(q)):
+        check_indices(indices, num_slots)
 
     w = DecodeWorkload(kind="sparse_mla", batch=T, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk,
                        head_dim_v=Dv, ctx_len=max(num_slots, 1), page_size=1, topk=topk,
@@ -269,6 +285,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         _sparse_mla_decode_kernel[f.grid](
             q, kv_cache, indices, o, l,
             H, cdiv(H, f.block_h), S, topk, split_len(topk, S, f.block_k), scale * kv_scale * LOG2E, kv_scale,
+            num_slots,
             *q.stride(), *kv_cache.stride(), *indices.stride(), *o_strides, *l_strides,
             HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
             BLOCK_H=f.block_h, BLOCK_K=f.block_k, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),

@@ -120,6 +120,46 @@ def assert_matches_reference(out: torch.Tensor, lse: torch.Tensor, ref: torch.Te
         assert torch.all(out[r] == 0) and torch.all(torch.isneginf(lse[r]))
 
 
+def assert_same_nonfinite(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    """``out`` has NaN, +inf and -inf exactly where ``ref`` has them (what NaN or inf in an input must give), and
+    its finite entries are within ``TOLERANCE[dtype]`` of the reference's (relative norm error)."""
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert out.shape == ref.shape
+    for kind in (torch.isnan, torch.isposinf, torch.isneginf):
+        got, want = kind(out), kind(ref)
+        assert torch.equal(got, want), f"{kind.__name__}: {int(got.sum())} entries, the reference {int(want.sum())}"
+    fin = torch.isfinite(ref)
+    assert rel_err(out[fin], ref[fin]) <= TOLERANCE[dtype]
+
+
+def set_key_(cache: torch.Tensor, block_table: torch.Tensor, request: int, key: int, value: float,
+             *index: int) -> torch.Tensor:
+    """Write ``value`` into key ``key`` of request ``request`` of a paged cache ``[num_pages, page_size, ...]``
+    (at ``index`` within the key's row: a head, a column; the whole row when not given)."""
+    page_size = cache.shape[1]
+    page = int(block_table[request, key // page_size])
+    cache[(page, key % page_size, *index)] = value
+    return cache
+
+
+def strided_lens(lens: list[int], how: str, *, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``seq_lens`` as a non-contiguous int32 view whose neighbouring memory holds huge lengths (what a kernel
+    that ignored the stride would read): ``"column"``, column 0 of a ``[B, 2]`` tensor; ``"every-other"``,
+    ``t[::2]`` of a ``[2B]`` one."""
+    n = len(lens)
+    if how == "column":
+        t = torch.full((n, 2), 1 << 30, dtype=torch.int32)
+        t[:, 0] = torch.tensor(lens, dtype=torch.int32)
+        view = t.to(device)[:, 0]
+    elif how == "every-other":
+        t = torch.full((2 * n,), 1 << 30, dtype=torch.int32)
+        t[::2] = torch.tensor(lens, dtype=torch.int32)
+        view = t.to(device)[::2]
+    else:
+        raise ValueError(f"how={how!r} is not allowed; expected 'column' or 'every-other'")
+    return view
+
+
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill ``t`` with NaN so that an element the kernel never writes fails the check."""
     return t.fill_(float("nan"))

@@ -2,8 +2,11 @@
 with its caller ``get_num_splits`` in ``hopper/flash_api.cpp``) and FA4 (``flash_attn/cute/interface.py``).
 
 Repository ``Dao-AILab/flash-attention``; docs/planners.md section 4 cites commit
-``0251105a2fb19d2957484b7f023cd8c115286ced``. The index does not store that commit; the text was checked
-against the stored versions named on each function (same logic as planners.md unless a docstring says so).
+``0251105a2fb19d2957484b7f023cd8c115286ced`` (main). Every ported function was checked against that commit's
+own text: ``hopper/tile_size.h``, ``hopper/heuristics.h``, ``hopper/flash_api.cpp`` (``get_pagedkv_tma``,
+``get_pack_gqa``, ``get_num_splits``, ``round_up_headdim[v]``, ``mha_fwd``), ``hopper/flash_prepare_scheduler.cu``,
+``csrc/flash_attn/flash_api.cpp`` and ``flash_attn/cute/interface.py``; older stored versions named on a function
+agree with it there.
 
 C++ float semantics. ``0.8f * num_SMs`` is a float32 product and ``n_waves``/``eff`` are float32; the
 ``0.85 * max_efficiency`` of the final pass is a *double* literal (not ``0.85f``) in both FA2 and FA3. The
@@ -37,6 +40,7 @@ FA4_SOURCE = f"{FA_REPO} flash_attn/cute/interface.py @ 0251105a2fb19d2957484b7f
 
 _f32 = np.float32
 _SIZE_L2 = 50 * 1024 * 1024  # FA3: "we assume that L2 size is 50MB"
+_PREPARE_VARLEN_MAX_BATCHES_1CTA = 992  # FA3 hopper/flash_api.cpp: the batch one prepare CTA plans (31 x 32)
 
 
 def num_splits_heuristic(batch_nheads_mblocks: int, num_sms: int, num_n_blocks: int, max_splits: int) -> int:
@@ -152,41 +156,40 @@ def num_splits_heuristic_fa4(total_mblocks: int, num_sms: int, num_n_blocks: int
 # --- FA3 tile sizes and head-dim rounding (hopper/tile_size.h, hopper/flash_api.cpp) ------------------------
 
 def tile_size_fwd_sm90(headdim: int, headdim_v: int, is_causal: bool, is_local: bool, element_size: int = 2,
-                       v_colmajor: bool = False, paged_kv_non_tma: bool = False, softcap: bool = False,
-                       use_one_mma_wg: bool = False) -> tuple[int, int, bool, bool]:
+                       v_colmajor: bool = False, paged_kv_non_tma: bool = False,
+                       softcap: bool = False) -> tuple[int, int, bool, bool]:
     """FA3 ``tile_size_fwd_sm90``: ``(kBlockM, kBlockN, MmaPV_is_RS, IntraWGOverlap)`` for the (rounded) head
-    dims. E.g. bf16 hdim 128: ``128 x 176``, or ``128 x 128`` when causal, local or paged without TMA.
+    dims. E.g. bf16 hdim 128: ``128 x 176``, or ``128 x 128`` when causal, local or paged without TMA; bf16 hdim
+    64 (``headdim_v`` not 256 or 512): ``192 x 192``, or ``192 x 128`` when causal, local or paged without TMA.
 
-    Source: ``Dao-AILab/flash-attention`` ``hopper/tile_size.h`` @
-    ``07602adc2baa7a3ea037321ef2ca71c83096e5d5``
-    (index id 22366283084).
+    Source: ``Dao-AILab/flash-attention`` ``hopper/tile_size.h`` @ ``0251105a2fb19d2957484b7f023cd8c115286ced``
+    (main), the commit this module cites. An earlier port followed ``07602adc2baa7a3ea037321ef2ca71c83096e5d5``
+    (the head of pull request 2022, never merged), whose hdim <= 64 tiles differ: ``192 x 160`` paged without
+    TMA or local (main: ``192 x 128``), ``128 x 112`` for ``headdim_v == 256`` (main: ``128 x 96``), other flags,
+    and a ``use_one_mma_wg`` argument main does not have.
     """
     if element_size == 2:
         if headdim <= 64:
             if headdim_v == 512:
                 return (64, 64, False, False)
             if headdim_v == 256:
-                return (128, 112, True, False)
-            if use_one_mma_wg:
-                return (64, 192, True, True)
-            return (192, 128 if is_causal else (160 if is_local or paged_kv_non_tma else 192),
-                    is_causal or is_local, not is_local)
+                return (128, 96, True, False)
+            use_block_n_128 = is_causal or is_local or paged_kv_non_tma
+            return (192, 128 if use_block_n_128 else 192, use_block_n_128, True)
         if headdim <= 96:
             return (192, 128 if is_local or paged_kv_non_tma else 144, False, True)
         if headdim <= 128:
-            block_n = 128 if is_causal or is_local or paged_kv_non_tma else 176
-            return (64 if use_one_mma_wg else 128, block_n, True, True)
+            use_block_n_128 = is_causal or is_local or paged_kv_non_tma
+            return (128, 128 if use_block_n_128 else 176, True, True)
         if headdim <= 192:
             block_n = 96 if paged_kv_non_tma or is_local else (128 if headdim_v <= 128 else 112)
             return (128, block_n, True, True)
         return (128, 64 if is_local else 80, True, True)
     if headdim <= 64:
-        return (64, 128, True, True) if use_one_mma_wg else (192, 160, True, True)
+        return (192, 160, True, True)
     if headdim <= 96:
         return (192, 128, True, True)
     if headdim <= 128:
-        if use_one_mma_wg:
-            return (64, 96, True, True)
         block_n = 160 if paged_kv_non_tma else (192 if v_colmajor or (softcap and is_local) else 224)
         return (128, block_n, True, True)
     if headdim <= 192:
@@ -212,15 +215,16 @@ def round_up_headdimv(head_size: int) -> int:
 
 def prepare_varlen_num_splits(seqlens_q: list[int], seqlens_k: list[int], num_head: int, qhead_per_khead: int,
                               num_sm: int, num_splits_static: int, block_m: int, block_n: int) -> list[int]:
-    """FA3 ``prepare_varlen_num_blocks_kernel``'s dynamic split per batch entry (varlen with ``b <= 992``):
+    """FA3 ``prepare_varlen_num_blocks_kernel``'s dynamic split per batch entry when the kernel runs as one CTA
+    (varlen with ``b <= 992``; above that it sets every split to 1):
     ``total_blocks = sum(cdiv(sq * qhead_per_khead, block_m) * cdiv(sk, block_n))``,
     ``blocks_per_sm = int(ceilf(float(total_blocks) * 1.1f * float(num_head) / float(num_sm)))`` (float32),
     split ``i`` = ``max(min(cdiv(n_blocks_i, blocks_per_sm), num_splits_static), 1)``.
 
-    Source: ``Dao-AILab/flash-attention`` ``hopper/flash_prepare_scheduler.cu`` @
-    ``000090d02f0398e9087a8823fc1f5242becfac99`` (index id 47630566347; older than planners.md's commit, which
-    does not describe this step). ``blocks_per_sm`` is 0 only when every length is 0, where upstream divides
-    by zero (its ``std::max(1, ...)`` is commented out); the port uses 1 there.
+    Source: ``Dao-AILab/flash-attention`` ``hopper/flash_prepare_scheduler.cu`` @ ``0251105a`` (the same step
+    as the stored ``000090d02f0398e9087a8823fc1f5242becfac99``, index id 47630566347). ``blocks_per_sm`` is 0
+    only when every length is 0, where upstream divides by zero (its ``std::max(1, ...)`` is commented out);
+    the port uses 1 there.
     """
     num_m = [cdiv(sq * qhead_per_khead, block_m) for sq in seqlens_q]
     num_n = [cdiv(sk, block_n) for sk in seqlens_k]
@@ -281,15 +285,16 @@ def _plan_fa3(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
     tma_m, tma_n, _, _ = tile_size_fwd_sm90(d_rounded, dv_rounded, is_causal, False, elem, False, False,
                                             False)
     pagedkv_tma = page_size % tma_n == 0 and seqlen_q * (h // h_k) > tma_m
-    # get_num_splits (is_varlen: cache_seqlens/seqused_k given; dynamic split for b <= 992)
+    # get_num_splits (is_varlen: cache_seqlens/seqused_k given, so num_splits_dynamic_ptr is set and the batch
+    # counts as 1 whatever b is; the dynamic split itself runs only for b <= 992)
     kblock_m, kblock_n, _, _ = tile_size_fwd_sm90(d_rounded, dv_rounded, is_causal, False, elem, False,
                                                   not pagedkv_tma, False)
-    use_dynamic_split = b <= 992
+    one_cta_prepare = b <= _PREPARE_VARLEN_MAX_BATCHES_1CTA
     seqlen_q_packgqa = seqlen_q * (h // h_k)
     num_n_blocks = cdiv(seqlen_k, kblock_n)
     num_m_blocks = cdiv(seqlen_q_packgqa, kblock_m)
     size_one_kv_head = seqlen_k * (d + dv) * elem
-    total_mblocks = (1 if use_dynamic_split else b) * h_k * num_m_blocks
+    total_mblocks = h_k * num_m_blocks  # (num_splits_dynamic_ptr ? 1 : b) * h_k * num_m_blocks
     num_splits_static = num_splits_heuristic_fa3(total_mblocks, dev.sm_count, num_n_blocks, num_m_blocks,
                                                  size_one_kv_head, is_causal, 128)
     # get_pack_gqa: always for paged non-TMA or split; else should_pack_gqa(varlen_q=True) unless h == h_k
@@ -302,7 +307,7 @@ def _plan_fa3(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
             f"kBlockM={kblock_m}, kBlockN={kblock_n}; seqlen_q_packgqa={seqlen_q_packgqa}, "
             f"total_mblocks={total_mblocks}")
     per_request = None
-    if use_dynamic_split:
+    if one_cta_prepare:
         per = prepare_varlen_num_splits([seqlen_q] * b, list(w.lengths), h_k if pack_gqa else h,
                                         cdiv(h, h_k) if pack_gqa else 1, dev.sm_count, num_splits_static,
                                         kblock_m, kblock_n)
@@ -311,8 +316,10 @@ def _plan_fa3(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
         note += (f" (varlen: batch counted as 1, static bound {num_splits_static}); per-request split from "
                  "prepare_varlen_num_blocks")
     else:
-        num_splits = num_splits_static
-        note += " (varlen with b > 992: no dynamic split)"
+        # prepare_varlen_num_blocks_kernel with gridDim.x > 1 sets num_splits_dynamic = 1 for every batch entry.
+        num_splits = 1
+        note += (f" (varlen with b > {_PREPARE_VARLEN_MAX_BATCHES_1CTA}: the batch counted as 1, static bound "
+                 f"{num_splits_static}; the prepare kernel runs as several CTAs and sets every request's split to 1)")
     if w.kind == "mla" and qv:
         note += (f"; MLA as MQA (Hkv=1, group={h}) through FA3's q_v path: q/k = the {d} RoPE dims, "
                  f"q_v/v = the {dv}-dim latent (upstream FA has no {w.head_dim_qk} head-dim path: at most "
@@ -333,10 +340,10 @@ def plan_flash_attn(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 
     FA3 (``mha_fwd`` -> ``get_num_splits``): assumes the vLLM-style call (paged KV, ``cache_seqlens``,
     ``cu_seqlens_q``, ``causal=True``, bf16/fp16): tiles from ``tile_size_fwd_sm90`` (hdim 128 bf16 paged
-    non-TMA: 128 x 128; ``use_one_mma_wg`` not passed, as in the stored ``get_num_splits``),
+    non-TMA: 128 x 128; hdim 64 paged non-TMA: 192 x 128),
     ``seqlen_q_packgqa = group``, ``num_SMs = sm_count`` (``sm_margin = 0``), ``max_splits = 128``; varlen
-    with ``b <= 992`` counts the batch as 1 and then splits each request dynamically
-    (``prepare_varlen_num_splits``).
+    counts the batch as 1 for that static bound, then splits each request dynamically
+    (``prepare_varlen_num_splits``) when ``b <= 992``; above that every request runs unsplit.
 
     MLA is mapped as MQA (``Hkv = 1``, ``group = H``). FA2 sees ``d = head_dim_qk``; FA3 uses its q_v path
     (``d = head_dim_qk - head_dim_v`` RoPE dims, ``dv = head_dim_v``) when that difference is in (0, 64]. The

@@ -10,12 +10,21 @@ Two upstream sources (docs/planners.md section 2):
   ``..._select_kernel``, with the manifest constants of
   ``csrc/cake_dsv4/sm_120a/cake_sparse_mla_dsv4_nvfp4_manifest.json`` @
   ``14dc8abbfd09f3e13557636fb429669cb2dc7adb``.
+
+  The released FlashInfer 0.7.4 (the ``flashinfer-python`` wheel on PyPI, built from commit
+  ``77039051b0be921788dc2784ec41423b558878ec`` as its ``flashinfer/_build_meta.py`` says) changes one of
+  these functions: its ``cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles`` adds an eight-wave upper bound to
+  the small-die one-tile band and makes the 64-head sub-wave band inclusive at ``2/3 SMs`` on small dies
+  (``plan_head_tiles_074``). Its ``num_chunks``, ``plan_splits``, ``select_kernel``, ``_resolve_plan``, the
+  prefill policy entries used here and the manifest constants are the same as v3's. Both versions are
+  registered: ``flashinfer`` (v3, the seed's) and ``flashinfer-0.7.4``; they differ only on dies under 64 SMs.
 * ``include/flashinfer/attention/scheduler.cuh`` in ``flashinfer-ai/flashinfer`` @
   ``24fd9fc7a944723897cc46a60bf39703ab2813a6`` (identical in these functions to the stored text @
   ``00b1eec47586694311afa35194c93a5ffac9c482``): ``PartitionPagedKVCacheBinarySearchMinNumPagePerBatch``,
   the decode work estimation shared by ``BatchDecodeWithPagedKVCacheWorkEstimationDispatched`` (and its
   ``MLA`` / ``MlaCuteSM80`` variants, which differ only in ``gdy`` and ``num_blocks_per_sm``),
-  ``DecodeSplitKVIndptr`` and ``DecodePlan``'s padded batch size.
+  ``DecodeSplitKVIndptr`` and ``DecodePlan``'s padded batch size. FlashInfer 0.7.4's
+  ``flashinfer/data/include/flashinfer/attention/scheduler.cuh`` has the same text in these functions.
 
 Nothing here needs a GPU: where upstream queries the device (``num_sms``, the occupancy of the decode
 kernel) the port takes the number as an argument. The ports keep upstream's own errors (``ValueError``
@@ -24,7 +33,7 @@ where the cake planner raises) and add none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from splitlab.devices import DeviceSpec
@@ -37,6 +46,12 @@ _SRC_CAKE = ("flashinfer-ai/flashinfer flashinfer/mla/_sparse_mla_sm120/_cake_ds
              "(v3, index file id 70274826827; commit not exposed)")
 _SRC_SCHED = ("flashinfer-ai/flashinfer include/flashinfer/attention/scheduler.cuh "
               "@ 24fd9fc7a944723897cc46a60bf39703ab2813a6")
+#: The released FlashInfer the ``flashinfer-0.7.4`` planner follows (PyPI ``flashinfer-python``).
+FLASHINFER_RELEASE = "0.7.4"
+FLASHINFER_RELEASE_COMMIT = "77039051b0be921788dc2784ec41423b558878ec"  # the wheel's _build_meta.__git_commit__
+_SRC_074 = f"flashinfer-python {FLASHINFER_RELEASE} (PyPI wheel, commit {FLASHINFER_RELEASE_COMMIT})"
+_SRC_CAKE_074 = f"{_SRC_074} flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py"
+_SRC_SCHED_074 = f"{_SRC_074} flashinfer/data/include/flashinfer/attention/scheduler.cuh"
 
 # =====================================================================================================
 # Cake SM120 DeepSeek-V4 NVFP4 sparse MLA (backend="cake")
@@ -78,7 +93,7 @@ def num_chunks(topk: int, extra_topk: int = 0) -> int:
 
 def plan_head_tiles(*, num_tokens: int, num_heads: int, topk: int, extra_topk: int = 0,
                     num_sms: int) -> int:
-    """Sixteen-head tiles per decode CTA, 1 or 2.
+    """Sixteen-head tiles per decode CTA, 1 or 2 (the v3 text, which the ``flashinfer`` planner follows).
 
     1 unless ``num_heads % 32 == 0``. With ``ctas = num_tokens * num_heads // 16``: a full wave
     (``ctas >= num_sms``) -> 2, except on a small die (``num_sms < 64``) with ``chunks <= 2``,
@@ -110,6 +125,46 @@ def plan_head_tiles(*, num_tokens: int, num_heads: int, topk: int, extra_topk: i
     return 2 if chunks >= 16 and ctas >= third else 1
 
 
+def plan_head_tiles_074(*, num_tokens: int, num_heads: int, topk: int, extra_topk: int = 0,
+                        num_sms: int) -> int:
+    """Sixteen-head tiles per decode CTA, 1 or 2, as FlashInfer 0.7.4 plans them (the ``flashinfer-0.7.4``
+    planner). The v3 rule (``plan_head_tiles``) with two changes, both on a small die (``num_sms < 64``):
+
+    * at a full wave (``ctas >= num_sms``) the one-tile band for ``chunks <= 2`` and ``num_heads > 32`` is
+      ``2 * num_sms < ctas <= 8 * num_sms`` (v3: no upper bound), so beyond eight one-tile waves the pair
+      returns;
+    * below a wave, 64 heads pair for ``chunks >= 8`` and ``third <= ctas <= two_thirds`` (v3: ``ctas <
+      two_thirds``).
+
+    Off a small die the two versions agree everywhere.
+
+    Source: FlashInfer 0.7.4, the ``flashinfer-python`` 0.7.4 wheel on PyPI (built from
+    ``flashinfer-ai/flashinfer`` @ ``77039051b0be921788dc2784ec41423b558878ec``),
+    ``flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py`` lines 142-226,
+    ``cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles``.
+    """
+    hpb = HEADS_PER_BLOCK
+    num_heads = int(num_heads)
+    num_sms = int(num_sms)
+    if num_heads % (2 * hpb) != 0:
+        return 1
+    ctas = int(num_tokens) * (num_heads // hpb)
+    chunks = num_chunks(topk, extra_topk)
+    small_die = num_sms < _SMALL_DIE_SMS
+    if ctas >= num_sms:
+        if small_die and chunks <= 2 and num_heads > 2 * hpb and 2 * num_sms < ctas <= 8 * num_sms:
+            return 1
+        return 2
+    third = num_sms // 3
+    two_thirds = (2 * num_sms) // 3
+    if num_heads == 2 * hpb:
+        return 2 if ctas >= two_thirds or (chunks >= 8 and ctas >= third) else 1
+    if num_heads == 4 * hpb:
+        upper = ctas < two_thirds or (small_die and ctas == two_thirds)
+        return 2 if chunks >= 8 and third <= ctas and upper else 1
+    return 2 if chunks >= 16 and ctas >= third else 1
+
+
 def cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits(*, num_tokens: int, num_heads: int, topk: int,
                                                  extra_topk: int = 0, num_sms: int, max_splits: int = 16,
                                                  head_tiles: int = 1) -> tuple[int, int]:
@@ -125,7 +180,8 @@ def cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits(*, num_tokens: int, num_heads: 
     ``splits = cdiv(chunks, cpb)``.
 
     Source: flashinfer-ai/flashinfer flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py (v3, index file
-    id 70274826827; seed 001) ``cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits``.
+    id 70274826827; seed 001) ``cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits``; FlashInfer 0.7.4 (commit
+    ``77039051``) has the same code.
     """
     hpb = HEADS_PER_BLOCK
     max_cpb = MAX_CHUNKS_PER_BLOCK
@@ -183,7 +239,8 @@ def select_kernel(*, num_tokens: int, num_heads: int, topk: int, extra_topk: int
 
     Source: flashinfer-ai/flashinfer flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py (v3, index file
     id 70274826827) ``cake_sparse_mla_sm120_dsv4_nvfp4_select_kernel`` (prefill head counts and chunk limit
-    as the v3 docstrings state them).
+    as the v3 docstrings state them); FlashInfer 0.7.4 (commit ``77039051``) has the same code, with those
+    facts in its manifest.
     """
     num_tokens = int(num_tokens)
     num_heads = int(num_heads)
@@ -336,43 +393,28 @@ def decode_padded_batch_size(*, split_kv: bool, max_grid_size: int, gdy: int, ba
 ASSUMED_NUM_BLOCKS_PER_SM = 1  # the occupancy query needs the compiled kernel on a GPU
 
 
-@register("flashinfer", kinds=("gqa", "mla", "sparse_mla"), source=f"{_SRC_CAKE}; {_SRC_SCHED}")
-def plan_flashinfer(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
-    """FlashInfer's decode split count, mapped the way FlashInfer's callers map a decode call.
-
-    * ``sparse_mla`` (the cake SM120 route's ``_resolve_plan``): ``head_tiles = plan_head_tiles(num_tokens=
-      batch, num_heads=num_q_heads, topk=topk, extra_topk=0, num_sms=sm_count)``, then ``plan_splits(...,
-      max_splits=16, head_tiles=head_tiles)``. ``block_h = 16 * head_tiles``; ``chunks_per_block`` goes to
-      ``extra``. Head counts without a cake instance, and more than 16384 candidates, raise
-      ``SplitlabError`` (upstream raises ``ValueError``). ``extra["kernel"]`` records ``select_kernel``:
-      upstream's public route would run the (unsplit) prefill kernel for some shapes. Upstream runs this
-      on sm_120 / sm_121 only; on other devices it is the rule at their SM count.
-    * ``gqa`` / ``mla`` (the CUDA-core paged decode planner, ``use_tensor_cores=False``; the MLA variant of
-      ``BatchDecodeMlaWithPagedKVCacheWrapper``): ``gdy = num_kv_heads`` (gqa) or ``cdiv(num_q_heads, 16)``
-      (mla), ``max_grid_size = num_blocks_per_sm * sm_count`` with ``num_blocks_per_sm = 1`` assumed
-      (upstream asks ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``, which needs a GPU),
-      ``pages_i = cdiv(len_i, page_size)``, ``enable_cuda_graph=False``. ``per_request[i] =
-      cdiv(max(pages_i, 1), chunk_pages)`` (``DecodeSplitKVIndptr``), ``num_splits = max(per_request)``,
-      ``block_n = chunk_pages * page_size`` tokens (the kv chunk).
-    """
+def _plan(w: DecodeWorkload, dev: DeviceSpec, planner: str, head_tiles_fn: Callable[..., int],
+          cake_label: str) -> Plan:
+    """The adapter both registered FlashInfer planners share; ``head_tiles_fn`` is their one difference."""
     if w.kind == "sparse_mla":
         if w.num_q_heads not in HEAD_COUNTS:
-            raise SplitlabError(f"num_q_heads={w.num_q_heads} is not allowed for planner='flashinfer' "
+            raise SplitlabError(f"num_q_heads={w.num_q_heads} is not allowed for planner={planner!r} "
                                 f"(cake sparse MLA); expected one of {', '.join(map(str, HEAD_COUNTS))}")
-        ht = plan_head_tiles(num_tokens=w.batch, num_heads=w.num_q_heads, topk=w.topk, num_sms=dev.sm_count)
+        ht = head_tiles_fn(num_tokens=w.batch, num_heads=w.num_q_heads, topk=w.topk, num_sms=dev.sm_count)
         try:
             splits, cpb = plan_splits(num_tokens=w.batch, num_heads=w.num_q_heads, topk=w.topk,
                                       num_sms=dev.sm_count, head_tiles=ht)
         except ValueError as e:
-            raise SplitlabError(f"topk={w.topk} is not allowed for planner='flashinfer': {e}") from None
+            raise SplitlabError(f"topk={w.topk} is not allowed for planner={planner!r}: {e}") from None
         kernel = select_kernel(num_tokens=w.batch, num_heads=w.num_q_heads, topk=w.topk, num_sms=dev.sm_count)
-        note = (f"cake plan_head_tiles -> {ht}, plan_splits(num_tokens={w.batch}, num_heads={w.num_q_heads}, "
-                f"topk={w.topk}, num_sms={dev.sm_count}, head_tiles={ht}) -> ({splits}, {cpb})")
+        note = (f"cake ({cake_label}) plan_head_tiles -> {ht}, plan_splits(num_tokens={w.batch}, "
+                f"num_heads={w.num_q_heads}, topk={w.topk}, num_sms={dev.sm_count}, head_tiles={ht}) -> "
+                f"({splits}, {cpb})")
         if kernel == "prefill":
             note += "; upstream's functional_run would pick the unsplit prefill kernel for this shape"
         if dev.arch not in ("sm_120", "sm_121"):
             note += f"; cake runs on sm_120/sm_121 only upstream (rule evaluated at {dev.arch}'s SM count)"
-        return Plan("flashinfer", splits, block_h=HEADS_PER_BLOCK * ht, note=note,
+        return Plan(planner, splits, block_h=HEADS_PER_BLOCK * ht, note=note,
                     extra={"chunks_per_block": cpb, "head_tiles": ht, "num_chunks": num_chunks(w.topk),
                            "candidates_per_chunk": _CHUNK, "kernel": kernel})
 
@@ -392,8 +434,51 @@ def plan_flashinfer(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
         note += f"; FlashInfer is a CUDA library (rule evaluated at {dev.name}'s CU count)"
     padded = decode_padded_batch_size(split_kv=est.split_kv, max_grid_size=max_grid_size, gdy=gdy,
                                       batch_size=len(pages), new_batch_size=est.new_batch_size)
-    return Plan("flashinfer", max(per_request), block_n=est.chunk_pages * w.page_size,
-                per_request=per_request, note=note,
-                extra={"split_kv": est.split_kv, "chunk_pages": est.chunk_pages,
-                       "new_batch_size": est.new_batch_size, "gdy": gdy, "max_grid_size": max_grid_size,
-                       "padded_batch_size": padded})
+    return Plan(planner, max(per_request), kv_chunk=est.chunk_pages * w.page_size, per_request=per_request,
+                note=note, extra={"split_kv": est.split_kv, "chunk_pages": est.chunk_pages,
+                                  "new_batch_size": est.new_batch_size, "gdy": gdy, "max_grid_size": max_grid_size,
+                                  "padded_batch_size": padded})
+
+
+@register("flashinfer", kinds=("gqa", "mla", "sparse_mla"), source=f"{_SRC_CAKE}; {_SRC_SCHED}")
+def plan_flashinfer(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
+    """FlashInfer's decode split count as the seed's text has it, mapped the way FlashInfer's callers map a
+    decode call. Sources: ``flashinfer-ai/flashinfer`` ``flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py``
+    v3 (index file id 70274826827, commit not exposed): ``cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles``
+    (``plan_head_tiles``), ``..._plan_splits``, ``..._select_kernel``; ``include/flashinfer/attention/
+    scheduler.cuh`` @ ``24fd9fc7a944723897cc46a60bf39703ab2813a6``. ``flashinfer-0.7.4`` is the released
+    0.7.4's version of the same (it differs on dies under 64 SMs).
+
+    * ``sparse_mla`` (the cake SM120 route's ``_resolve_plan``): ``head_tiles = plan_head_tiles(num_tokens=
+      batch, num_heads=num_q_heads, topk=topk, extra_topk=0, num_sms=sm_count)``, then ``plan_splits(...,
+      max_splits=16, head_tiles=head_tiles)``. ``block_h = 16 * head_tiles``; ``chunks_per_block`` goes to
+      ``extra``. Head counts without a cake instance, and more than 16384 candidates, raise
+      ``SplitlabError`` (upstream raises ``ValueError``). ``extra["kernel"]`` records ``select_kernel``:
+      upstream's public route would run the (unsplit) prefill kernel for some shapes. Upstream runs this
+      on sm_120 / sm_121 only; on other devices it is the rule at their SM count.
+    * ``gqa`` / ``mla`` (the CUDA-core paged decode planner, ``use_tensor_cores=False``; the MLA variant of
+      ``BatchDecodeMlaWithPagedKVCacheWrapper``): ``gdy = num_kv_heads`` (gqa) or ``cdiv(num_q_heads, 16)``
+      (mla), ``max_grid_size = num_blocks_per_sm * sm_count`` with ``num_blocks_per_sm = 1`` assumed
+      (upstream asks ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``, which needs a GPU),
+      ``pages_i = cdiv(len_i, page_size)``, ``enable_cuda_graph=False``. ``per_request[i] =
+      cdiv(max(pages_i, 1), chunk_pages)`` (``DecodeSplitKVIndptr``), ``num_splits = max(per_request)``,
+      ``kv_chunk = chunk_pages * page_size`` tokens (the keys one split covers; not a kernel tile, so
+      ``block_n`` stays unset).
+    """
+    return _plan(w, dev, "flashinfer", plan_head_tiles, "v3")
+
+
+@register(f"flashinfer-{FLASHINFER_RELEASE}", kinds=("gqa", "mla", "sparse_mla"),
+          source=f"{_SRC_CAKE_074}; {_SRC_SCHED_074}")
+def plan_flashinfer_074(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
+    """FlashInfer 0.7.4's decode split count (registered as ``flashinfer-0.7.4``): ``plan_flashinfer``'s
+    mapping with 0.7.4's cake head tiles (``plan_head_tiles_074``: an eight-wave upper bound on the small-die
+    one-tile band and an inclusive 64-head sub-wave band on small dies), so the two differ only for
+    ``sparse_mla`` on dies under 64 SMs (e.g. GB10).
+
+    Sources: the ``flashinfer-python`` 0.7.4 wheel on PyPI (commit ``77039051b0be921788dc2784ec41423b558878ec``):
+    ``flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py`` ``cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles``,
+    ``..._plan_splits`` and ``..._select_kernel`` (the last two as v3), and
+    ``flashinfer/data/include/flashinfer/attention/scheduler.cuh`` (the paged-decode functions as @ ``24fd9fc7``).
+    """
+    return _plan(w, dev, f"flashinfer-{FLASHINFER_RELEASE}", plan_head_tiles_074, FLASHINFER_RELEASE)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from math import gcd
 
 from splitlab.devices import DeviceSpec
+from splitlab.errors import SplitlabError
 from splitlab.planners._math import cdiv, clamp, next_power_of_two
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
@@ -465,6 +466,9 @@ def plan_modular(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
       the dtype, ``half_sms = dev.sm_count // 2`` (as ``MLADispatchScalarArgs``); dense decode, no
       sliding window, no spec-decode fold.
     * ``mla`` on other NVIDIA: upstream uses 1 partition ("non-SM10x NVIDIA stays at 1").
+
+    Where the SM100 rule divides by zero (more than 8 head groups of 64 below batch 64: its pages-per-split floor
+    rounds to 0), the adapter raises ``SplitlabError`` naming ``num_q_heads``; the port itself is left as upstream.
     """
     api = "hip" if dev.vendor == "amd" else "cuda"
     keys = w.keys_per_request
@@ -483,8 +487,17 @@ def plan_modular(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
     if _is_sm10x(dev):
         half_sms = dev.sm_count // 2
         is_fp8_kv = w.dtype == "fp8_e4m3"
-        _, _, n = compute_mla_dispatch_scalars(w.batch, keys, 1, dev.sm_count, num_heads=w.num_q_heads,
-                                               is_fp8_kv=is_fp8_kv, half_sms=half_sms)
+        try:
+            _, _, n = compute_mla_dispatch_scalars(w.batch, keys, 1, dev.sm_count, num_heads=w.num_q_heads,
+                                                   is_fp8_kv=is_fp8_kv, half_sms=half_sms)
+        except ZeroDivisionError:
+            # _compute_num_partitions_128 scales its pages-per-split floor by 2 / head groups with integer
+            # division: past 8 groups of 64 heads (16 at batch >= 64, more with an fp8 cache) the floor is 0 and
+            # upstream divides by zero too. The rule has no answer there; say so instead of guessing one.
+            raise SplitlabError(f"num_q_heads={w.num_q_heads} is not allowed for planner='modular' (SM100 MLA "
+                                f"rule) at batch={w.batch}: its pages-per-split floor, 2 * base // cdiv(num_heads, "
+                                "64), is 0 there and upstream divides by zero; expected fewer head groups of 64 "
+                                "(at most 512 heads below batch 64)") from None
         eff = keys + 1
         split_page_size = 64 if (eff <= 512 and w.batch >= 32) else 128
         return Plan("modular", n, note=f"SM100 compute_mla_dispatch_scalars(batch={w.batch}, "

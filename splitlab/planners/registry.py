@@ -23,7 +23,10 @@ class Plan:
     ``num_splits`` is the split-K factor (for per-request planners, the largest over the batch, with the
     per-request values in ``per_request``). Tiles are set only where the rule picks one: ``block_n`` keys
     per tile of a dense kernel, ``block_k`` candidates per tile of a sparse kernel, ``block_h`` query
-    heads per program. ``note`` says how the workload was mapped onto the rule.
+    heads per program; a kernel can be launched with them. ``kv_chunk`` is not a tile: the keys (tokens) one
+    split covers, set by planners that choose a chunk length and derive the split count from it (FlashInfer's
+    ``kv_chunk_size``: a request of ``n > 0`` keys gets ``cdiv(n, kv_chunk)`` splits). ``note`` says how the
+    workload was mapped onto the rule.
     """
 
     planner: str
@@ -31,6 +34,7 @@ class Plan:
     block_n: int | None = None
     block_k: int | None = None
     block_h: int | None = None
+    kv_chunk: int | None = None
     per_request: tuple[int, ...] | None = None
     note: str = ""
     extra: dict = field(default_factory=dict, compare=False)

@@ -1,0 +1,225 @@
+"""Argument checks the command lines share (``splitlab``, ``python -m splitlab.report``, ``python -m splitlab.fit``).
+
+The convention: a bad argument is one line on stderr, ``splitlab: error: <argument>=<value> ...; expected ...``,
+and exit code 2; an interrupt (Ctrl-C, SIGTERM) is one line and exit code 130, after the ``finally`` blocks
+and context managers have cleaned up (``interrupts_as_keyboard_interrupt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from splitlab.errors import SplitlabError
+
+#: The longest file-name component most file systems take (bytes).
+NAME_MAX = 255
+#: Pseudo file systems where no result folder can live.
+PSEUDO_FS = ("/proc", "/sys")
+#: Exit codes: a refused argument, and an interrupt (128 + SIGINT, as a shell reports it).
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """``argparse`` with the one-line error: a parse error raises ``SplitlabError`` (no usage block)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SplitlabError(message)
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)``, shortened in the middle past ``limit`` characters (a 5000-character path stays readable
+    in a one-line message)."""
+    r = repr(str(value)) if isinstance(value, Path) else repr(value)
+    return r if len(r) <= limit else f"{r[: limit // 2]}...{r[-(limit // 4):]} ({len(str(value))} characters)"
+
+
+def path_text(arg: str, value: object, what: str) -> str:
+    """``value`` as path text, refused (naming ``arg``) when empty, with a NUL, or with a name longer than
+    ``NAME_MAX`` bytes."""
+    text = str(value) if value is not None else ""
+    if not text.strip():
+        raise SplitlabError(f"{arg}={shown(text)} is not allowed; expected {what} (not empty)")
+    if "\0" in text:
+        raise SplitlabError(f"{arg}={shown(text)} is not allowed; expected {what} (no NUL character)")
+    for part in Path(text).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise SplitlabError(f"{arg}={shown(text)} is not allowed: a name in it is {len(os.fsencode(part))} "
+                                f"bytes long; expected {what} whose every name is at most {NAME_MAX} bytes")
+    return text
+
+
+def _under_pseudo_fs(p: Path) -> str | None:
+    try:
+        full = p.expanduser().absolute()
+    except (OSError, RuntimeError):
+        return None
+    for root in PSEUDO_FS:
+        if full == Path(root) or Path(root) in full.parents:
+            return root
+    return None
+
+
+def out_dir(arg: str, value: object, *, create: bool = True) -> Path:
+    """Check that ``value`` names a folder splitlab can write into, and return it as a ``Path``.
+
+    Refused, each in one ``SplitlabError`` naming ``arg``: an empty path, a name longer than ``NAME_MAX`` bytes, a
+    path that is a file (``/dev/null`` too), one under ``/proc`` or ``/sys``, and (with ``create``) a folder that
+    cannot be created or written into. With ``create`` the folder is created and a probe file written and
+    removed; without it (a dry run writes nothing) the nearest existing folder above it must be writable."""
+    what = "a folder to write into"
+    text = path_text(arg, value, what)
+    p = Path(text).expanduser()
+    root = _under_pseudo_fs(p)
+    if root is not None:
+        raise SplitlabError(f"{arg}={shown(text)} is not allowed: it is under {root}, a pseudo file system; "
+                            f"expected {what}")
+    try:
+        if p.exists() and not p.is_dir():
+            raise SplitlabError(f"{arg}={shown(text)} is a file, not a folder; expected {what}")
+        if create:
+            p.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".splitlab-write-probe-", dir=p)
+            os.close(fd)
+            os.unlink(probe)
+            return p
+        above = p
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            raise SplitlabError(f"{arg}={shown(text)} is not allowed: {shown(str(above))} is a file; expected {what}")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise SplitlabError(f"{arg}={shown(text)} is not allowed: {shown(str(above))} is not writable; "
+                                f"expected {what}")
+    except OSError as e:
+        raise SplitlabError(f"{arg}={shown(text)} is not a folder splitlab can write into "
+                            f"({e.strerror or type(e).__name__}); expected {what}") from None
+    return p
+
+
+def existing_path(arg: str, value: object, what: str = "a sweep folder, a folder of sweeps or a result file") -> Path:
+    """Check that ``value`` names an existing file or folder (one ``SplitlabError`` naming ``arg`` otherwise)."""
+    text = path_text(arg, value, what)
+    p = Path(text).expanduser()
+    try:
+        if not p.exists():
+            raise SplitlabError(f"{arg}={shown(text)} does not exist; expected {what}")
+        os.stat(p)
+    except OSError as e:
+        raise SplitlabError(f"{arg}={shown(text)} cannot be read ({e.strerror or type(e).__name__}); "
+                            f"expected {what}") from None
+    return p
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (or SIGHUP) delivered while ``interrupts_as_keyboard_interrupt`` is active."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupts_as_keyboard_interrupt() -> Iterator[None]:
+    """While active, SIGTERM and SIGHUP raise ``Interrupted`` (a ``KeyboardInterrupt``) in the main thread, as
+    Ctrl-C raises ``KeyboardInterrupt``: ``finally`` blocks and context managers (temporary folders) run before
+    the process ends. Outside the main thread it does nothing."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    saved = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:  # an ignored one (nohup) stays ignored
+            saved[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
+def run_main(prog: str, fn: Callable[[], int], *, cleanup_note: str = "") -> int:
+    """Run a command's body with the convention: ``SplitlabError`` -> one line, exit 2; Ctrl-C / SIGTERM ->
+    one line, exit 130 (after the body's own cleanup has run)."""
+    try:
+        with interrupts_as_keyboard_interrupt():
+            return fn()
+    except SplitlabError as e:
+        print(f"{prog}: error: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as e:
+        import logging
+
+        # Tasks the interrupt abandoned (a notebook's dead kernel) would be logged at exit: consequences, not news.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        what = e.args[0] if isinstance(e, Interrupted) else "Ctrl-C"
+        print(f"{prog}: interrupted ({what}){cleanup_note}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks folded into one line."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) or text
+
+
+def split_list(arg: str, text: str, what: str) -> list[str]:
+    """``a,b,c`` as a list; an empty item (``a,,b``, ``''``) is refused naming ``arg``."""
+    items = [x.strip() for x in str(text).split(",")]
+    if any(not x for x in items):
+        raise SplitlabError(f"{arg}={shown(text)} is not allowed; expected {what}, comma-separated, none empty")
+    return items
+
+
+def _int_in(text: str, lo: int, hi: int | None) -> int:
+    allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer; expected {allowed}") from None
+    if v < lo or (hi is not None and v > hi):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected {allowed}")
+    return v
+
+
+def int_type(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer in ``[lo, hi]`` (``hi`` None: no upper bound)."""
+    return lambda text: _int_in(text, lo, hi)
+
+
+def int_list_type(lo: int, hi: int) -> Callable[[str], list[int]]:
+    """An ``argparse`` type: comma-separated integers in ``[lo, hi]`` (``1,2,8``), none empty."""
+
+    def parse(text: str) -> list[int]:
+        parts = [x.strip() for x in text.split(",")]
+        if any(not x for x in parts):
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected integers in [{lo}, {hi}], "
+                                             "comma-separated (e.g. 1,2,8)")
+        return [_int_in(x, lo, hi) for x in parts]
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An ``argparse`` type: a finite number > 0."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number; expected a finite number > 0") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected a finite number > 0")
+    return v
