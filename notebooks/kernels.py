@@ -22,9 +22,9 @@
 # swept.
 
 # %% tags=["parameters"]
-data: str = "data/peers-h200"  # result set: the sweeps of the cards' peers grids (splitlab's and the peers')
+data: str = "h200"  # result set (a catalog name or a folder of sweeps); compared itself when `peers` is empty
 allow_fake: bool = False  # accept modelled rows (the fake timer); every figure then says MODELLED
-repeat: str = "data/peers-h200-repeat"  # the same sweeps measured again (run-to-run spread); "" to skip
+peers: list = ["h200-peers", "h200-peers-repeat"]  # sweeps of the cards' peers grids: the comparison, then repeats
 
 # %%
 import warnings
@@ -40,7 +40,8 @@ from splitlab.bench import peer_table
 
 plots.setup()
 warnings.filterwarnings("ignore", category=UserWarning)
-df, info = report.load_data(data, allow_fake=allow_fake)
+compared, repeat = (peers[0], peers[1] if len(peers) > 1 else "") if peers else (data, "")
+df, info = report.load_data(compared, allow_fake=allow_fake)
 display(Markdown(report.describe(info, df)))
 roles = peer_table.roles(df, allow_fake=allow_fake)
 cmp = peer_table.comparison(roles)
@@ -143,17 +144,17 @@ if not regrets.empty:
 
 # %%
 spread = None
-rp = report.resolve_data(repeat) if repeat else None
+rinfo = report.data_info(repeat) if repeat else None
 
 
-def sweeps(path) -> set:
-    return {p.parent.name for p in Path(path).rglob("sweep.json")}
+def sweeps(i) -> set:
+    return {(s["kernel"], s["grid"]) for s in i.sweeps}
 
 
-if rp is not None and Path(rp).exists() and sweeps(rp) != sweeps(info.path):
-    display(Markdown(f"`{repeat}` holds other sweeps than `{data}`: no run-to-run comparison."))
-elif rp is not None and Path(rp).exists():
-    other = results.load(rp)
+if rinfo is not None and sweeps(rinfo) != sweeps(info):
+    display(Markdown(f"`{repeat}` holds other sweeps than `{compared}`: no run-to-run comparison."))
+elif rinfo is not None:
+    other = results.load(*rinfo.sources)
     j = df[df["status"] == "ok"][["point_id", "kernel", "p50_us"]].merge(
         other[other["status"] == "ok"][["point_id", "p50_us"]], on="point_id", suffixes=("", "_repeat"))
     j["ratio"] = j["p50_us_repeat"] / j["p50_us"]

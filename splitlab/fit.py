@@ -165,7 +165,7 @@ def _grid_search(idx: analysis.MeasuredIndex, kind: str, settings: list[dict], d
     if not idx.shapes():  # nothing to score: the data does not cover this pass's shapes
         which = " with every tile and split the rule weighs measured" if centre else ""
         raise SplitlabError(f"no {kind} fit shape to score{which}; expected data covering the cards' fit grids "
-                            "(e.g. data/h200)")
+                            "(e.g. the catalog's h200)")
     c = _arrays(settings, kind)
     logs = np.stack([_log_regret_per_setting(idx, sh, kind, c, len(settings), dev) for sh in idx.shapes()])
     score = pd.DataFrame(settings)

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `split
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 #: The notebooks, in report order.
-NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "sweep")
+NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "sweep")
 FINDING_KEY = "splitlab"
 MODELLED = "MODELLED (fake timer), not measured"
 
@@ -358,7 +358,8 @@ def notebook_parameters(data: str | Path | None = None, *, allow_fake: bool = Fa
     """The parameters ``build_report`` passes every notebook (each takes those its ``parameters`` cell declares):
     ``data`` (a catalog name as given, else the resolved path; the catalog's current set when empty),
     ``allow_fake``, ``confirm`` (the names of the catalog's confirm sets of that set's device when ``data`` is a
-    current set, else none: confirm sweeps belong to the data they confirm) and ``out`` (``<out>/sweep-runs``,
+    current set, else none: confirm sweeps belong to the data they confirm), ``peers`` (likewise the catalog's
+    peers sets of that device: the comparison, then its repeats) and ``out`` (``<out>/sweep-runs``,
     where the ``sweep`` notebook sweeps)."""
     if not data:
         data = catalog.current().name
@@ -368,8 +369,11 @@ def notebook_parameters(data: str | Path | None = None, *, allow_fake: bool = Fa
     else:
         data = str(resolve_data(data))
         entry = next((e for e in catalog.entries("current") if not e.sweeps and str(e.path) == data), None)
-    confirm = [e.name for e in catalog.confirm_for(entry)] if entry and "current" in entry.roles else []
-    return dict(data=data, allow_fake=bool(allow_fake), confirm=confirm, out=str(Path(out).resolve() / "sweep-runs"))
+    current = entry is not None and "current" in entry.roles
+    confirm = [e.name for e in catalog.confirm_for(entry)] if current else []
+    peers = [e.name for e in catalog.peers_for(entry)] if current else []
+    return dict(data=data, allow_fake=bool(allow_fake), confirm=confirm, peers=peers,
+                out=str(Path(out).resolve() / "sweep-runs"))
 
 
 def build_report(data: str | Path | None, out: Path, only: list[str] | None = None, progress: bool = True, *,

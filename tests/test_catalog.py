@@ -125,10 +125,12 @@ def test_adding_a_confirm_set_is_one_entry(tmp_path, monkeypatch):
     cur = text[text.index("[sets.h200]"):text.index("# --- archive")]
     (tmp_path / "h200").symlink_to(REPO / "data" / "h200")
     (tmp_path / "h200-confirm").symlink_to(REPO / "data" / "h200-confirm")
+    (tmp_path / "h200-peers").symlink_to(REPO / "data" / "h200-peers")
     (tmp_path / "catalog.toml").write_text(cur)
     monkeypatch.setattr(catalog, "CATALOG", tmp_path / "catalog.toml")
     assert report.notebook_parameters()["confirm"] == ["h200-confirm"]
-    extra = cur[cur.index("[sets.h200-confirm]"):].replace("[sets.h200-confirm]", "[sets.h200-confirm-again]")
+    confirm = cur[cur.index("[sets.h200-confirm]"):cur.index("[sets.h200-peers]")]
+    extra = confirm.replace("[sets.h200-confirm]", "[sets.h200-confirm-again]")
     (tmp_path / "catalog.toml").write_text(cur + "\n" + extra)
     assert report.notebook_parameters()["confirm"] == ["h200-confirm", "h200-confirm-again"]
     assert len(results.load("h200-confirm-again")) == len(results.load("h200-confirm"))
@@ -139,7 +141,7 @@ GOOD = dict(path='"x"', roles='["archive"]', kernel_version="6", command='"split
 
 @pytest.mark.parametrize(("change", "needle"), [
     (dict(roles='["current", "nope"]'), r"\[sets.x\] roles = \['current', 'nope'\] is not allowed; expected a list "
-                                        "of current, fit, held-out, confirm, archive"),
+                                        "of current, fit, held-out, confirm, peers, archive"),
     (dict(size="3"), r"\[sets.x\] size is not allowed; expected keys among command, device"),
     (dict(command='""'), r"\[sets.x\] command is missing or not a string"),
     (dict(kernel_version='"6"'), r"\[sets.x\] kernel_version is missing or not an integer"),

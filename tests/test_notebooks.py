@@ -115,6 +115,8 @@ def test_notebook_defaults_are_what_the_report_injects():
         exec(cell.source, {}, defaults)
         shared = {k: v for k, v in injected.items() if k in defaults and k != "out"}
         assert {"data", "allow_fake"} <= set(shared), name
+        if name == "kernels":
+            assert shared["peers"] == catalog.names("peers"), name
         assert {k: defaults[k] for k in shared} == shared, name
 
 
