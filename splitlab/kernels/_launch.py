@@ -106,8 +106,9 @@ INT32_SPAN = 1 << 31
 def check_spans(name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
     """Refuse a layout the kernels would address wrongly: along each of ``dims`` (indexed in 32-bit arithmetic in
     the kernels) ``(size - 1) * stride`` must stay below 2^31 elements."""
+    shape, strides = t.shape, t.stride()
     for d in dims:
-        span = (t.shape[d] - 1) * t.stride(d)
+        span = (shape[d] - 1) * strides[d]
         if span >= INT32_SPAN:
             raise SplitlabError(f"{name} has shape {tuple(t.shape)} and strides {tuple(t.stride())}: dimension {d} "
                                 f"spans {span} elements; expected fewer than 2^31 (the kernels index it in 32 bits)")
