@@ -106,8 +106,9 @@ INT32_SPAN = 1 << 31
 def check_spans(name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
     """Refuse a layout the kernels would address wrongly: along each of ``dims`` (indexed in 32-bit arithmetic in
     the kernels) ``(size - 1) * stride`` must stay below 2^31 elements."""
+    shape, strides = t.shape, t.stride()
     for d in dims:
-        span = (t.shape[d] - 1) * t.stride(d)
+        span = (shape[d] - 1) * strides[d]
         if span >= INT32_SPAN:
             raise SplitlabError(f"{name} has shape {tuple(t.shape)} and strides {tuple(t.stride())}: dimension {d} "
                                 f"spans {span} elements; expected fewer than 2^31 (the kernels index it in 32 bits)")
@@ -311,13 +312,12 @@ def check_paged_values(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pa
     ``cdiv(seq_len, page_size)`` columns) outside ``[0, num_pages)``. About ten small device ops and one sync."""
     max_pages = block_table.shape[1]
     cap = max_pages * page_size
-    lo, hi = torch.aminmax(seq_lens)
-    stats = [lo.long(), hi.long()]
+    stats = list(torch.aminmax(seq_lens))  # int32, like the count below: one stack, no casts
     if table and max_pages > 0:
         starts = torch.arange(0, cap, page_size, dtype=torch.int64, device=seq_lens.device)  # first key of a page
         read = starts[None, :] < seq_lens[:, None]  # [B, max_pages]: entries the request reads
         bad = read & (block_table.clamp(0, max(num_pages - 1, 0)) != block_table) if num_pages > 0 else read
-        stats.append(bad.sum())
+        stats.append(bad.sum(dtype=torch.int32))
     vals = torch.stack(stats).tolist()  # the one host sync
     lo_v, hi_v = vals[0], vals[1]
     if lo_v < 0 or hi_v > cap:

@@ -30,6 +30,13 @@ masks a key), Dv 256 or 512, Dqk - Dv in {0, 64}; on an sm_90 GPU with Triton 3.
 experimental dialect's API changes between releases, so other Triton versions take the tl kernels).
 Elsewhere (other tiles, fp8 caches, the interpreter, other GPUs or Triton versions) the tl kernels run, and
 ``ENABLED = False`` makes them run here too (A/B runs, tests/gpu).
+
+Unvalidated input (``splitlab.kernels._launch``, "Validation of values"): ``seq_lens`` is read through its stride;
+a length outside the block table reads nothing and stores NaN; the loader clamps a block-table entry outside
+``[0, num_pages)`` into the cache and skips a sparse index outside ``[-1, num_slots)``, so no copy leaves its
+buffer, but the result for that request is undefined (the softmax partition, which does not read the map on the
+paged path, is left as fast as it was). Paged launches need ``num_pages >= 1`` (``mla.mla_decode`` takes the tl
+kernel for an empty cache).
 """
 
 from __future__ import annotations
