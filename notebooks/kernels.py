@@ -28,7 +28,6 @@ peers: list = ["h200-peers", "h200-peers-repeat"]  # sweeps of the cards' peers 
 
 # %%
 import warnings
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
