@@ -25,6 +25,8 @@ PSEUDO_FS = ("/proc", "/sys")
 #: Exit codes: a refused argument, and an interrupt (128 + SIGINT, as a shell reports it).
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+#: Exit code when stdout's reader went away (as a shell reports SIGPIPE: 128 + 13).
+EXIT_BROKEN_PIPE = 141
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -160,6 +162,9 @@ def run_main(prog: str, fn: Callable[[], int], *, cleanup_note: str = "") -> int
     except SplitlabError as e:
         print(f"{prog}: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader left (`splitlab schema | head`): stop writing, without a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit goes nowhere
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt as e:
         import logging
 
@@ -183,10 +188,24 @@ def split_list(arg: str, text: str, what: str) -> list[str]:
     return items
 
 
-def _int_in(text: str, lo: int, hi: int | None) -> int:
+#: Size suffixes a key count takes on the command line (``32k``, ``128K``, ``1M``): binary, as the figures' "32K".
+SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``text`` as an integer, with an optional size suffix (``SIZE_SUFFIXES``, either case): ``32k`` and ``32K``
+    are 32768, ``1M`` 1048576. ``ValueError`` for anything else (``1.5k``, ``k``, ``32kb``)."""
+    t = text.strip()
+    scale = SIZE_SUFFIXES.get(t[-1:].lower(), 1) if t else 1
+    return int(t[:-1] if scale != 1 else t) * scale
+
+
+def _int_in(text: str, lo: int, hi: int | None, sizes: bool = False) -> int:
     allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+    if sizes:
+        allowed += " (sizes like 32k or 1M allowed)"
     try:
-        v = int(text)
+        v = parse_size(text) if sizes else int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer; expected {allowed}") from None
     if v < lo or (hi is not None and v > hi):
@@ -194,20 +213,22 @@ def _int_in(text: str, lo: int, hi: int | None) -> int:
     return v
 
 
-def int_type(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    """An ``argparse`` type: an integer in ``[lo, hi]`` (``hi`` None: no upper bound)."""
-    return lambda text: _int_in(text, lo, hi)
+def int_type(lo: int, hi: int | None = None, *, sizes: bool = False) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer in ``[lo, hi]`` (``hi`` None: no upper bound); with ``sizes`` (a key count)
+    also ``32k``, ``128K``, ``1M`` (``parse_size``)."""
+    return lambda text: _int_in(text, lo, hi, sizes)
 
 
-def int_list_type(lo: int, hi: int) -> Callable[[str], list[int]]:
-    """An ``argparse`` type: comma-separated integers in ``[lo, hi]`` (``1,2,8``), none empty."""
+def int_list_type(lo: int, hi: int, *, sizes: bool = False) -> Callable[[str], list[int]]:
+    """An ``argparse`` type: comma-separated integers in ``[lo, hi]`` (``1,2,8``), none empty; with ``sizes``
+    also ``32k,128K`` (``parse_size``)."""
 
     def parse(text: str) -> list[int]:
         parts = [x.strip() for x in text.split(",")]
         if any(not x for x in parts):
             raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected integers in [{lo}, {hi}], "
-                                             "comma-separated (e.g. 1,2,8)")
-        return [_int_in(x, lo, hi) for x in parts]
+                                             f"comma-separated (e.g. {'8k,32k' if sizes else '1,2,8'})")
+        return [_int_in(x, lo, hi, sizes) for x in parts]
 
     return parse
 

@@ -86,12 +86,21 @@ def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.Dev
     return rows
 
 
+#: Text columns, left-aligned (the others are right-aligned).
+TEXT_COLUMNS = ("fitted_range", "note")
+
+
 def _print_table(rows: list[dict], cols: list[str]) -> None:
     cells = [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows]
     width = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-    print("  ".join(c.rjust(w) for c, w in zip(cols, width, strict=True)))
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.ljust(w) if c in TEXT_COLUMNS else v.rjust(w)
+                         for c, v, w in zip(cols, values, width, strict=True)).rstrip()
+
+    print(line(cols))
     for x in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(x, width, strict=True)))
+        print(line(x))
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -102,6 +111,32 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
     else:
         _print_table(rows, ["name", "vendor", "arch", "sms", "hbm_gbps", "l2_mb", "bf16_tflops", "aliases"])
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from splitlab import results
+
+    if args.markdown:
+        print(results.schema_markdown(), end="")
+    elif args.json:
+        print(json.dumps(results.schema_rows(), indent=1))
+    else:
+        import shutil
+        import textwrap
+
+        rows = results.schema_rows()
+        cols = ["column", "dtype", "unit", "required"]
+        width = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+        indent = sum(width.values()) + 2 * len(cols)
+        wrap = max(40, shutil.get_terminal_size((120, 24)).columns - indent)  # the meaning, wrapped beside the rest
+        print(f"# result schema {results.SCHEMA_VERSION}: one row per measured point (docs/schema.md)")
+        print("  ".join(c.ljust(width[c]) for c in cols) + "  meaning")
+        for r in rows:
+            lines = textwrap.wrap(r["meaning"], wrap) or [""]
+            print("  ".join(r[c].ljust(width[c]) for c in cols) + "  " + lines[0])
+            for more in lines[1:]:
+                print(" " * indent + more)
     return 0
 
 
@@ -225,26 +260,37 @@ def _print_sweep_result(res, who: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="splitlab", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
+    import splitlab
+
+    p = OneLineParser(prog="splitlab", description=splitlab.__doc__.strip(),
+                      epilog="`splitlab COMMAND -h`: a command's flags. README.md: the workflow.")
+    p.add_argument("--version", action="store_true", help="print splitlab's version and exit")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=OneLineParser)  # none: the help
 
     d = sub.add_parser("devices", help="list device presets")
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_devices)
+
+    sc = sub.add_parser("schema", help="the result columns: type, unit, meaning (docs/schema.md)")
+    fmt = sc.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="as Markdown: docs/schema.md is this output")
+    fmt.add_argument("--json", action="store_true")
+    sc.set_defaults(fn=cmd_schema)
 
     pl = sub.add_parser("plan", help="what each planner picks for a workload on each device")
     pl.add_argument("--workload", help="model preset: " + ", ".join(workloads.names()))
     pl.add_argument("--kind", choices=workloads.KINDS)
     pl.add_argument("--batch", type=int_list_type(1, LIMITS["batch"]), default=[1],
                     help=f"requests (sparse: query tokens), 1..{LIMITS['batch']}; list: 1,2,8")
-    pl.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"]), default=[8192],
-                    help=f"keys per request (sparse: pool size), 1..{LIMITS['ctx_len']}; list")
+    pl.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"], sizes=True), default=[8192],
+                    help=f"keys per request (sparse: pool size), 1..{LIMITS['ctx_len']}; list; sizes: 32k,128K,1M")
     pl.add_argument("--heads", type=int_type(1, LIMITS["num_q_heads"]), help="query heads (overrides the preset)")
     pl.add_argument("--kv-heads", type=int_type(1, LIMITS["num_kv_heads"]))
     pl.add_argument("--head-dim", type=int_type(1, LIMITS["head_dim_qk"]), help="head dim of q/k")
     pl.add_argument("--head-dim-v", type=int_type(1, LIMITS["head_dim_v"]))
-    pl.add_argument("--topk", type=int_type(1, LIMITS["topk"]), help="candidates per query token (sparse_mla only)")
-    pl.add_argument("--page-size", type=int_type(1, LIMITS["page_size"]))
+    pl.add_argument("--topk", type=int_type(1, LIMITS["topk"], sizes=True),
+                    help="candidates per query token (sparse_mla only); 2048 or 2k")
+    pl.add_argument("--page-size", type=int_type(1, LIMITS["page_size"], sizes=True), help="keys per page")
     pl.add_argument("--dtype", default="bf16", choices=workloads.DTYPES)
     pl.add_argument("--device", default="h200", help="preset name(s), comma-separated: " + ", ".join(devices.names()))
     pl.add_argument("--planner", default="all", help="planner name(s) or all: " + ", ".join(planners.names()))
@@ -298,11 +344,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``splitlab`` with ``argv`` (default ``sys.argv[1:]``); return the exit code. A bad argument is one line
-    on stderr and 2; Ctrl-C or SIGTERM one line and 130."""
+    """Run ``splitlab`` with ``argv`` (default ``sys.argv[1:]``); return the exit code. No command prints the help
+    (0), ``--version`` the version; a bad argument is one line on stderr and 2; Ctrl-C or SIGTERM one line and 130."""
 
     def body() -> int:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.version:
+            from splitlab import __version__
+
+            print(f"splitlab {__version__}")
+            return 0
+        if args.cmd is None:  # bare `splitlab`: what it can do
+            parser.print_help()
+            return 0
         args.argv = ["splitlab", *(sys.argv[1:] if argv is None else argv)]
         return args.fn(args)
 

@@ -46,9 +46,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from splitlab import catalog
-from splitlab.catalog import one_per_point
 from splitlab.args import OneLineParser, out_dir, path_text, run_main
+from splitlab.catalog import one_per_point
 from splitlab.errors import SplitlabError
+from splitlab.report_parameters import notebook_arguments, parameter_text
 
 if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
     import pandas as pd
@@ -378,13 +379,15 @@ def notebook_parameters(data: str | Path | None = None, *, allow_fake: bool = Fa
 
 def build_report(data: str | Path | None, out: Path, only: list[str] | None = None, progress: bool = True, *,
                  allow_fake: bool = False, notebooks: Path | None = None, cell_timeout: int | None = None,
-                 parameters: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+                 parameters: Mapping[str, Mapping[str, Any]] | None = None,
+                 parameter_texts: Mapping[str, str] | None = None) -> Path:
     """Execute the notebooks (``only`` those named) on ``data`` (a catalog name or a folder; None: the catalog's
     current set) into ``out``; return ``out/index.html``.
 
     Each notebook gets the ``notebook_parameters`` it declares (``data``, ``allow_fake``; the confirm sets for
-    ``planner_shootout`` when ``data`` is the current set; ``out=<out>/sweep-runs`` for ``sweep``), plus
-    ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``).
+    ``planner_shootout`` when ``data`` is the current set; ``out=<out>/sweep-runs`` for ``sweep``), plus each of
+    ``parameter_texts`` (``splitlab report -p NAME=VALUE``: to every notebook that declares NAME, VALUE read as YAML)
+    and ``parameters[name]`` when given (e.g. ``{"sweep": {"card": "gqa_decode"}}``): ``report_parameters``.
 
     Writes ``out/<name>.ipynb`` (executed) and ``out/<name>.html`` per notebook and ``out/index.html``: into a
     staging folder first, moved into ``out`` (the index last) once every notebook has run, so an interrupted report
@@ -407,6 +410,7 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
         if name not in NOTEBOOKS:
             raise SplitlabError(f"parameters[{name!r}] is not allowed; expected notebooks among {', '.join(NOTEBOOKS)}")
     src_dir = Path(notebooks) if notebooks is not None else NOTEBOOK_DIR
+    given = notebook_arguments(names, src_dir, parameter_texts, parameters)  # checked before anything runs
     out = out_dir("out", out).resolve()
     remove_stale(out)
     pages: list[Page] = []
@@ -429,7 +433,7 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             nbformat.write(nb, inp)
             declared = papermill.inspect_notebook(str(inp))
             params = {k: v for k, v in injected.items() if k in declared}
-            extra = dict((parameters or {}).get(name, {}))
+            extra = dict(given.get(name, {}))
             unknown = [k for k in extra if k not in declared]
             if unknown:
                 raise SplitlabError(f"parameters[{name!r}] names {', '.join(unknown)}; {name} takes "
@@ -439,9 +443,10 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             _say(f"[{i}/{len(names)}] {name}: executing", progress)
             t0 = time.monotonic()
             try:
+                # Per-cell progress bars only on a terminal: in a log (CI) each is a line of carriage returns.
                 papermill.execute_notebook(str(inp), str(executed), parameters=params, kernel_name="python3",
-                                           progress_bar=progress, cwd=str(ROOT), execution_timeout=cell_timeout,
-                                           log_output=False)
+                                           progress_bar=progress and sys.stderr.isatty(), cwd=str(ROOT),
+                                           execution_timeout=cell_timeout, log_output=False)
             except papermill.PapermillExecutionError as e:
                 page.status = f"{e.ename}: {e.evalue}"
             except Exception as e:  # the kernel died, timed out, or would not start
@@ -621,15 +626,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"run only these notebooks (repeat or comma-separate): {', '.join(NOTEBOOKS)}")
     p.add_argument("--allow-fake", action="store_true",
                    help="report modelled rows (timer=fake) too; every figure then says MODELLED")
+    p.add_argument("-p", "--parameter", action="append", type=parameter_text, metavar="NAME=VALUE",
+                   help="a notebook parameter, to every selected notebook that takes NAME; VALUE is YAML (lists and "
+                   "numbers typed: -p devices='[b200, mi300x]'); repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def cli(args: argparse.Namespace) -> int:
     """Run ``splitlab report`` from parsed arguments (``add_arguments``); prints the index path."""
-    data = None if args.data is None else path_text("--data", args.data, "a catalog name or a folder of splitlab sweeps")
+    data = (None if args.data is None
+            else path_text("--data", args.data, "a catalog name or a folder of splitlab sweeps"))
     out_dir("--out", args.out, create=False)  # named as the flag here; build_report creates it
     index = build_report(data, Path(args.out), only=getattr(args, "only", None),
-                         progress=not getattr(args, "quiet", False), allow_fake=getattr(args, "allow_fake", False))
+                         progress=not getattr(args, "quiet", False), allow_fake=getattr(args, "allow_fake", False),
+                         parameter_texts=dict(getattr(args, "parameter", None) or []))
     print(index)
     return 0
 

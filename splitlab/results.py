@@ -9,12 +9,12 @@ folder (made by ``splitlab sweep``) holds::
                                sweep may drop its journals: the Parquet then holds everything
     results.csv                the same, for eyes
 
-``load(path, ...)`` takes sweep folders, folders holding sweep folders, Parquet files, journals or the names
-of catalogued sets (``load("h200")``, ``splitlab.catalog``); it reads a sweep's Parquet when it is up to date
-with the journals, else the journals, and refuses data of a schema version it does not know. Anything it cannot read (a damaged Parquet, a journal
-line that is not an event, a value of the wrong type, a status outside ``STATUSES``) is one ``SplitlabError``
-naming the file. A sweep folder whose Parquet is damaged but which has journals is read from the journals
-(with a warning: rows only the Parquet held are lost).
+``load(path, ...)`` takes sweep folders, folders holding sweep folders, Parquet files, journals or the names of
+catalogued sets (``load("h200")``, ``splitlab.catalog``); it reads a sweep's Parquet when it is up to date with the
+journals, else the journals, and refuses data of a schema version it does not know. Anything it cannot read (a
+damaged Parquet, a journal line that is not an event, a value of the wrong type, a status outside ``STATUSES``) is
+one ``SplitlabError`` naming the file. A sweep folder whose Parquet is damaged but which has journals is read from
+the journals (with a warning: rows only the Parquet held are lost).
 
 Identity. ``point_id`` names a *configuration* (kernel, implementation, workload, resolved knobs:
 ``bench.grid.point_id``) and is the same on every device on purpose: it is how one configuration's times are
@@ -53,7 +53,8 @@ STATUSES = ("ok", "wrong", "error", "skipped")  # also the order of preference a
 #: What identifies a measurement (see the module docstring): ``point_id`` alone names a configuration.
 KEY = ("device", "point_id")
 
-#: Every column and its pandas dtype (nullable types: a knob an implementation lacks is <NA>).
+#: Every column and its pandas dtype (nullable types: a knob an implementation lacks is <NA>); what each means and
+#: its unit: ``DESCRIPTIONS``. The columns up to ``error`` are ``REQUIRED``, the rest were added later.
 COLUMNS: dict[str, str] = {
     "schema_version": "Int64",
     "sweep_id": "string",
@@ -76,34 +77,118 @@ COLUMNS: dict[str, str] = {
     "block_h": "Int64",
     "num_warps": "Int64",
     "num_stages": "Int64",
-    "ctas": "Int64",  # CTAs of the partial launch (launch facts, not measured)
-    "waves": "float64",  # ctas / SMs of the sweep's device (one CTA per SM)
-    "timing": "string",  # graph | events | fake (fake: modelled, NOT a measurement)
+    "ctas": "Int64",
+    "waves": "float64",
+    "timing": "string",
     "p20_us": "float64",
     "p50_us": "float64",
     "p80_us": "float64",
     "n_samples": "Int64",
-    "kv_bytes": "Int64",  # unique KV bytes one call reads
-    "gbps": "float64",  # kv_bytes / p50
-    "rel_err": "float64",  # ||out - ref|| / ||ref|| against the fp64 reference
-    "status": "string",  # ok | wrong | error | skipped
-    "error": "string",  # why, when not ok
-    # Beyond the required set:
-    "planners": "string",  # comma-separated planners whose choice this point is ("" for grid-only points)
-    "in_grid": "boolean",  # the grid asked for this point (not only a planner)
+    "kv_bytes": "Int64",
+    "gbps": "float64",
+    "rel_err": "float64",
+    "status": "string",
+    "error": "string",
+    "planners": "string",
+    "in_grid": "boolean",
     "grid": "string",
-    "device": "string",  # the device preset/GPU the points were planned and timed for
+    "device": "string",
     "sm_count": "Int64",
-    "timing_detail": "string",  # e.g. "cuda-graph x43 rotated"
-    "session": "string",  # the session (journal) that produced the row; its environment is in sweep.json
-    "elapsed_s": "float64",  # wall time of the point: check, compile, timing
+    "timing_detail": "string",
+    "session": "string",
+    "elapsed_s": "float64",
     "finished_at": "string",
-    # Where the point ran (absent, i.e. <NA>, in data written before they were recorded):
     "host": "string",
-    "gpu_index": "Int64",  # the host's GPU index (nvidia-smi's numbering when CUDA_VISIBLE_DEVICES lists indices)
+    "gpu_index": "Int64",
     "gpu_uuid": "string",
 }
+#: Every column's unit ("" where it has none) and meaning: ``splitlab schema`` prints them and docs/schema.md is
+#: their Markdown (``schema_markdown``; a test holds the two equal and every column described).
+DESCRIPTIONS: dict[str, tuple[str, str]] = {
+    "schema_version": ("", "the result schema the row was written in (`SCHEMA_VERSION`)"),
+    "sweep_id": ("", "the sweep that wrote the row (its folder's `sweep.json` holds the card, grid, timer and the "
+                     "environment of every session)"),
+    "point_id": ("", "16 hex digits naming a configuration: sha1 of kernel, impl, the workload's fields and the "
+                     "launch knobs; the same on every device (a measurement is keyed by `device` and `point_id`)"),
+    "kernel": ("", "the kernel card's name (`kernels/<name>.toml`: `gqa_decode`, `mla_decode`, `sparse_mla_decode`, "
+                   "or a peer's card such as `flashinfer_decode`)"),
+    "impl": ("", "the implementation's label (the card's `impl.label`: `splitlab-triton`, `torch-sdpa-flash`, ...)"),
+    "kind": ("", "the workload's family: `gqa` (paged GQA/MHA/MQA), `mla` (absorbed MLA), `sparse_mla` (top-k gather)"),
+    "batch": ("requests", "requests in the call (`sparse_mla`: query tokens)"),
+    "num_q_heads": ("heads", "query heads"),
+    "num_kv_heads": ("heads", "KV heads (MLA: 1, the shared latent cache)"),
+    "head_dim_qk": ("elements", "head dim of q and k (MLA: latent + rope, e.g. 512 + 64 = 576)"),
+    "head_dim_v": ("elements", "head dim of v and of the output (MLA: the latent, e.g. 512)"),
+    "ctx_len": ("keys", "keys per request (`sparse_mla`: the token pool the indices point into)"),
+    "page_size": ("keys", "keys per page of the paged cache"),
+    "topk": ("keys", "keys each query token gathers (`sparse_mla`; 0 for the other kinds)"),
+    "dtype": ("", "the cache's dtype: `bf16`, `fp16` or `fp8_e4m3`"),
+    "num_splits": ("splits", "split-K partitions of each request's keys (1: unsplit); `<NA>` where the "
+                             "implementation has no such knob"),
+    "block_n": ("keys", "key tile of the dense kernels (keys a program loads per step)"),
+    "block_k": ("keys", "key tile of the sparse MLA kernel (gathered keys per step)"),
+    "block_h": ("heads", "query-head rows of one program's tile (MLA, sparse MLA; GQA: its padded group)"),
+    "num_warps": ("warps", "warps per CTA (Triton launch option)"),
+    "num_stages": ("stages", "software-pipeline stages (Triton launch option)"),
+    "ctas": ("CTAs", "CTAs of the partial (split) launch: a launch fact, not measured"),
+    "waves": ("waves", "`ctas` / `sm_count`, one CTA per SM: how many waves the launch fills"),
+    "timing": ("", "the timer: `graph` (CUDA-graph replay over rotated input sets), `events` (each call alone, L2 "
+                   "flushed, CUDA events) or `fake` (modelled for CI: NOT a measurement)"),
+    "p20_us": ("us", "20th percentile of the call's time over the samples"),
+    "p50_us": ("us", "median time of one call (what regret and `gbps` use)"),
+    "p80_us": ("us", "80th percentile of the call's time over the samples"),
+    "n_samples": ("samples", "timing samples (graph: replays, each averaged over its rotated calls; events: calls)"),
+    "kv_bytes": ("bytes", "unique KV bytes one call reads (`sparse_mla`: the gathered rows, once per token)"),
+    "gbps": ("GB/s", "`kv_bytes` / `p50_us` (10^9 bytes per second)"),
+    "rel_err": ("ratio", "norm(out - ref) / norm(ref) against the fp64 reference; above the dtype's tolerance the "
+                         "point is `wrong` and not timed"),
+    "status": ("", "`ok` (checked and timed), `wrong` (failed the check), `error` (raised, crashed or timed out) or "
+                   "`skipped` (the implementation is unavailable here)"),
+    "error": ("", "why, when `status` is not `ok`"),
+    "planners": ("", "comma-separated planners whose choice this point is (`name@device` where a rule planned for "
+                     "another device); empty for grid-only points"),
+    "in_grid": ("", "the card's grid asked for this point (false: only a planner did)"),
+    "grid": ("", "the card's named grid the sweep ran (`quick`, `default`, `seed`, ...)"),
+    "device": ("", "the device preset the point was planned and timed for (`splitlab devices`)"),
+    "sm_count": ("SMs", "SMs (CUs) of that device, as the sweep saw them"),
+    "timing_detail": ("", "how the timer ran, e.g. `cuda-graph x43 rotated` (43 input sets in one graph)"),
+    "session": ("", "the session (journal) that produced the row; its environment is in `sweep.json`"),
+    "elapsed_s": ("s", "wall time of the point: check, compile and timing"),
+    "finished_at": ("", "when the point finished: local time with UTC offset, `%Y-%m-%dT%H:%M:%S%z`"),
+    "host": ("", "the host the point ran on (`<NA>` in data written before it was recorded)"),
+    "gpu_index": ("", "the host's GPU index (nvidia-smi's numbering when CUDA_VISIBLE_DEVICES lists indices; "
+                      "`<NA>` in older data)"),
+    "gpu_uuid": ("", "the GPU's UUID (`<NA>` in older data)"),
+}
 REQUIRED = tuple(list(COLUMNS)[: list(COLUMNS).index("error") + 1])
+
+
+def schema_rows() -> list[dict[str, str]]:
+    """One row per result column, in order: its name, pandas dtype, unit, whether every row has it (``REQUIRED``)
+    and its meaning (``DESCRIPTIONS``)."""
+    return [dict(column=c, dtype=t, unit=DESCRIPTIONS[c][0], required="yes" if c in REQUIRED else "",
+                 meaning=DESCRIPTIONS[c][1]) for c, t in COLUMNS.items()]
+
+
+def schema_markdown() -> str:
+    """docs/schema.md: the result columns as a Markdown page (``splitlab schema --markdown`` prints it)."""
+    lines = [
+        "# Result schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}: one row per measured point, in a sweep folder's `results.parquet`, "
+        "`results.csv` and journals (docs/sweeps.md); `splitlab.results.load` reads them into one DataFrame with "
+        "these columns. `required`: every row has it; the others may be `<NA>` in older data.",
+        "",
+        "Generated by `splitlab schema --markdown` from `COLUMNS` and `DESCRIPTIONS` in `splitlab/results.py` "
+        "(`tests/test_schema.py` holds this file equal to that output).",
+        "",
+        "| column | type | unit | required | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for r in schema_rows():
+        cells = [f"`{r['column']}`", r["dtype"], r["unit"], r["required"], r["meaning"].replace("|", "\\|")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 WORKLOAD_COLUMNS = ("kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
                     "page_size", "topk", "dtype")
 PARQUET_META_KEY = b"splitlab"

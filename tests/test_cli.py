@@ -352,3 +352,57 @@ def test_fit_refuses_an_empty_folder_and_a_foreign_file(capsys, tmp_path):
         assert fit.main([str(path)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err, err
+
+
+# --- help, version, sizes, planners that do not cover a kind, plans outside the fitted data -------------------
+
+def test_bare_splitlab_prints_the_help_and_version_prints_the_version(capsys):
+    import splitlab
+
+    code, out, err = run(capsys)
+    assert code == 0 and err == "" and out.startswith("usage: splitlab")
+    assert all(f"\n    {c} " in out for c in ("devices", "plan", "report", "sweep", "schema")), out
+    code, out, err = run(capsys, "--version")
+    assert code == 0 and err == "" and out == f"splitlab {splitlab.__version__}\n"
+
+
+@pytest.mark.parametrize("given, keys", [("32k", [32768]), ("128K", [131072]), ("1M", [1 << 20]),
+                                         ("8192,32k,64K", [8192, 32768, 65536])])
+def test_ctx_takes_sizes(capsys, given, keys):
+    code, out, _ = run(capsys, "plan", "--workload", "llama-3-8b", "--ctx", given, "--planner", "flashinfer",
+                       "--json")
+    assert code == 0 and [r["ctx_len"] for r in json.loads(out)] == keys
+
+
+def test_topk_and_page_size_take_sizes(capsys):
+    code, out, _ = run(capsys, "plan", "--kind", "sparse_mla", "--topk", "2k", "--ctx", "64k", "--planner",
+                       "splitlab", "--json")
+    assert code == 0 and json.loads(out)[0]["topk"] == 2048 and json.loads(out)[0]["ctx_len"] == 65536
+    code, out, _ = run(capsys, "plan", "--kind", "gqa", "--page-size", "1k", "--planner", "flashinfer", "--json")
+    assert code == 0
+
+
+@pytest.mark.parametrize("given", ["1.5k", "k", "32kb", "32 kk", "0k", "3G"])
+def test_a_size_that_is_not_one_is_one_line(capsys, given):
+    code, out, err = run(capsys, "plan", "--workload", "llama-3-8b", "--ctx", given)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("splitlab: error: argument --ctx: ")
+    assert "sizes like 32k or 1M allowed" in err, err
+
+
+def test_a_planner_that_does_not_cover_the_kind_says_so_in_one_line(capsys):
+    code, out, err = run(capsys, "plan", "--workload", "llama-3-8b", "--planner", "aiter")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "--planner=aiter is not allowed for kind gqa; expected a planner covering it: " in err
+    assert "splitlab" in err and "flashinfer" in err
+    # --planner all leaves it out (the rows it has would be blank)
+    code, out, _ = run(capsys, "plan", "--workload", "llama-3-8b", "--json")
+    assert code == 0 and "aiter" not in {r["planner"] for r in json.loads(out)}
+
+
+def test_a_closed_pipe_is_not_a_traceback():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"'{sys.executable}' -m splitlab schema | head -1", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.startswith("# result schema") and "Traceback" not in proc.stderr, proc.stderr

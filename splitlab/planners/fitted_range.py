@@ -1,0 +1,139 @@
+"""Where a fitted planner's constants hold: the shapes and devices of the data they were fitted on.
+
+splitlab's ``splitlab`` planner (``planners.native``) is a cost model whose constants were fitted on measured data
+(``splitlab.fit``); outside that data its choices are extrapolations. ``fitted_range(kind, device)`` says what the
+data covered for one kernel family, per field: the devices (preset names) and dtypes measured, the ranges of
+``batch``, of the keys a request streams (``ctx_len``; sparse MLA: ``topk``, its pool size does not enter the
+plan), of the query heads, and of the KV bytes one call reads (the cards cap a grid's calls at ``max_kv_gb``, so
+the data thin out at long contexts: the H200's Llama-3-70B data reach batch 128 at 4K keys but batch 32 at 128K).
+``check(workload, device)`` compares one plan's shape against it::
+
+    check(workloads.get("llama-3-70b", batch=64, ctx_len=131072), devices.get("h200"))
+    # 'outside: batch 64 > 32 fitted at ctx_len 131072 (KV read 34.4 > 17.2 GB)'
+
+The ranges are the ones the constants record: ``splitlab fit`` writes ``ranges_from_rows`` of the rows it read into
+each family's ``range`` table of its constants file (``planners.fitted``), and ``fitted_range`` reads the table of
+the constants the planner takes for the device (``native.constants_for``: the device's own, a user's file, or the
+fallback's). Where those record none (a file written without it), they are computed once per process from the
+catalog's fit sets (``data/catalog.toml``, role ``fit``), the data the shipped constants were fitted on. Either way
+they span every correct measurement (status ``ok``, not the fake timer) of splitlab's kernels in the data: the fit's
+shapes and the held-out shapes that scored it. No torch. Source: splitlab (this repository).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from splitlab.errors import SplitlabError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from splitlab.devices import DeviceSpec
+    from splitlab.workloads import DecodeWorkload
+
+#: The planners whose constants are fitted on measured data (the others are upstream rules, fitted on nothing here).
+PLANNERS = ("splitlab",)
+
+
+def keys_field(kind: str) -> str:
+    """The workload field holding the keys a request streams: ``topk`` for sparse MLA, else ``ctx_len``."""
+    return "topk" if kind == "sparse_mla" else "ctx_len"
+
+
+def ranges_from_rows(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per family, the range of ``df``'s correct measurements of splitlab's kernels (see the module docstring):
+    ``{"gqa": {"devices": [...], "dtypes": [...], "batch": [lo, hi], "ctx_len": [lo, hi], "heads": [lo, hi],
+    "kv_bytes": [lo, hi]}, ...}`` (``topk`` in place of ``ctx_len`` for sparse MLA). Plain ints and strings: it can
+    be written into a TOML or JSON constants file as it is."""
+    from splitlab.fit import KINDS  # splitlab's kernels (the ``kernel`` column) and the family each measures
+
+    ok = df[df["kernel"].astype(str).isin(list(KINDS)) & (df["status"] == "ok")]
+    if "timing" in ok.columns:
+        ok = ok[ok["timing"] != "fake"]
+    out: dict[str, dict[str, Any]] = {}
+    for kernel, g in ok.groupby(ok["kernel"].astype(str)):
+        kind = KINDS[kernel]
+        keys = keys_field(kind)
+
+        def span(s: pd.Series) -> list[int]:
+            return [int(s.min()), int(s.max())]
+
+        out[kind] = {"devices": sorted(map(str, g["device"].dropna().unique())),
+                     "dtypes": sorted(map(str, g["dtype"].dropna().unique())),
+                     "batch": span(g["batch"]), keys: span(g[keys]), "heads": span(g["num_q_heads"]),
+                     "kv_bytes": span(g["kv_bytes"])}
+    return out
+
+
+@cache
+def _catalog_ranges() -> tuple[str, dict[str, dict[str, Any]]]:
+    """(where from, ranges per family) of the catalog's fit sets, computed once per process."""
+    from splitlab import catalog
+
+    names = catalog.names("fit")
+    if not names:
+        raise SplitlabError(f"{catalog.CATALOG} names no fit set")
+    return "catalog fit set(s) " + ", ".join(names), ranges_from_rows(catalog.load_points(*names))
+
+
+def fitted_range(kind: str, device: DeviceSpec | str) -> dict[str, Any] | None:
+    """The range of the data the constants the ``splitlab`` planner takes for ``device`` (a ``DeviceSpec`` or preset
+    name) were fitted on, for family ``kind`` (the fields of ``ranges_from_rows``; ``source`` says where it was
+    read): the constants' own record, else the catalog's fit sets; None where neither can be found (an installed
+    package without the shipped data, and a constants file without a record). Whether ``device`` itself lies in
+    the range is ``outside``'s question."""
+    from splitlab.planners import native
+
+    try:
+        choice = native.constants_for(device, kind)
+    except SplitlabError:
+        choice = None
+    recorded = choice.source.ranges.get(kind) if choice is not None else None
+    if recorded:
+        return {"source": f"the constants {choice.source.label}", "devices": [choice.source.device], **recorded}
+    try:
+        source, ranges = _catalog_ranges()
+    except (SplitlabError, OSError):
+        return None
+    return {"source": source, **ranges[kind]} if kind in ranges else None
+
+
+def outside(w: DecodeWorkload, dev: DeviceSpec, r: dict[str, Any]) -> list[str]:
+    """What of ``w`` on ``dev`` lies outside the range ``r`` (``fitted_range``'s), one phrase each; empty: inside."""
+    why = []
+    if r.get("devices") and dev.name not in r["devices"]:
+        why.append(f"device {dev.name} not fitted ({', '.join(r['devices'])})")
+    if r.get("dtypes") and w.dtype not in r["dtypes"]:
+        why.append(f"dtype {w.dtype} not fitted ({', '.join(r['dtypes'])})")
+    keys = keys_field(w.kind)
+    for label, value, field in (("batch", w.batch, "batch"), (keys, getattr(w, keys), keys),
+                                ("heads", w.num_q_heads, "heads")):
+        lo, hi = r.get(field) or (None, None)
+        if lo is not None and value < lo:
+            why.append(f"{label} {value} < {lo} fitted")
+        elif hi is not None and value > hi:
+            why.append(f"{label} {value} > {hi} fitted")
+    lo, hi = r.get("kv_bytes") or (None, None)
+    inside = not any(p.startswith(("batch ", f"{keys} ")) for p in why)
+    per_request = w.kv_bytes // w.batch
+    if inside and hi is not None and w.kv_bytes > hi:  # each in range, but not together: the grids thin out there
+        why.append(f"batch {w.batch} > {hi // per_request} fitted at {keys} {getattr(w, keys)} (KV read "
+                   f"{w.kv_bytes / 1e9:.3g} > {hi / 1e9:.3g} GB)")
+    elif inside and lo is not None and w.kv_bytes < lo:
+        why.append(f"KV read {w.kv_bytes / 1e9:.3g} < {lo / 1e9:.3g} GB fitted")
+    return why
+
+
+def check(w: DecodeWorkload, dev: DeviceSpec, planner: str = "splitlab") -> str | None:
+    """``"ok"`` when ``w`` on ``dev`` lies inside the data ``planner``'s constants were fitted on, ``"outside: ..."``
+    naming what lies outside (``outside``), ``"unknown: ..."`` when that data cannot be found; None for a planner
+    whose constants are not fitted on data (``PLANNERS``)."""
+    if planner not in PLANNERS:
+        return None
+    r = fitted_range(w.kind, dev)
+    if r is None:
+        return "unknown: no fit data found (data/catalog.toml's fit sets)"
+    why = outside(w, dev, r)
+    return "outside: " + "; ".join(why) if why else "ok"
