@@ -41,6 +41,7 @@ from IPython.display import Markdown, display
 from splitlab import analysis, plots, report
 
 plots.setup()
+report.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 df, info = report.load_data(data, allow_fake=allow_fake)
 display(Markdown(report.describe(info, df)))
@@ -85,9 +86,11 @@ for kernel in todo:
     two_bk = kd["block_k"].dropna().nunique() >= 2
     fig, axes = plt.subplots(2, len(fams), figsize=plots.figsize(3.9 * len(fams) + 1.3, 6.4), squeeze=False,
                              sharex="col")
+    drawn = []
     for j, fam in enumerate(fams):
         g = kd[(kd[family_cols].astype(str) == pd.Series(fam, index=family_cols).astype(str)).all(axis=1)]
         g = default_tile(g, ("num_splits", "block_k") if two_bk else ("num_splits",))
+        drawn.append(g.assign(family=family_label(g.iloc[0])))
         for i, (col, ylab) in enumerate((("gbps", "GB/s (unique KV / p50)"), ("rel", "p50 / best p50 of the shape"))):
             ax = axes[i][j]
             if two_bk:
@@ -115,7 +118,9 @@ for kernel in todo:
         cb.set_label("splits (log2)")
         cb.ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{2 ** v:g}"))
     plots.title(fig, f"{kernel}: bandwidth and relative latency against CTAs", info)
-    plt.show()
+    cols = ["family", *shape_cols, *[k for k in analysis.KNOBS if k in ok.columns], "ctas", "p50_us", "best_us",
+            "rel", "gbps"]
+    report.show_figure(fig, kernel.lower(), pd.concat(drawn, ignore_index=True)[list(dict.fromkeys(cols))])
 
 # %% [markdown]
 # ## Where the best BLOCK_K switches, and seed 003's rule
@@ -166,7 +171,7 @@ else:
         ax.axvline(best_t, color="#9467bd", lw=1.0, ls="-.", label=f"best threshold in hindsight: {best_t}")
     plots.legend_outside(ax)
     plots.title(fig, f"BLOCK_K 32 vs 64: the rule predicts {hit} of {len(dec)} decisive load points", info)
-    plt.show()
+    report.show_figure(fig, "block-k-rule", rule.reset_index(drop=True))
     cols = [c for c in ("kernel", "num_q_heads", "topk", "batch", "num_splits", "ctas", "p50_small", "p50_large",
                         "best", "rule", "predicted") if c in rule.columns]
     display(rule.sort_values("ctas")[cols].rename(columns={"p50_small": "p50 @32 (us)", "p50_large": "p50 @64 (us)"})
@@ -215,7 +220,7 @@ else:
     plots.mark_sm_multiples(ax, int(splits_rule["sm_count"].iloc[0]), axis="y")
     plots.legend_outside(ax)
     plots.title(fig, "Where the best split lands: CTAs at the measured optimum", info)
-    plt.show()
+    report.show_figure(fig, "best-split-ctas", splits_rule)
     t = splits_rule.groupby("kernel").agg(shapes=("predicted", "size"), predicted=("predicted", "sum"),
                                           geomean_regret=("rule_regret", analysis.geomean),
                                           worst_regret=("rule_regret", "max"))

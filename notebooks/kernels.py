@@ -38,6 +38,7 @@ from splitlab import analysis, plots, report, results
 from splitlab.bench import peer_table
 
 plots.setup()
+report.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 compared, repeat = (peers[0], peers[1] if len(peers) > 1 else "") if peers else (data, "")
 df, info = report.load_data(compared, allow_fake=allow_fake)
@@ -77,7 +78,7 @@ for ax, fam in zip(axes[:, 0], fams or [None], strict=True):
     ax.set_ylabel("roofline fraction")
     plots.title(ax, f"{fam.upper()}: floor / measured time", info)
     plots.legend_outside(ax)
-plt.show()
+report.show_figure(fig, "roofline", roles)
 
 # %% [markdown]
 # **splitlab against the best peer.** Per shape: the best peer's time over splitlab's (above 1: splitlab is
@@ -98,7 +99,7 @@ if not summ.empty:
     ax.set_ylabel("best peer / splitlab")
     plots.title(ax, "splitlab at its planner's default against the best peer", info)
     plots.legend_outside(ax)
-    plt.show()
+    report.show_figure(fig, "speedup", cmp)
 
 # %% [markdown]
 # **Every ported planner on FlashInfer's own kernel.** With FlashInfer's split swept (`flashinfer_decode`:
@@ -135,7 +136,7 @@ if not regrets.empty:
         plots.legend_outside(ax)
         ax.set_xlabel("geomean regret (p50 / best split of that kernel)")
         plots.title(ax, "The ported rules on FlashInfer's kernel and on splitlab's (GQA)", info)
-        plt.show()
+        report.show_figure(fig, "flashinfer-kernel", t)
 
 # %% [markdown]
 # **Run to run.** The same sweeps measured again in a later device call (another H200): each point's p50 over the

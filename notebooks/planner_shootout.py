@@ -11,15 +11,17 @@
 # ---
 
 # %% [markdown]
-# # Planner shootout: every planner's regret on one result set
+# # Planner shootout: every planner's regret, on every result set
 #
-# The sweep measures every registered planner's choice for every shape. A planner's **regret** on a shape is the
-# p50 of its choice over the best p50 measured for that shape (1.0 = it picked the optimum). Below: each
-# planner's regret distribution per kernel (empirical CDFs: the further left and the steeper, the better), a
-# table of geomean, p90 and worst regret, and the shapes where each planner loses most. Planners only cover the
-# kinds they were written for (FlashMLA has no GQA rule, aiter only sparse MLA), so compare planners within a
-# kernel; the overall row mixes different shape sets. `splitlab` is the registered (fitted) rule, replayed on the
-# measured points (the sweeps' own `splitlab` tags are the rule of the day each was made).
+# A planner's **regret** on a shape is the p50 of its choice over the best p50 measured for that shape (1.0 = it
+# picked the optimum). First the answer across result sets: the current set's *fit* shapes (the only ones
+# `splitlab.fit` fits the rule's constants on), its *held-out* shapes (batch 2 or 32, context 4K or 64K, one or two
+# head counts per family: `splitlab.fit.held_out`) and each *confirm* set (shapes swept after the rule was final).
+# Then the regret distributions on the current set; the tables behind them are folded at the end (click a line to
+# open it). Planners cover only the kinds they were written for (FlashMLA has no GQA rule, aiter only sparse MLA),
+# so compare planners within a family. `splitlab` is the registered (fitted) rule and `splitlab-v0` the first,
+# unfitted one, both replayed on the measured points (the sweeps' own `splitlab` tags are the rule of the day each
+# was made). The goal: held-out geomean <= 1.02 and worst <= 1.10 per family, below every ported rule.
 
 # %% tags=["parameters"]
 data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
@@ -35,12 +37,12 @@ import warnings
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
-from splitlab import analysis, plots, report
+from splitlab import analysis, headline, plots, report
 
 plots.setup()
+report.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 df, info = report.load_data(data, allow_fake=allow_fake)
 display(Markdown(report.describe(info, df)))
@@ -61,7 +63,42 @@ display(Markdown(f"{reg[['kernel', 'shape']].drop_duplicates().shape[0]} shapes 
                  "(wrong or error) and count as no regret below."))
 
 # %% [markdown]
-# ## Regret distributions
+# ## Across result sets
+#
+# Per family and set, each planner's geomean regret (colour, upper number) and worst (lower number); hatched: the
+# planner has no measured choice there. Below it, splitlab's rule against the best ported rule on the held-out and
+# confirm shapes: the report's headline (a planner that plans only some shapes, such as FlashMLA's, is compared on
+# its shapes).
+
+# %%
+confirm_sets, confirm_info = {}, {}
+for path in confirm:
+    cdf, cinfo = report.load_data(path, allow_fake=allow_fake)
+    confirm_sets[cinfo.name], confirm_info[cinfo.name] = cdf, cinfo
+shootouts = headline.shootouts(df, confirm_sets, allow_fake=allow_fake) if len(reg) else {}
+scores, summary = headline.planner_scores(shootouts) if shootouts else ({}, None)
+sets = ["fit", headline.HELD_OUT, *confirm_sets]
+across = headline.summary_table(summary, sets) if summary is not None else pd.DataFrame()
+if len(across):
+    fig = headline.figure(across, info, fig=plt.figure(), title="Each planner's regret per family and set: geomean "
+                          "(colour, upper number), worst (lower)")
+    report.show_figure(fig, "summary", across)
+    if scores:
+        head = headline.Headline(data=info.name, sets=[s for s in sets[1:] if (across["set"] == s).any()],
+                                 planners=scores, peers={}, peers_set="", summary=summary)
+        display(HTML(headline.html(head, kernels=False)))
+    else:
+        display(Markdown("splitlab's rule has no measured choice in these data (its plans were not swept): no "
+                         "headline."))
+else:
+    display(Markdown("No shape of splitlab's kernels with planner choices in these data: nothing to score."))
+if not confirm:
+    display(Markdown("No confirm set given (`confirm` parameter)."))
+
+# %% [markdown]
+# ## Regret distributions on the current set
+#
+# Every shape of the data, fit and held-out together: the further left and the steeper a planner's line, the better.
 
 # %%
 if todo:
@@ -76,26 +113,11 @@ if todo:
     for ax in list(axes.flat)[len(todo):]:
         ax.axis("off")
     plots.title(fig, "Regret of each planner's choice against the measured best (ECDF)", info)
-    plt.show()
-
-# %%
-if len(reg.dropna(subset=["regret"])):
-    r = reg.dropna(subset=["regret"])
-    order = plots.planner_order(r["planner"])
-    fig, ax = plt.subplots(figsize=plots.figsize(max(6.0, 1.0 * len(todo) * len(order) / 2.5), 3.8))
-    sns.boxplot(data=r, x="kernel", y="regret", hue="planner", hue_order=order, order=todo, ax=ax,
-                palette=plots.planner_palette(order), fliersize=2, linewidth=0.8)
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_ylabel("regret (p50 / best p50)")
-    ax.set_xlabel("")
-    plots.legend_outside(ax)
-    plots.title(fig, "Regret by kernel and planner", info)
-    plt.show()
+    report.show_figure(fig, "ecdf", reg[["kernel", "shape", "planner", "num_splits", "oracle_splits", "p50_us",
+                                         "oracle_us", "regret"]].reset_index(drop=True))
 
 # %% [markdown]
-# ## Geomean, p90 and worst regret
+# ## The tables behind the figures
 
 # %%
 tables = []
@@ -105,83 +127,36 @@ for kernel in todo:
     tables.append(s)
 per_kernel = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 if len(per_kernel):
-    display(per_kernel.round(3))
-    fig, ax = plt.subplots(figsize=plots.figsize(8.5, 0.6 * max(3, len(todo)) + 1.4))
-    t = per_kernel.pivot(index="kernel", columns="planner", values="geomean")
-    t = t[plots.planner_order(t.columns)]
-    plots.heatmap(ax, t, annot=t, fmt="{:.2f}", cmap=plots.REGRET_CMAP, log_color=True, vmin=1.0, ratio_ticks=True,
-                  cbar_label="geomean regret")
-    ax.set_xlabel("")
-    ax.set_ylabel("")
-    plots.title(fig, "Geomean regret per kernel (hatched: the planner does not cover the kind)", info)
-    plt.show()
-    overall = analysis.summary(reg)
-    display(Markdown("**All kernels together** (different planners cover different shapes):"))
-    display(overall.round(3))
-
-# %% [markdown]
-# ## Where each planner loses most
-
-# %%
+    report.fold(f"Geomean, p90 and worst regret per kernel and planner, every shape of {info.name}", per_kernel,
+                "**All kernels together** (different planners cover different shapes):", analysis.summary(reg))
 lost = (reg.dropna(subset=["regret"]).sort_values("regret", ascending=False)
         .groupby("planner", group_keys=False).head(worst_n))
 lost = lost[["planner", "kernel", "shape", "num_splits", "oracle_splits", "p50_us", "oracle_us", "regret"]]
 lost = lost.assign(_o=lost["planner"].map({p: i for i, p in enumerate(plots.planner_order(lost["planner"]))}))
-display(lost.sort_values(["_o", "regret"], ascending=[True, False]).drop(columns="_o").round(3).reset_index(drop=True))
+report.fold(f"Where each planner loses most (its {worst_n} worst shapes)",
+            lost.sort_values(["_o", "regret"], ascending=[True, False]).drop(columns="_o").reset_index(drop=True))
 if len(unmeasured):
-    display(Markdown("**Choices not measured correctly:**"))
-    display(unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
-
-# %% [markdown]
-# ## splitlab's planner, fitted: held-out shapes against every ported rule
-#
-# `splitlab.fit` fits the few constants of splitlab's wave-cost rule on the *fit* shapes only (held out: batch 2
-# or 32, context 4K or 64K, and one or two head counts per family; `splitlab.fit.held_out`). The ported planners are
-# scored from the data's own choices; the fitted rule (the registered `splitlab`) and the first, unfitted rule
-# (`splitlab-v0`) by `analysis.replay` (the measured point at exactly its plan).
-# The goal: held-out geomean <= 1.02 and worst <= 1.10 per kernel, below every ported planner.
-
-# %%
-from splitlab import fit  # noqa: E402
-
-fit_table = fit.shootout(df, allow_fake=allow_fake) if len(reg) else pd.DataFrame()
-if len(fit_table):
-    display(fit_table.round(3))
-    display(Markdown("**Goal on the held-out shapes** (`splitlab` = the fitted rule):"))
-    display(fit.goal(fit_table).round(3))
-else:
-    display(Markdown("No shape of splitlab's kernels with planner choices in these data: nothing to fit."))
-
-# %% [markdown]
-# ## Confirmation: fresh sweeps of shapes in no fit and no held-out set
-#
-# Each `confirm` set (by default the catalog's, `data/catalog.toml`: shapes chosen and swept after the rule was
-# final, every power-of-two and wave-filling split, on the same kernel version as the data) is scored as above;
-# `splitlab` is the fitted rule, replayed. The goal table compares it with a planner that plans only some shapes
-# (FlashMLA's) on those shapes (`h2h`). The catalog's archive sets (older kernel versions and rules) load the same
-# way, by name.
+    report.fold(f"Choices not measured correctly ({len(unmeasured)})",
+                unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
+for name, table in shootouts.items():
+    goal = headline.goal(table, part=name)
+    if name == headline.HELD_OUT:
+        report.fold("splitlab's fitted rule on the fit and held-out shapes against every ported rule, and the goal",
+                    table, "**Goal on the held-out shapes** (`splitlab` = the fitted rule; `h2h`: compared on the "
+                    "shapes a planner plans, where it plans only some):", goal)
+    else:
+        report.fold(f"Confirm set {name}: its sweeps, every planner, and the goal",
+                    report.describe(confirm_info[name], confirm_sets[name]), table,
+                    f"**Goal on the {name} shapes:**", goal)
 
 # %%
-for path in confirm if len(fit_table) else []:
-    cdf, cinfo = report.load_data(path, allow_fake=allow_fake)
-    name = cinfo.name
-    display(Markdown(f"### {name}\n\n" + report.describe(cinfo, cdf)))
-    confirm_table = fit.shootout(cdf, allow_fake=allow_fake, part=name)
-    display(confirm_table.round(3))
-    display(Markdown(f"**Goal on the {name} shapes:**"))
-    display(fit.goal(confirm_table, part=name).round(3))
-if not confirm:
-    display(Markdown("No confirm sweep given (`confirm` parameter)."))
-
-# %%
-if len(per_kernel):
-    wins = per_kernel.loc[per_kernel.groupby("kernel")["geomean"].idxmin()]
-    losses = per_kernel.loc[per_kernel.groupby("kernel")["geomean"].idxmax()]
-    parts = [f"{w.kernel}: {w.planner} {w.geomean:.2f}x (worst {l.planner} {l.geomean:.2f}x, up to {l.worst:.2f}x)"
-             for w, l in zip(wins.itertuples(), losses.itertuples(), strict=True)]
-    text = "lowest geomean regret per kernel: " + "; ".join(parts)
-else:
-    text = "no planner choice was measured"
+parts = []
+for kernel, by_set in scores.items():
+    fam = headline.FAMILIES.get(kernel, kernel)
+    parts.append(f"{fam}: " + ", ".join(f"{s} {p.geomean:.3f} (worst {p.worst:.2f}) against {p.best_cell}"
+                                        for s, p in by_set.items()))
+text = (("splitlab's rule, geomean regret: " + "; ".join(parts)) if parts else
+        "splitlab's rule has no measured choice in these data" if len(reg) else "no planner choice was measured")
 report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
                       geomean={f"{r.kernel}/{r.planner}": round(float(r.geomean), 4)
                                for r in per_kernel.itertuples()} if len(per_kernel) else {})

@@ -45,6 +45,7 @@ from splitlab.errors import SplitlabError
 from splitlab.planners import aiter, flashinfer, modular, native
 
 plots.setup()
+report.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 claims: dict[str, str] = {}
 
@@ -137,17 +138,20 @@ display(Markdown(f"**{claims['001']}**."))
 # %%
 fig, axes = plt.subplots(1, 3, figsize=plots.figsize(11.5, 3.6), sharey=True)
 tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+cake_rows = []
 for ax, (dev, sms) in zip(axes, (("RTX PRO 6000", PRO), ("RTX 5090", R5090), ("GB10", GB10)), strict=True):
     for heads, look in plots.series_styles((16, 64, 128)).items():
         s = [flashinfer.plan_splits(num_tokens=t, num_heads=heads, topk=2048, num_sms=sms)[0] for t in tokens]
         ax.plot(tokens, s, ms=4.5, label=f"{heads} heads", **look)
+        cake_rows += [dict(device=dev, sms=sms, heads=heads, topk=2048, tokens=t, splits=x)
+                      for t, x in zip(tokens, s, strict=True)]
     plots.log2_axis(ax, "both")
     ax.set_xlabel("query tokens (log2)")
     ax.set_title(f"{dev} ({sms} SMs)")
 axes[0].set_ylabel("splits (top-k 2048)")
 plots.legend_outside(axes[-1])
 plots.title(fig, "Seed 001: cake's split count against tokens", device="rule text, head_tiles = 1")
-plt.show()
+report.show_figure(fig, "seed001-cake", pd.DataFrame(cake_rows))
 
 # %% [markdown]
 # ## Seed 003: aiter's load-dependent BLOCK_K (MI355X, 256 CUs)
@@ -185,7 +189,7 @@ for ax, dev in zip(axes, ("mi355x", "h200-sxm"), strict=True):
     ax.set_title(f"{dev} ({int(g['sms'].iloc[0])} CUs/SMs)")
 plots.legend_outside(axes[-1])
 plots.title(fig, "Seed 003: CTAs and the rule's BLOCK_K against query count", device="mi355x and h200 (rule)")
-plt.show()
+report.show_figure(fig, "seed003-ctas", s003)
 
 # %% [markdown]
 # ## Each rule measured on the H200 analogue
@@ -275,7 +279,7 @@ if df is not None:
         ax.set_ylabel("regret (p50 / best)")
         plots.legend_outside(ax)
         plots.title(fig, "Seed 000 on the H200: Phase 0 shapes, mla_decode at 64 heads", info)
-        plt.show()
+        report.show_figure(fig, "seed000-h200", m000)
 
 # %% [markdown]
 # ### Seed 000 on the H200: all shapes, both kernels
@@ -315,7 +319,7 @@ if df is not None:
         plots.ecdf(ax, {p: r001.loc[r001["planner"] == p, "regret"] for p in r001["planner"].unique()})
         ax.legend(loc="lower right")
         plots.title(fig, "Seed 001 on the H200: regret of cake's choices (sparse_mla_decode)", info)
-        plt.show()
+        report.show_figure(fig, "seed001-h200", r001.reset_index(drop=True))
 
 # %% [markdown]
 # ### Seed 003 on the H200: BLOCK_K 32 vs 64 across load points
@@ -356,7 +360,7 @@ if df is not None:
         plots.mark_sm_multiples(ax, int(rule["sm_count"].iloc[0]))
         plots.legend_outside(ax)
         plots.title(fig, "Seed 003 on the H200: gain of BLOCK_K 32 against CTAs", info)
-        plt.show()
+        report.show_figure(fig, "seed003-h200", rule.reset_index(drop=True))
     ra = reg[reg["planner"].str.startswith("aiter")]
     if len(ra):
         display(Markdown("**The `aiter` planner's choices** (split count and BLOCK_K):"))

@@ -45,6 +45,7 @@ from splitlab import analysis, plots, report
 from splitlab.errors import SplitlabError
 
 plots.setup()
+report.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 df, info = report.load_data(data, allow_fake=allow_fake)
 cand_df = report.load_data(candidate_data, allow_fake=allow_fake)[0] if candidate_data else df
@@ -149,7 +150,7 @@ if len(valid):
     ax.set_ylabel(f"{candidate} / {baseline} (p50)")
     plots.legend_outside(ax)
     plots.title(fig, f"{cand_label} against {base_label}: p50 ratio per shape", info, device=where)
-    plt.show()
+    report.show_figure(fig, "ratio", valid.reset_index(drop=True))
 
 # %% [markdown]
 # ## Over batch and context
@@ -184,7 +185,7 @@ if panels:
     plots.colorbar(hm, axes, label=f"{candidate} / {baseline} (p50)", ratio_ticks=True, location="top", shrink=0.5,
                    aspect=40)
     plots.title(fig, f"{cand_label} / {base_label} over batch and context", info, device=where)
-    plt.show()
+    report.show_figure(fig, "ratio-heatmap", pd.concat([g for _, _, g in panels], ignore_index=True))
 
 # %%
 if len(valid):

@@ -62,6 +62,7 @@ if run_here:
     from splitlab.errors import SplitlabError
 
     plots.setup()
+    report.show_whole_tables()
     warnings.filterwarnings("ignore", category=UserWarning)
     c = cards.load(card)
     opts = sweep.SweepOptions(grid=grid, out=Path(out), resume=True, max_minutes=max_minutes, timer=timer or None,
@@ -106,7 +107,9 @@ if run_here:
         axes[0][0].set_ylabel("p50 (us)")
         plots.legend_outside(axes[0][-1])
         plots.title(fig, f"{c.name} / {grid}: p50 against splits, planners' choices marked", info)
-        plt.show()
+        drawn = [ok[(ok[shape_cols].astype(str) == pd.Series(key, index=shape_cols).astype(str)).all(axis=1)]
+                 for key in shapes]
+        report.show_figure(fig, "p50-splits", pd.concat(drawn, ignore_index=True))
 
 # %%
 if run_here:

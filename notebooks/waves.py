@@ -32,6 +32,7 @@ batches: list = [1, 2, 4, 8, 16, 32, 64, 128]  # batch axis of the heatmaps (pow
 max_splits: int = 256  # split axis: powers of two up to this
 
 # %%
+import re
 import warnings
 
 import matplotlib.pyplot as plt
@@ -45,6 +46,7 @@ from splitlab.cli import plan_rows
 from splitlab.errors import SplitlabError
 
 plots.setup()
+report.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 
 base = workloads.get(workload, batch=1, ctx_len=ctx_len)
@@ -122,7 +124,7 @@ for dev in devs:
     plots.legend_outside(ax)
     plots.title(fig, f"{family}: last-wave fill (color), waves (number), planners at {plots.fmt_pow2(ctx_len)}",
                 info if len(o) else None, device=f"{dev.name}, {dev.sm_count} SMs")
-    plt.show()
+    report.show_figure(fig, "fill-" + re.sub(r"[^a-z0-9]+", "-", dev.name.lower()), g.reset_index(drop=True))
 
 # %% [markdown]
 # ## The CTAs each planner launches
@@ -147,7 +149,7 @@ axes[0][0].set_ylabel("CTAs at the planner's choice (log2)")
 plots.legend_outside(axes[0][-1])
 plots.title(fig, f"{family} at {plots.fmt_pow2(ctx_len)}: CTAs of each planner's choice", None,
             device=", ".join(d.name for d in devs))
-plt.show()
+report.show_figure(fig, "ctas", choices.reset_index(drop=True))
 
 # %% [markdown]
 # ## The choices as a table

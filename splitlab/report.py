@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import html
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -212,9 +213,12 @@ def describe(info: DataInfo, df: pd.DataFrame | None = None) -> str:
     if info.fake:
         lines.append(f"\n**{MODELLED}.** These rows come from the sweep harness's fake timer: every time is a "
                      "model's output, so nothing below is evidence about a GPU.")
-    lines.append("\n| sweep | kernel | grid | timer | rows |\n|---|---|---|---|---|")
+    # The list of sweeps is the same on every page: folded, one line until opened.
+    lines.append(f"\n<details><summary>The {len(info.sweeps)} sweep(s)</summary>\n\n"
+                 "| sweep | kernel | grid | timer | rows |\n|---|---|---|---|---|")
     for s in info.sweeps:
         lines.append(f"| {s['folder']} | {s['kernel']} | {s['grid']} | {s['timer']} | {s['rows']} |")
+    lines.append("\n</details>")
     return "\n".join(lines)
 
 
@@ -259,6 +263,56 @@ def save_figure(executed: str | Path, number: int, dest: str | Path) -> Path:
 
 # --- helpers the notebooks share --------------------------------------------------------------------------
 
+#: A figure's name (``show_figure``): the tail of its CSV's file name, ``<notebook>-<name>.csv``.
+FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+
+
+def show_whole_tables() -> None:
+    """pandas shows every column of a table and every character of a cell (no "..." where a column or text was
+    cut off)."""
+    import pandas as pd
+
+    pd.set_option("display.max_columns", None, "display.width", None, "display.max_colwidth", None)
+
+
+def show_figure(fig: Any, name: str, table: pd.DataFrame) -> None:
+    """Show ``fig`` and keep ``table``, the numbers it is drawn from, in the output's metadata (``splitlab``:
+    ``figure``, ``csv``): ``splitlab report`` writes it beside the page as ``<notebook>-<name>.csv`` and links it
+    under the figure, so the numbers can be taken without the notebook. ``name``: lower-case letters, digits, ``-``
+    and ``_``, one per figure of a notebook. The figure is closed (it is shown once)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import display
+
+    if not FIGURE_NAME.fullmatch(name):
+        raise ValueError(f"name={name!r} is not allowed; expected lower-case letters, digits, - and _")
+    csv = table.to_csv(index=not isinstance(table.index, pd.RangeIndex))
+    display(fig, metadata={FINDING_KEY: {"figure": name, "csv": csv}})
+    plt.close(fig)
+
+
+def figure_tables(nb: Any) -> list[tuple[str, str]]:
+    """``(name, csv)`` of every figure ``show_figure`` showed in an executed notebook, in output order."""
+    found = []
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) or []:
+            meta = (out.get("metadata") or {}).get(FINDING_KEY)
+            if isinstance(meta, dict) and meta.get("figure"):
+                found.append((str(meta["figure"]), str(meta.get("csv", ""))))
+    return found
+
+
+def fold(summary: str, *parts: str | pd.DataFrame) -> None:
+    """Show ``parts`` (Markdown text, or tables: shown whole, rounded to 3 digits) folded under a one-line
+    ``summary`` (HTML ``<details>``): detail a reader opens when they want it."""
+    from IPython.display import Markdown, display
+
+    html_parts = [p if isinstance(p, str) else p.round(3).to_html(max_rows=None, max_cols=None, border=0)
+                  for p in parts]
+    display(Markdown(f"<details><summary>{html.escape(summary)}</summary>\n\n" + "\n\n".join(html_parts)
+                     + "\n\n</details>"))
+
+
 # --- running the notebooks --------------------------------------------------------------------------------
 
 @dataclass
@@ -271,6 +325,7 @@ class Page:
     finding: str = ""
     seconds: float = 0.0
     facts: dict = field(default_factory=dict)
+    figures: list = field(default_factory=list)  # the CSV files of its figures' numbers (``show_figure``)
 
 
 def _title(nb: Any, name: str) -> str:
@@ -335,19 +390,30 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js -%}{%- endblock html_head_js -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block data_png scoped %}
+{%- set fig = (output.metadata.get('splitlab') or {}).get('figure') -%}
+{%- if fig and resources.splitlab_page -%}
+{%- set csv = resources.splitlab_page ~ '-' ~ fig ~ '.csv' -%}
+{{ super() | replace('</div>', '<div class="splitlab-csv" style="font:12px sans-serif;margin:2px 0 12px">The numbers '
+   ~ 'of this figure: <a href="' ~ csv ~ '">' ~ csv ~ '</a></div></div>') }}
+{%- else -%}
+{{ super() }}
+{%- endif %}
+{% endblock data_png %}
 """
 
 
-def to_html(nb: Any, title: str) -> str:
+def to_html(nb: Any, title: str, name: str = "") -> str:
     """Self-contained HTML of an executed notebook without its code cells (``nbconvert --no-input``): figures
-    embedded, CSS inlined, no script from the network; with a link back to the index."""
+    embedded, CSS inlined, no script from the network; with a link back to the index and, under each figure that
+    ``show_figure`` showed, a link to its numbers (``<name>-<figure>.csv``, written by ``build_report``)."""
     import jinja2
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(template_name="lab", template_file="splitlab_report.html.j2",
                             extra_loaders=[jinja2.DictLoader({"splitlab_report.html.j2": _TEMPLATE})],
                             exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}, "splitlab_page": name})
     back = ('<div style="font:13px sans-serif;margin:8px 16px"><a href="index.html">&larr; splitlab report '
             'index</a></div>')
     i = body.find(">", body.find("<body"))
@@ -456,10 +522,12 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             found = read_finding(done) or {}
             page.finding = str(found.pop("finding", ""))
             page.facts = found
-            (stage / f"{name}.html").write_text(to_html(done, page.title), encoding="utf-8")
+            page.figures = _write_figure_tables(done, name, stage, page)
+            (stage / f"{name}.html").write_text(to_html(done, page.title, name), encoding="utf-8")
             _say(f"[{i}/{len(names)}] {name}: {page.status} in {page.seconds:.1f} s -> {name}.html", progress)
             pages.append(page)
-        (stage / "index.html").write_text(index_html(pages, info), encoding="utf-8")
+        head, head_note = _headline(_headline_sets(injected, given), allow_fake, stage, progress)
+        (stage / "index.html").write_text(index_html(pages, info, head, head_note), encoding="utf-8")
         for f in sorted(stage.iterdir(), key=lambda f: f.name == "index.html"):  # the index last
             os.replace(f, out / f.name)
     index = out / "index.html"
@@ -468,7 +536,61 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
     if failed:
         raise SplitlabError("notebook(s) failed: " + "; ".join(f"{p.name}: {p.status}" for p in failed)
                             + f" (see {out}/<name>.html; the index is {index})")
+    if head is None and head_note.startswith(HEADLINE_FAILED):
+        raise SplitlabError(f"{head_note} (the index is {index})")
     return index
+
+
+def _write_figure_tables(nb: Any, name: str, folder: Path, page: Page) -> list[str]:
+    """Write the numbers of each figure of an executed notebook (``show_figure``) as ``<name>-<figure>.csv`` into
+    ``folder``; return the file names. A figure name shown twice fails the page (the second would overwrite the
+    first's numbers)."""
+    written: list[str] = []
+    for fig, csv in figure_tables(nb):
+        fname = f"{name}-{fig}.csv"
+        if fname in written:
+            if page.status == "ok":
+                page.status = f"figure name {fig!r} shown twice (each figure of a notebook needs its own name)"
+            continue
+        (folder / fname).write_text(csv, encoding="utf-8")
+        written.append(fname)
+    return written
+
+
+HEADLINE_FAILED = "the headline failed"
+
+
+def _headline_sets(injected: Mapping[str, Any], given: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The sets the headline scores: the report's (``notebook_parameters``), with the confirm sets the
+    ``planner_shootout`` page was given and the peers sets the ``kernels`` page was given (``-p``, ``parameters``), so
+    that the index states what those pages show."""
+    return dict(injected, confirm=given.get("planner_shootout", {}).get("confirm", injected.get("confirm")),
+                peers=given.get("kernels", {}).get("peers", injected.get("peers")))
+
+
+def _headline(params: Mapping[str, Any], allow_fake: bool, folder: Path, progress: bool) -> tuple[Any, str]:
+    """The front page's headline (``splitlab.headline``) of the report's sets (``notebook_parameters``: the data,
+    its confirm and peers sets), its tables written into ``folder`` (``headline.csv``, ``index-summary.csv``: the
+    figure's numbers); or None and a note: why these data have none (a ``SplitlabError``), or, for any other error,
+    ``HEADLINE_FAILED`` and the error (``build_report`` then fails after writing the report)."""
+    from splitlab import headline
+
+    try:
+        head = headline.build(params["data"], params.get("confirm") or (), params.get("peers") or (),
+                              allow_fake=allow_fake)
+    except SplitlabError as e:
+        _say(f"headline: none ({e})", progress)
+        return None, f"No headline for these data: {e}"
+    except Exception as e:  # a bug: shown on the index, and the report fails once written
+        _say(f"headline: failed ({type(e).__name__}: {e})", progress)
+        return None, f"{HEADLINE_FAILED}: {type(e).__name__}: {e}"
+    head.table().to_csv(folder / HEADLINE_CSV, index=False)
+    headline.summary_table(head).to_csv(folder / SUMMARY_CSV, index=False)
+    return head, ""
+
+
+#: The index's tables as CSV: the headline's numbers, and those of its figure.
+HEADLINE_CSV, SUMMARY_CSV = "headline.csv", "index-summary.csv"
 
 
 def _children() -> dict[int, Any]:
@@ -567,8 +689,10 @@ def remove_stale(out: Path | None = None) -> list[Path]:
     return removed
 
 
-def index_html(pages: Sequence[Page], info: DataInfo) -> str:
-    """The report's front page: data provenance, then one line per notebook with its finding."""
+def index_html(pages: Sequence[Page], info: DataInfo, head: Any = None, head_note: str = "") -> str:
+    """The report's front page: data provenance; the answer first (``head``, a ``splitlab.headline.Headline``: its
+    table and figure, embedded as PNG, with links to their CSV; else ``head_note`` says why there is none); then one
+    line per notebook with its finding; the sweeps folded."""
     from splitlab import __version__
     from splitlab.bench.env import git_commit
 
@@ -581,9 +705,11 @@ def index_html(pages: Sequence[Page], info: DataInfo) -> str:
     for p in pages:
         status = "" if p.status == "ok" else f'<div class="err">failed: {e(p.status)}</div>'
         finding = e(p.finding) if p.finding else '<span class="muted">(no finding recorded)</span>'
+        csvs = "".join(f' · <a href="{e(f)}">{e(f.removeprefix(p.name + "-"))}</a>' for f in p.figures)
         rows.append(f'<tr><td><a href="{e(p.name)}.html">{e(p.title)}</a><div class="muted">{e(p.name)} · '
-                    f'<a href="{e(p.name)}.ipynb">.ipynb</a> · {p.seconds:.0f} s</div></td>'
-                    f"<td>{finding}{status}</td></tr>")
+                    f'<a href="{e(p.name)}.ipynb">.ipynb</a> · {p.seconds:.0f} s</div>'
+                    + (f'<div class="muted">figures\' numbers (CSV){csvs}</div>' if csvs else "")
+                    + f"</td><td>{finding}{status}</td></tr>")
     sweeps = "".join(f"<tr><td>{e(s['folder'])}</td><td>{e(str(s['kernel']))}</td><td>{e(str(s['grid']))}</td>"
                      f"<td>{e(str(s['timer']))}</td><td>{e(str(s['rows']))}</td><td>{e(str(s['gpu']))}</td>"
                      f"<td>{e(s['date'])}</td></tr>" for s in info.sweeps)
@@ -591,28 +717,66 @@ def index_html(pages: Sequence[Page], info: DataInfo) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>splitlab report: {e(info.device)}, {e(info.date)}</title>
 <style>
-body {{ font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1000px;
+body {{ font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1080px;
        padding: 0 16px; color: #222; }}
 table {{ border-collapse: collapse; width: 100%; margin: 8px 0 20px; }}
 td, th {{ border-bottom: 1px solid #ddd; padding: 6px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f4f4f4; }}
-.muted {{ color: #777; font-size: 12px; }}
+table.headline td, table.headline th {{ text-align: right; white-space: nowrap; }}
+table.headline td:first-child, table.headline th:first-child {{ text-align: left; }}
+table.headline th {{ font-weight: 600; white-space: normal; vertical-align: bottom; }}
+figure {{ margin: 8px 0 20px; }}
+figure img {{ max-width: 100%; }}
+.muted {{ color: #666; font-size: 12px; font-weight: normal; }}
 .err {{ color: #b00000; font-size: 12px; margin-top: 4px; }}
 .modelled {{ background: #fde8e8; color: #b00000; border: 1px solid #b00000; padding: 8px 12px; font-weight: 600; }}
+summary {{ cursor: pointer; }}
 </style></head><body>
 <h1>splitlab report</h1>
 <p><b>Device:</b> {e(info.device)} ({info.sm_count} SMs) · <b>data:</b> {e(info.date)} ·
 <code>{e(str(info.path))}</code></p>
 {banner}
+{_headline_html(head, head_note, info)}
+<h2>Pages</h2>
 <table><tr><th style="width:30%">notebook</th><th>finding</th></tr>
 {''.join(rows)}
 </table>
-<h3>Sweeps</h3>
+<details><summary>The {len(info.sweeps)} sweep(s) behind these pages</summary>
 <table><tr><th>folder</th><th>kernel</th><th>grid</th><th>timer</th><th>rows</th><th>GPU</th><th>date</th></tr>
-{sweeps}</table>
+{sweeps}</table></details>
 <p class="muted">Generated {e(generated)} by splitlab {e(__version__)} {e(commit)} (<code>splitlab report</code>).</p>
 </body></html>
 """
+
+
+def _headline_html(head: Any, note: str, info: DataInfo) -> str:
+    """The index's answer: the headline table, what its numbers are, and its figure (or why there is none)."""
+    import base64
+
+    from splitlab import headline
+
+    e = html.escape
+    if head is None:
+        cls = "err" if note.startswith(HEADLINE_FAILED) else "muted"
+        return f'<h2>The answer</h2><p class="{cls}">{e(note or "No headline.")}</p>'
+    confirm = [s for s in head.sets if s != headline.HELD_OUT]
+    sets = (f"<i>held-out</i>: the shapes of <code>{e(head.data)}</code> the fit never saw"
+            + (f"; <i>confirm</i>: {', '.join(f'<code>{e(c)}</code>' for c in confirm)}, fresh shapes swept after "
+               "the rule was final" if confirm else ""))
+    png = base64.b64encode(headline.figure_png(head, info)).decode()
+    return f"""<h2>The answer</h2>
+<p>Per family: how far splitlab's split planner is from the best measured split, beside the best ported rule, and
+how close splitlab's kernels come to the device's roofline beside the fastest peer library.</p>
+{headline.html(head)}
+<p class="muted">Regret: the p50 of the split (and tile) a planner picks over the best p50 measured for that shape, on
+splitlab's kernels; geomean / worst over the shapes ({sets}). Bold: the goal met (geomean &le; 1.02, worst &le; 1.10,
+below every ported rule). Roofline fraction: the device's floor (unique bytes / read ceiling, or FLOPs / matrix
+ceiling) over the measured p50, geomean over the shapes of <code>{e(head.peers_set)}</code> with a peer measured;
+splitlab at its planner's default against the fastest peer of each shape (FlashInfer, FlashMLA, PyTorch SDPA).
+Numbers: <a href="{HEADLINE_CSV}">{HEADLINE_CSV}</a>.</p>
+<figure><img alt="geomean and worst regret of each planner per family and set" src="data:image/png;base64,{png}">
+<figcaption class="muted">The figure's numbers (every planner, shapes, geomean, p90, worst):
+<a href="{SUMMARY_CSV}">{SUMMARY_CSV}</a>. More in the planner shootout page.</figcaption></figure>"""
 
 
 # --- the command line ---------------------------------------------------------------------------------------

@@ -58,6 +58,13 @@ def test_each_notebook_runs_into_html_with_figures_and_a_finding(built, name):
         assert not images
     else:
         assert images, f"{name} produced no figure"
+    page = (out / f"{name}.html").read_text()
+    for o in images:  # every figure shown with its numbers (report.show_figure), written beside the page as CSV
+        fig = o.get("metadata", {}).get("splitlab", {}).get("figure")
+        assert fig, f"{name}: a figure without its numbers (plt.show() instead of report.show_figure)"
+        csv = out / f"{name}-{fig}.csv"
+        assert csv.is_file() and csv.read_text().strip(), csv
+        assert f'href="{csv.name}"' in page, csv.name
     finding = report.read_finding(nb)
     assert finding and finding["finding"]
     if FAKE and name not in ("waves", "sweep"):

@@ -1,0 +1,337 @@
+"""The report's headline: what a kernel team asks first, per family.
+
+* **Planner.** splitlab's rule against the best ported rule, as geomean / worst regret, on the current set's held-out
+  shapes and on each confirm set: ``fit.shootout`` and ``fit.goal``, the functions ``python -m splitlab.fit`` prints
+  its tables with (README's table "What the shipped H200 data say" is ``readme_rows``; ``tests/test_report_pages.py``
+  checks that they agree).
+* **Kernel.** splitlab's kernel at its planner's default against the fastest peer per shape (FlashInfer, FlashMLA,
+  SDPA) on the peers set: the roofline fraction (floor / measured time, ``bench.peer_table``) of each, as a geomean
+  over the shapes both measured, and splitlab's speed over the best peer's.
+
+    from splitlab import headline
+    h = headline.build("h200", confirm=["h200-confirm"], peers=["h200-peers"])
+    h.planners["gqa_decode"]["held-out"].geomean   # 1.005
+    headline.html(h), headline.figure_png(h)       # the front page's table and figure
+
+``summary`` holds every planner's score per (kernel, set) (the ``fit.shootout`` rows): the table the figure (set x
+planner, geomean and worst) is drawn from, written beside the report as CSV.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from splitlab.errors import SplitlabError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The families, by splitlab's kernel, as the headline names them.
+FAMILIES = {"gqa_decode": "GQA", "mla_decode": "MLA", "sparse_mla_decode": "sparse MLA"}
+#: ``bench.peer_table``'s family names -> splitlab's kernel.
+PEER_FAMILIES = {"gqa": "gqa_decode", "mla": "mla_decode"}
+#: The ported rules as the libraries call themselves.
+PLANNER_NAMES = {"flex": "FlexAttention", "flash_attn": "FlashAttention", "flashmla": "FlashMLA", "sglang": "SGLang",
+                 "flashinfer": "FlashInfer", "flashinfer-0.7.4": "FlashInfer-0.7.4", "modular": "Modular",
+                 "aiter": "aiter"}
+HELD_OUT = "held-out"
+#: The figure's colour scale ends here (a log scale from 1x): the differences that matter lie between 1.0x and 1.3x,
+#: and a 10x outlier would flatten them.
+COLOUR_MAX = 2.0
+#: The rule the headline scores, and the rules that are not "ported" (splitlab's own first rule).
+NEW, NOT_PORTED = "splitlab", ("splitlab-v0",)
+
+
+@dataclass(frozen=True)
+class PlannerScore:
+    """splitlab's rule on one family's shapes of one set, beside the best ported rule (``fit.goal``'s choice):
+    geomean and worst regret over ``shapes`` shapes; ``best_shapes``: the shapes the best ported rule has a measured
+    choice on (fewer when it plans only some, e.g. FlashMLA's); ``goal_met``: geomean <= 1.02, worst <= 1.10 and
+    below every ported rule."""
+
+    geomean: float
+    worst: float
+    shapes: int
+    goal_met: bool
+    best: str
+    best_geomean: float
+    best_shapes: int
+
+    @property
+    def cell(self) -> str:
+        """``geomean / worst`` as README's table writes it (bold: the goal met)."""
+        s = f"{self.geomean:.3f} / {self.worst:.3f}"
+        return f"**{s}**" if self.goal_met else s
+
+    @property
+    def best_cell(self) -> str:
+        """The best ported rule and its geomean, ``(on its N shapes)`` where it plans fewer than splitlab."""
+        s = f"{PLANNER_NAMES.get(self.best, self.best)} {self.best_geomean:.3f}"
+        return s + (f" (on its {self.best_shapes} shapes)" if self.best_shapes < self.shapes else "")
+
+
+@dataclass(frozen=True)
+class PeerScore:
+    """splitlab's kernel (at its planner's default) against the fastest peer of each shape: geomean roofline fraction
+    of each over ``shapes`` shapes, splitlab's geomean speed over the best peer (above 1: faster) and the shapes it
+    is faster on."""
+
+    shapes: int
+    roofline: float
+    peer_roofline: float
+    speedup: float
+    wins: int
+
+
+@dataclass
+class Headline:
+    """See the module docstring. ``sets``: the planner columns (``held-out``, then each confirm set's name);
+    ``planners[kernel][set]`` and ``peers[kernel]`` (absent: not measured); ``peers_set``: the set the kernels were
+    compared on; ``summary``: every planner's score per (kernel, set)."""
+
+    data: str
+    sets: list[str]
+    planners: dict[str, dict[str, PlannerScore]]
+    peers: dict[str, PeerScore]
+    peers_set: str
+    summary: pd.DataFrame = field(repr=False)
+
+    @property
+    def kernels(self) -> list[str]:
+        return [k for k in FAMILIES if k in self.planners or k in self.peers]
+
+    def table(self) -> pd.DataFrame:
+        """One row per family: the headline's numbers (``headline.csv`` beside the report)."""
+        import pandas as pd
+
+        rows = []
+        for k in self.kernels:
+            row: dict[str, Any] = dict(family=FAMILIES[k], kernel=k)
+            for s in self.sets:
+                p = self.planners.get(k, {}).get(s)
+                row |= {f"{s}: splitlab geomean": p.geomean if p else math.nan,
+                        f"{s}: splitlab worst": p.worst if p else math.nan,
+                        f"{s}: shapes": p.shapes if p else 0,
+                        f"{s}: goal met": p.goal_met if p else None,
+                        f"{s}: best ported": p.best if p else "",
+                        f"{s}: best ported geomean": p.best_geomean if p else math.nan,
+                        f"{s}: best ported shapes": p.best_shapes if p else 0}
+            q = self.peers.get(k)
+            row |= {"peers: shapes": q.shapes if q else 0, "peers: splitlab roofline": q.roofline if q else math.nan,
+                    "peers: best peer roofline": q.peer_roofline if q else math.nan,
+                    "peers: splitlab speed over best peer": q.speedup if q else math.nan,
+                    "peers: shapes splitlab faster": q.wins if q else 0}
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+# --- computing it ---------------------------------------------------------------------------------------------
+
+def shootouts(df: pd.DataFrame, confirm: Mapping[str, pd.DataFrame] | None = None, *,
+              allow_fake: bool = False) -> dict[str, pd.DataFrame]:
+    """``fit.shootout`` of ``df`` (its ``fit`` and ``held-out`` rows), keyed ``held-out``, then of each of ``confirm``
+    (name -> rows) keyed by its name: the registered (fitted) rule replayed, as ``python -m splitlab.fit`` scores
+    it."""
+    from splitlab import fit
+
+    tables = {HELD_OUT: fit.shootout(df, allow_fake=allow_fake)}
+    tables |= {name: fit.shootout(rows, allow_fake=allow_fake, part=name) for name, rows in (confirm or {}).items()}
+    return tables
+
+
+def goal(table: pd.DataFrame, part: str = HELD_OUT) -> pd.DataFrame:
+    """``fit.goal`` of a ``shootout`` table on ``part``, for the kernels where splitlab's rule has a measured choice
+    there (elsewhere it has no regret to compare: no row)."""
+    import pandas as pd
+
+    from splitlab import fit
+
+    mine = table[(table["set"] == part) & (table["planner"] == NEW) & (table["measured"] > 0)]
+    if mine.empty:
+        return pd.DataFrame(columns=["kernel", "geomean", "worst", "best_ported", "goal_met"])
+    kept = table[table["kernel"].isin(set(mine["kernel"]))]  # attrs (the per-shape regrets) come along
+    return fit.goal(kept, new_name=NEW, ported_exclude=NOT_PORTED, part=part)
+
+
+def planner_scores(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, dict[str, PlannerScore]], pd.DataFrame]:
+    """Per kernel and set of ``shootouts``' tables: ``PlannerScore`` (from ``fit.goal``; none where splitlab's rule
+    has no measured choice); and every table's rows in one frame (the summary)."""
+    import pandas as pd
+
+    scores: dict[str, dict[str, PlannerScore]] = {}
+    for part, table in tables.items():
+        if table.empty or not (table["set"] == part).any():
+            continue
+        for g in goal(table, part).itertuples():
+            best, _ = str(g.best_ported).rsplit(" ", 1)
+            rows = table[(table["kernel"] == g.kernel) & (table["set"] == part)].set_index("planner")
+            scores.setdefault(g.kernel, {})[part] = PlannerScore(
+                geomean=float(g.geomean), worst=float(g.worst), shapes=int(rows.loc[NEW, "measured"]),
+                goal_met=bool(g.goal_met), best=best, best_geomean=float(rows.loc[best, "geomean"]),
+                best_shapes=int(rows.loc[best, "measured"]))
+    frames = [pd.DataFrame(t.to_dict("list")) for t in tables.values()]  # without attrs (concat compares them)
+    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return scores, summary
+
+
+def peer_scores(df: pd.DataFrame, *, allow_fake: bool = False) -> dict[str, PeerScore]:
+    """Per splitlab kernel with a peer measured on the same shapes (``bench.peer_table.comparison``): the
+    ``PeerScore`` over those shapes."""
+    from splitlab.analysis import geomean
+    from splitlab.bench import peer_table
+
+    roles = peer_table.roles(df, allow_fake=allow_fake)
+    cmp = peer_table.comparison(roles)
+    if cmp.empty or peer_table.SPLITLAB_PLANNER not in cmp.columns:
+        return {}
+    floor = roles.groupby(peer_table.SHAPE, dropna=False)["floor_us"].first().rename("floor_us").reset_index()
+    cmp = cmp.merge(floor, on=peer_table.SHAPE, how="left")
+    out = {}
+    for fam, g in cmp.groupby("family", sort=False):
+        g = g.dropna(subset=[peer_table.SPLITLAB_PLANNER, "best_peer_us", "floor_us"])
+        if g.empty or fam not in PEER_FAMILIES:
+            continue
+        out[PEER_FAMILIES[fam]] = PeerScore(
+            shapes=len(g), roofline=geomean(g["floor_us"] / g[peer_table.SPLITLAB_PLANNER]),
+            peer_roofline=geomean(g["floor_us"] / g["best_peer_us"]), speedup=geomean(g["speedup_planner"]),
+            wins=int((g["speedup_planner"] > 1).sum()))
+    return out
+
+
+def build(data: str, confirm: Sequence[str] = (), peers: Sequence[str] = (), *,
+          allow_fake: bool = False) -> Headline:
+    """The ``Headline`` of ``data`` (a catalog name or a folder of sweeps): its held-out shapes and each ``confirm``
+    set for the planner, the first of ``peers`` (else ``data`` itself, as the kernels notebook does) for the
+    kernels. A set that cannot be read raises ``SplitlabError`` naming it."""
+    from splitlab import report
+
+    df, info = report.load_data(data, allow_fake=allow_fake)
+    conf = {}
+    for c in confirm:
+        rows, cinfo = report.load_data(c, allow_fake=allow_fake)
+        conf[cinfo.name] = rows
+    tables = shootouts(df, conf, allow_fake=allow_fake)
+    scores, summary = planner_scores(tables)
+    peer_df, peer_info = (df, info) if not peers else report.load_data(peers[0], allow_fake=allow_fake)
+    try:
+        kernels = peer_scores(peer_df, allow_fake=allow_fake)
+    except SplitlabError as e:
+        raise SplitlabError(f"peers {peer_info.name!r}: {e}") from None
+    sets = [s for s, t in tables.items() if not t.empty and (t["set"] == s).any()]
+    if not sets and not kernels:
+        raise SplitlabError(f"data={str(data)!r}: no splitlab kernel with planner choices or peers to score")
+    return Headline(data=info.name, sets=sets, planners=scores, peers=kernels, peers_set=peer_info.name,
+                    summary=summary)
+
+
+# --- showing it -----------------------------------------------------------------------------------------------
+
+def readme_rows(h: Headline) -> list[list[str]]:
+    """README's table rows: family, then per set splitlab's ``geomean / worst`` and the best ported rule."""
+    rows = []
+    for k in h.kernels:
+        cells = [FAMILIES[k]]
+        for s in h.sets:
+            p = h.planners.get(k, {}).get(s)
+            cells += [p.cell, p.best_cell] if p else ["", ""]
+        rows.append(cells)
+    return rows
+
+
+def _set_label(s: str, sets: Sequence[str]) -> str:
+    return "confirm" if s != HELD_OUT and len(sets) == 2 else s
+
+
+def html(h: Headline, *, kernels: bool = True) -> str:
+    """The headline as an HTML table (the report's front page): README's columns, then (``kernels``) the kernels'
+    columns."""
+    e = _html.escape
+    head = ["family"]
+    for s in h.sets:
+        label = e(_set_label(s, h.sets))
+        head += [f"{label}: splitlab<br><span class=muted>geomean / worst regret</span>",
+                 f"{label}: best ported rule<br><span class=muted>geomean regret</span>"]
+    if kernels:
+        head += [f"kernel: roofline fraction<br><span class=muted>splitlab / best peer ({e(h.peers_set)})</span>",
+                 "kernel: speed over the best peer<br><span class=muted>geomean (faster on)</span>"]
+
+    def cell(s: str) -> str:
+        if not s:
+            return '<span class="muted">not measured</span>'
+        return f"<b>{e(s[2:-2])}</b>" if s.startswith("**") and s.endswith("**") else e(s)
+
+    body = []
+    for k, row in zip(h.kernels, readme_rows(h), strict=True):
+        q = h.peers.get(k)
+        peer = ([f"{q.roofline:.2f} / {q.peer_roofline:.2f}", f"{q.speedup:.3f}x ({q.wins} of {q.shapes} shapes)"]
+                if q else ['<span class="muted">not measured</span>'] * 2)
+        tds = "".join(f"<td>{cell(c)}</td>" for c in row) + "".join(f"<td>{c}</td>" for c in peer if kernels)
+        body.append(f"<tr>{tds}</tr>")
+    ths = "".join(f"<th>{c}</th>" for c in head)
+    return f'<table class="headline"><tr>{ths}</tr>\n' + "\n".join(body) + "</table>"
+
+
+def summary_table(h: Headline | pd.DataFrame, sets: Sequence[str] | None = None) -> pd.DataFrame:
+    """The figure's table: one row per (kernel, set, planner) with shapes, measured choices, geomean, p90 and worst
+    regret (``sets``: those sets only, in that order; default the headline's)."""
+    summary = h.summary if isinstance(h, Headline) else h
+    sets = list(sets if sets is not None else (h.sets if isinstance(h, Headline) else summary["set"].unique()))
+    t = summary[summary["set"].isin(sets)].copy()
+    t["_k"] = t["kernel"].map({k: i for i, k in enumerate(FAMILIES)}).fillna(len(FAMILIES))
+    t["_s"] = t["set"].map({s: i for i, s in enumerate(sets)})
+    return t.sort_values(["_k", "_s", "geomean"]).drop(columns=["_k", "_s"]).reset_index(drop=True)
+
+
+def figure(table: pd.DataFrame, info: Any = None, *, title: str | None = None, fig: Any = None) -> Any:
+    """A heatmap of ``summary_table``'s rows: one row per (family, set), one column per planner (splitlab's rules
+    last); colour the geomean regret, number the geomean over the worst; hatched: the planner has no measured
+    choice there. Drawn into ``fig`` (resized; a notebook passes ``plt.figure()``, which its inline backend shows),
+    else into a new ``matplotlib.figure.Figure`` outside pyplot (``figure_png``)."""
+    import matplotlib as mpl
+    from matplotlib.figure import Figure
+
+    from splitlab import plots
+
+    t = table.assign(row=[f"{FAMILIES.get(k, k)} · {s}" for k, s in zip(table["kernel"], table["set"], strict=True)])
+    order = plots.planner_order(t["planner"])
+    geo = t.pivot(index="row", columns="planner", values="geomean").reindex(index=list(dict.fromkeys(t["row"])),
+                                                                          columns=order)
+    worst = t.pivot(index="row", columns="planner", values="worst").reindex_like(geo)
+    annot = geo.copy().astype(object)
+    for i in range(geo.shape[0]):
+        for j in range(geo.shape[1]):
+            g, w = geo.iat[i, j], worst.iat[i, j]
+            annot.iat[i, j] = f"{g:.3f}\n{w:.2f}" if math.isfinite(g) and math.isfinite(w) else math.nan
+    cols = [PLANNER_NAMES.get(p, p) for p in order]
+    with mpl.rc_context({"figure.dpi": plots.DPI, "savefig.dpi": plots.DPI, "figure.constrained_layout.use": True,
+                         **plots.FONT_SIZES}):
+        size = plots.figsize(1.05 * len(order) + 3.2, max(3.2, 0.62 * len(geo) + 1.6))
+        if fig is None:
+            fig = Figure(figsize=size)
+        else:
+            fig.set_size_inches(*size)
+        ax = fig.add_subplot()
+        plots.heatmap(ax, geo, annot=annot, cmap=plots.REGRET_CMAP, log_color=True, vmin=1.0, vmax=COLOUR_MAX,
+                      ratio_ticks=True, xticklabels=cols,
+                      cbar_label=f"geomean regret (>= {COLOUR_MAX:g}x: darkest)")
+        plots.title(fig, title or "Each planner's regret: geomean (colour, upper number) and worst (lower number)",
+                    info)
+    return fig
+
+
+def figure_png(h: Headline, info: Any = None) -> bytes:
+    """The front page's figure (``figure`` of the headline's sets) as PNG bytes."""
+    import matplotlib as mpl
+
+    from splitlab import plots
+
+    fig = figure(summary_table(h), info)
+    buf = io.BytesIO()
+    with mpl.rc_context({"savefig.dpi": plots.DPI}):
+        fig.savefig(buf, format="png", bbox_inches="tight", facecolor="white")
+    return buf.getvalue()

@@ -1,0 +1,172 @@
+"""The report's pages as a kernel team reads them: ``index.html`` leads with the headline table (the numbers README's
+table states, from the same computation, ``splitlab.headline``) and a figure; ``planner_shootout.html`` keeps its
+detail folded (at most 12 tables outside ``<details>``, no cell cut off); each figure's numbers lie beside the page
+as CSV, linked under the figure.
+
+Only the ``planner_shootout`` notebook runs here (on the committed fixture, ``tests/fixtures/sweeps``, with the
+fixture itself as its confirm set so that the confirm branch runs); ``tests/test_notebooks.py`` checks every
+notebook's figures for their CSV."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("papermill")
+pytest.importorskip("jupytext")
+pytest.importorskip("nbconvert")
+
+import nbformat  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from splitlab import headline, report  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "fixtures" / "sweeps"
+FAKE = report.data_info(FIXTURE).fake
+README = (ROOT / "README.md").read_text()
+MAX_TOP_LEVEL_TABLES = 12
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pages")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        report.build_report(FIXTURE, out, only=["planner_shootout"], progress=False, allow_fake=FAKE,
+                            parameters={"planner_shootout": {"confirm": [str(FIXTURE)]}})
+    return out
+
+
+class _Tables(HTMLParser):
+    """Counts ``<table>`` elements, and those outside any ``<details>``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = self.top = self.all = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "details":
+            self.depth += 1
+        elif tag == "table":
+            self.all += 1
+            self.top += self.depth == 0
+
+    def handle_endtag(self, tag):
+        if tag == "details":
+            self.depth -= 1
+
+
+def tables(page: str) -> _Tables:
+    t = _Tables()
+    t.feed(page)
+    return t
+
+
+def _png_outputs(nb) -> list:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if "image/png" in o.get("data", {})]
+
+
+# --- index.html -----------------------------------------------------------------------------------------------
+
+def test_index_leads_with_the_headline_table_and_a_figure(built):
+    text = (built / "index.html").read_text()
+    answer, pages = text.index('<table class="headline">'), text.index("<h2>Pages</h2>")
+    assert answer < pages  # the answer first, then the pages
+    pngs = re.findall(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text[answer:pages])
+    assert len(pngs) == 1 and base64.b64decode(pngs[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    head = pd.read_csv(built / report.HEADLINE_CSV)
+    assert {"family", "kernel"} <= set(head.columns) and len(head)
+    summary = pd.read_csv(built / report.SUMMARY_CSV)
+    assert {"kernel", "set", "planner", "shapes", "measured", "geomean", "p90", "worst"} <= set(summary.columns)
+    assert len(summary) and set(summary["set"]) == {"held-out", FIXTURE.name}  # the figure's rows: held-out, confirm
+    for csv in (report.HEADLINE_CSV, report.SUMMARY_CSV, "planner_shootout-summary.csv"):
+        assert f'href="{csv}"' in text, csv
+    assert "The 6 sweep(s) behind these pages" in text and tables(text).top == 2  # the sweeps folded
+
+
+def test_readme_table_is_the_headline_and_index_html_shows_it():
+    """README's table "What the shipped H200 data say" is the headline of the report's default sets, cell for cell
+    (tests/test_readme.py holds it to `python -m splitlab.fit`'s output), and the front page carries those cells."""
+    p = report.notebook_parameters()
+    head = headline.build(p["data"], p["confirm"], p["peers"])
+    readme = [[c.strip() for c in (family + "|" + cells).split("|")]
+              for family, cells in re.findall(r"^\| (GQA|MLA|sparse MLA) \|(.*)\|$", README, re.M)]
+    assert readme == headline.readme_rows(head)
+    page = report.index_html([], report.data_info(p["data"]), head)
+    for row in readme:
+        for cell in row:
+            shown = f"<b>{html.escape(cell[2:-2])}</b>" if cell.startswith("**") else html.escape(cell)
+            assert f"<td>{shown}</td>" in page, cell
+    # the kernels against their peers where the peers set measured them (GQA and MLA), not sparse MLA
+    assert set(head.peers) == {"gqa_decode", "mla_decode"}
+    for k, q in head.peers.items():
+        assert 0 < q.roofline <= 1 and 0 < q.peer_roofline <= 1 and q.shapes > 0, k
+        assert f"<td>{q.roofline:.2f} / {q.peer_roofline:.2f}</td>" in page
+    assert page.count("not measured") == 2  # sparse MLA's two kernel cells
+
+
+def test_a_report_without_a_headline_says_why():
+    info = report.data_info(FIXTURE)
+    page = report.index_html([], info, None, "No headline for these data: no splitlab kernel")
+    assert "No headline for these data" in page and 'class="headline"' not in page
+    failed = report.index_html([], info, None, f"{report.HEADLINE_FAILED}: KeyError: 'x'")
+    assert 'class="err">the headline failed' in failed
+
+
+# --- planner_shootout.html ------------------------------------------------------------------------------------
+
+def test_the_shootout_page_folds_its_detail_and_cuts_no_column(built):
+    page = (built / "planner_shootout.html").read_text()
+    t = tables(page)
+    assert t.top <= MAX_TOP_LEVEL_TABLES and t.all > t.top, (t.top, t.all)
+    assert page.count("<details>") >= 4  # the sweeps, the per-kernel table, the worst shapes, each goal table
+    assert "...</td>" not in page and ">...<" not in page  # pandas' truncation marks
+    nb = nbformat.read(built / "planner_shootout.ipynb", as_version=4)
+    assert [o.metadata["splitlab"]["figure"] for o in _png_outputs(nb)] == ["summary", "ecdf"]
+
+
+def test_each_figure_has_its_numbers_beside_the_page(built):
+    nb = nbformat.read(built / "planner_shootout.ipynb", as_version=4)
+    page = (built / "planner_shootout.html").read_text()
+    for out in _png_outputs(nb):
+        name = out.metadata["splitlab"]["figure"]
+        csv = built / f"planner_shootout-{name}.csv"
+        assert csv.is_file() and len(pd.read_csv(csv)), csv
+        assert f'href="{csv.name}"' in page
+    summary = pd.read_csv(built / "planner_shootout-summary.csv")
+    assert set(summary["set"]) == {"fit", "held-out", FIXTURE.name}
+
+
+# --- the pieces -----------------------------------------------------------------------------------------------
+
+def test_figure_names_are_checked_and_unique_per_notebook(tmp_path):
+    with pytest.raises(ValueError, match="name='Bad name' is not allowed"):
+        report.show_figure(None, "Bad name", pd.DataFrame())
+
+    def fig_output(name: str) -> dict:
+        return {"output_type": "display_data", "data": {"image/png": ""},
+                "metadata": {"splitlab": {"figure": name, "csv": f"a,b\n1,{name}\n"}}}
+
+    nb = {"cells": [{"cell_type": "code", "outputs": [fig_output("one"), fig_output("two")]}]}
+    page = report.Page("nb", "title")
+    assert report._write_figure_tables(nb, "nb", tmp_path, page) == ["nb-one.csv", "nb-two.csv"]
+    assert page.status == "ok" and (tmp_path / "nb-two.csv").read_text() == "a,b\n1,two\n"
+    nb["cells"][0]["outputs"].append(fig_output("one"))
+    report._write_figure_tables(nb, "nb", tmp_path, page)
+    assert "figure name 'one' shown twice" in page.status
+
+
+def test_the_headline_cells_say_what_readme_says():
+    s = headline.PlannerScore(geomean=1.0051, worst=1.0579, shapes=80, goal_met=True, best="flashmla",
+                              best_geomean=1.0469, best_shapes=52)
+    assert s.cell == "**1.005 / 1.058**" and s.best_cell == "FlashMLA 1.047 (on its 52 shapes)"
+    s = headline.PlannerScore(geomean=1.0264, worst=1.1059, shapes=18, goal_met=False, best="sglang",
+                              best_geomean=1.1535, best_shapes=18)
+    assert s.cell == "1.026 / 1.106" and s.best_cell == "SGLang 1.153"
