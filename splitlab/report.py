@@ -506,7 +506,7 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
                                     f"{', '.join(declared)}")
             params.update(extra)
             executed = stage / f"{name}.ipynb"
-            _say(f"[{i}/{len(names)}] {name}: executing", progress)
+            _say(f"[{i}/{len(names)}] {name}: executing", progress and sys.stderr.isatty())  # a log: one line each
             t0 = time.monotonic()
             try:
                 # Per-cell progress bars only on a terminal: in a log (CI) each is a line of carriage returns.

@@ -142,8 +142,8 @@ def test_report_with_parameters_runs_and_logs_no_progress_bars_off_a_terminal(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == str(out.resolve() / "index.html")
     assert "\r" not in proc.stderr and "Executing" not in proc.stderr, proc.stderr[-3000:]
-    lines = proc.stderr.splitlines()
-    assert any(line.startswith("splitlab report: [1/1] waves: ok in ") for line in lines), proc.stderr
+    steps = [line for line in proc.stderr.splitlines() if line.startswith("splitlab report: [")]
+    assert len(steps) == 1 and steps[0].startswith("splitlab report: [1/1] waves: ok in "), proc.stderr  # one a page
     cell = injected(out / "waves.ipynb")
     assert 'devices = ["b200", "mi300x"]' in cell and "ctx_len = 32768" in cell, cell
     html = (out / "waves.html").read_text(encoding="utf-8")
