@@ -12,7 +12,8 @@ the smallest M of an NVIDIA MMA; rows past the group are masked). Each request s
 Bytes moved per program (elt = 2 for bf16/fp16, 4 for fp32; n = the split's keys; G = group size):
     K and V:      2 * n * D * elt          (the whole point: read once per kv head)
     block table:  n * 4 when page_size < BLOCK_N (one int32 per key, mostly repeats that hit L1), else
-                  n / BLOCK_N * 4 (one entry per tile); loaded a tile ahead so K/V loads stay pipelined
+                  n / BLOCK_N * 4 (one entry per tile); loaded a tile ahead so K/V loads stay pipelined; plus
+                  n / page_size * 4 read once before the loop to check the entries (paging.scan_pages)
     q:            G * D * elt
     writes:       G * D * (elt if S == 1 else 4) + G * 4
 """
@@ -46,7 +47,7 @@ from splitlab.kernels._launch import (
     validate_setting,
 )
 from splitlab.kernels.combine import combine_grid, launch_combine
-from splitlab.kernels.paging import any_bad, checked_len, poison, tile_pages
+from splitlab.kernels.paging import any_bad, checked_len, num_tiles, poison, scan_pages, tile_pages
 from splitlab.planners._math import next_power_of_two
 from splitlab.workloads import DecodeWorkload
 
@@ -54,6 +55,7 @@ __all__ = ["gqa_decode", "gqa_launch_facts", "default_knobs"]
 
 LOG2E = 1.4426950408889634  # log2(e): scores are kept in the log2 domain so the kernel can use exp2
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2), back to a natural-log lse (a jit global must be constexpr)
+FLT_MAX = tl.constexpr(3.4028234663852886e38)  # the largest finite fp32: the running max's start
 MAX_SPLITS = 65535  # the grid's y dimension holds the splits (CUDA limit)
 
 
@@ -107,23 +109,26 @@ def _gqa_partial_kernel(
     k_head = k_ptr + kvh.to(tl.int64) * k_stride_h
     v_head = v_ptr + kvh.to(tl.int64) * v_stride_h
 
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max, log2 domain
+    # Running max, log2 domain. It starts at -FLT_MAX, not -inf: a tile whose keys are all masked (an empty split's
+    # one tile) or score -inf (an infinite key) then leaves it finite, so m_i - m_new and s - m_new never meet
+    # -inf - -inf, with no per-tile select (which cost 3.5% on MQA-128 on the H200). No finite score is below it.
+    m_i = tl.full([BLOCK_G], -FLT_MAX, tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)  # running sum of exp2(s - m_i)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
 
     # The block-table entries of the next tile are loaded one iteration ahead and carried in registers,
     # so the K/V addresses of a tile do not depend on a load of the same iteration (see splitlab.kernels.paging).
-    # An entry out of the cache is clamped into it and flagged (paging.tile_pages): the request then stores NaN.
-    page_next, bad_pages = tile_pages(bt_row, bt_stride_p, start, end, offs_n, num_pages, PAGE_SIZE, BLOCK_N)
-    for start_n in range(start, end, BLOCK_N):
-        # Every tile holds at least one live key (start_n < end); its row max is finite unless every key so far
-        # scores -inf (an infinite key) or NaN, hence m_safe, as in mla.softmax_update.
+    # An entry out of the cache is clamped into it (paging.tile_pages); the split's entries are read once more
+    # before the loop (paging.scan_pages), and one out of range makes the request NaN (any_bad). At least one tile
+    # (paging.num_tiles): an empty split runs one masked tile that reads nothing and leaves the state as it was.
+    seen = scan_pages(bt_row, bt_stride_p, start, end, PAGE_SIZE)
+    page_next, _ = tile_pages(bt_row, bt_stride_p, start, end, offs_n, num_pages, PAGE_SIZE, BLOCK_N)
+    for t in range(0, num_tiles(start, end, BLOCK_N)):
+        start_n = start + t * BLOCK_N
         pos = start_n + offs_n
         mask_n = pos < end
         page = page_next
-        page_next, bad_next = tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, num_pages, PAGE_SIZE,
-                                         BLOCK_N)
-        bad_pages = bad_pages | bad_next
+        page_next, _ = tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, num_pages, PAGE_SIZE, BLOCK_N)
         # Paged gather: token pos lives in page block_table[b, pos // PAGE_SIZE], slot pos % PAGE_SIZE.
         slot = pos % PAGE_SIZE
         k_rows = page * k_stride_p + slot * k_stride_s
@@ -138,9 +143,8 @@ def _gqa_partial_kernel(
         s = tl.where(mask_n[None, :], s, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # keeps -inf - -inf out
-        alpha = tl.exp2(m_i - m_safe)  # exp2(-inf) = 0 on the first tile
-        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_new)  # 0 (underflow) on the first tile with a live key
+        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
 
         # V tile [BLOCK_N, BLOCK_D]: BLOCK_N * D * elt bytes.
@@ -152,7 +156,7 @@ def _gqa_partial_kernel(
 
     # Epilogue: a split without keys writes zeros and lse = -inf (the combine gives it weight 0); a NaN among the
     # keys, a length or a page out of range give NaN (which the combine propagates).
-    l_i = poison(l_i, bad_len | any_bad(bad_pages, PAGE_SIZE, BLOCK_N))
+    l_i = poison(l_i, bad_len | any_bad(seen, num_pages, True))
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)

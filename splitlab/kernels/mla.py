@@ -61,7 +61,7 @@ from splitlab.kernels._launch import (
     validate_setting,
 )
 from splitlab.kernels.combine import combine_grid, launch_combine
-from splitlab.kernels.paging import any_bad, checked_len, poison, tile_pages
+from splitlab.kernels.paging import any_bad, checked_len, num_tiles, poison, tile_pages
 from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
@@ -426,15 +426,18 @@ def _mla_decode_kernel(
     # Per tile: BLOCK_N latent rows (BLOCK_N * Dqk * elt bytes) plus 4 bytes of block table per page. The
     # next tile's pages are read one iteration ahead, so the row loads pipeline (splitlab.kernels.paging).
     offs_t = tl.arange(0, BLOCK_N)
-    # An entry out of the cache is clamped into it and flagged (paging.tile_pages): the request then stores NaN.
-    page_next, bad_pages = tile_pages(bt_row, bt_stride_p, start, end, offs_t, num_pages, PAGE_SIZE, BLOCK_N)
-    for n0 in range(start, end, BLOCK_N):
+    # An entry out of the cache is clamped into it; ``seen`` keeps the largest entry read (unsigned), and one out of
+    # range makes the request NaN (paging.tile_pages, any_bad). At least one tile (paging.num_tiles): an empty
+    # split runs one masked tile that reads nothing and leaves the state as it was.
+    page_next, seen = tile_pages(bt_row, bt_stride_p, start, end, offs_t, num_pages, PAGE_SIZE, BLOCK_N)
+    for t in range(0, num_tiles(start, end, BLOCK_N)):
+        n0 = start + t * BLOCK_N
         offs_n = n0 + offs_t
         valid = offs_n < end
         page = page_next
-        page_next, bad_next = tile_pages(bt_row, bt_stride_p, n0 + BLOCK_N, end, offs_t, num_pages, PAGE_SIZE,
+        page_next, raw_next = tile_pages(bt_row, bt_stride_p, n0 + BLOCK_N, end, offs_t, num_pages, PAGE_SIZE,
                                          BLOCK_N)
-        bad_pages = bad_pages | bad_next
+        seen = tl.maximum(seen, raw_next)
         # A tile lies in one page when PAGE_SIZE % BLOCK_N == 0 (page is a scalar: contiguous rows).
         rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
         kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
@@ -445,7 +448,7 @@ def _mla_decode_kernel(
 
     # Final output (out_stride_s == 0 when unsplit) or this split's partial (fp32 from this kernel); NaN for a
     # length or a page out of range.
-    store_head_tile(acc, m_i, poison(l_i, bad_len | any_bad(bad_pages, PAGE_SIZE, BLOCK_N)), v_scale,
+    store_head_tile(acc, m_i, poison(l_i, bad_len | any_bad(seen, num_pages, PAGE_SIZE % BLOCK_N != 0)), v_scale,
                     out_ptr + b.to(tl.int64) * out_stride_b + split * out_stride_s,
                     lse_ptr + b.to(tl.int64) * lse_stride_b + split * lse_stride_s,
                     offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
