@@ -19,6 +19,15 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: setup test demo lint
 setup: $(VENV)/.installed
 
+# dist/splitlab-*.whl: the package with its kernel cards, notebooks and constants inside (pyproject's package-dir);
+# install-check installs such a wheel into a fresh folder and runs splitlab from outside the checkout (make test
+# runs it too).
+.PHONY: wheel install-check
+wheel: setup
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
+install-check: setup
+	$(PY) -m pytest tests/test_install.py
+
 lint: setup
 	$(PY) -m ruff check .
 

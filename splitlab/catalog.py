@@ -137,6 +137,9 @@ def get(name: str) -> Entry:
 
 def current(device: str | None = None) -> Entry:
     """The current set (of ``device``, a preset name, when the catalog holds several devices' current sets)."""
+    if not CATALOG.is_file():  # an installed package: the shipped sets stay in the repository
+        raise SplitlabError(f"no result set given, and no catalog of shipped sets here ({CATALOG} does not exist: "
+                            "splitlab runs outside its checkout); expected --data DIR, a folder of splitlab sweeps")
     found = [e for e in entries("current") if device is None or e.device == device]
     if len(found) != 1:
         where = f" for device={device!r}" if device else ""

@@ -140,8 +140,31 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_constants(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.DeviceSpec],
+                     names: Sequence[str]) -> None:
+    """One comment line per device (and family): which constants the ``splitlab`` planner took, and why those."""
+    if "splitlab" not in names:
+        return
+    from splitlab.planners.native import constants_for
+
+    for dev in devs:
+        for kind in dict.fromkeys(w.kind for w in ws):
+            print(f"# splitlab constants for {dev.name} ({kind}): {constants_for(dev, kind).text}")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    from splitlab.planners.native import using_constants
+
+    with using_constants(args.constants, arg="--constants") as given:
+        return _plan(args, given)
+
+
+def _plan(args: argparse.Namespace, given=None) -> int:
     devs = [devices.get(d) for d in split_list("--device", args.device, "preset names")]
+    if given is not None and given.device not in {d.name for d in devs}:
+        raise SplitlabError(f"--constants={args.constants!r} holds constants fitted for {given.device}; expected "
+                            f"--device {given.device} among the devices (a file applies to the device it was fitted "
+                            "for)")
     every = args.planner == "all"
     names = planners.names() if every else [planners.entry(p).name
                                             for p in split_list("--planner", args.planner, "planner names or all")]
@@ -169,6 +192,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print_table(rows, ["device", "sms", "planner", "kind", "batch", "heads", "ctx_len", "num_splits",
                         "block_k", "block_h", "ctas", "waves", "last_wave_fill"]
                  + (["note"] if args.notes or refused else []))
+    _print_constants(ws, devs, names)
     return 0
 
 
@@ -259,6 +283,58 @@ def _print_sweep_result(res, who: str) -> None:
           + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
 
 
+def add_fit_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``splitlab fit`` (and ``python -m splitlab.fit``)."""
+    p.add_argument("data", nargs="*",
+                   help="result sets: catalog names or sweep folders (default: the catalog's fit sets, read together); "
+                   "the first, and those after it read together, which replace the first's rows of every kernel they "
+                   "hold")
+    p.add_argument("--out", metavar="FILE", help="write the constants, with the device, data, kernel versions and "
+                   "scores, to this .toml file (what `splitlab plan --constants` and SPLITLAB_CONSTANTS take)")
+    p.add_argument("--confirm", metavar="DATA", action="append",
+                   help="also score the fitted rule on a set of shapes in no fit and no held-out set (a catalog name "
+                   "or a sweep folder); repeatable (default, without DATA: the catalog's confirm sets)")
+    p.add_argument("--head-tiles", metavar="DATA",
+                   help="fit sparse MLA's head-tile pass on this set's fit shapes (BLOCK_H 16 against the default "
+                   "at every split the rule weighs, e.g. a later kernel version's)")
+    p.add_argument("--allow-fake", action="store_true", help="fit modelled rows (the fake timer's) too: for CI; the "
+                   "file then says timing = \"modelled\"")
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from splitlab import fit
+
+    return fit.run(args)
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from splitlab import regress
+
+    return regress.run(args)
+
+
+def _add_loop_commands(sub) -> None:
+    """``fit`` and ``regress``: a team's loop on its own GPU (sweep, fit, plan, gate)."""
+    f = sub.add_parser("fit", help="fit the splitlab planner's constants on a result set (no GPU needed)")
+    add_fit_arguments(f)
+    f.set_defaults(fn=cmd_fit)
+
+    from splitlab.regress import add_arguments
+
+    g = sub.add_parser("regress", help="gate a candidate's split choices against a baseline's: exit 1 on a regression")
+    add_arguments(g)
+    g.set_defaults(fn=cmd_regress)
+
+
+def _add_plugin_flags(p: argparse.ArgumentParser, sub) -> None:
+    """``--plugin MODULE`` before the command and on every command (``splitlab.plugins``)."""
+    text = ("import this module (a name or a .py file) first, so its planners and kernels take part; repeatable; "
+            "also SPLITLAB_PLUGINS=mod1,mod2")
+    p.add_argument("--plugin", action="append", metavar="MODULE", help=text)
+    for sp in dict.fromkeys(sub.choices.values()):
+        sp.add_argument("--plugin", dest="plugin_here", action="append", default=[], metavar="MODULE", help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     import splitlab
 
@@ -296,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--planner", default="all", help="planner name(s) or all: " + ", ".join(planners.names()))
     pl.add_argument("--json", action="store_true", help="machine-readable rows (with each adapter's note)")
     pl.add_argument("--notes", action="store_true", help="add each adapter's note: how it mapped the workload")
+    pl.add_argument("--constants", metavar="FILE", help="the splitlab planner takes this constants file (splitlab "
+                    "fit --out) for the device it was fitted for, in place of the shipped ones")
     pl.set_defaults(fn=cmd_plan)
 
     from splitlab import report
@@ -340,6 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--quiet", action="store_true", help="no progress output")
     sw.add_argument("--rows", type=int_type(0, MAX_ROWS), default=8, help="--dry-run: how many points to show")
     sw.set_defaults(fn=cmd_sweep)
+    _add_loop_commands(sub)
+    _add_plugin_flags(p, sub)
     return p
 
 
@@ -359,6 +439,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 0
         args.argv = ["splitlab", *(sys.argv[1:] if argv is None else argv)]
+        from splitlab import plugins
+
+        plugins.load([*(args.plugin or []), *getattr(args, "plugin_here", [])])
         return args.fn(args)
 
     return run_main("splitlab", body)

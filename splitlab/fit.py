@@ -4,8 +4,13 @@
 kernel version of every family on the H200) and scores the fitted rule on their held-out shapes and on every
 ``confirm`` set (fresh shapes swept after the rule was final)::
 
-    python -m splitlab.fit                    # the fitted constants, the fit / held-out table, the confirm tables
-    python -m splitlab.fit DATA ... [--confirm DATA]   # other sets: catalog names or sweep folders
+    splitlab fit                              # the fitted constants, the fit / held-out table, the confirm tables
+    splitlab fit DATA ... [--confirm DATA]    # other sets: catalog names or sweep folders
+    splitlab fit DIR --out my-gpu.toml        # and write the constants file the planner reads (planners.fitted)
+
+(``python -m splitlab.fit`` is the same command.) ``--out`` writes the constants with the device they were fitted
+for, the data, its kernel versions, what the data covered per family and the fitted rule's held-out and confirm
+scores; the shipped ``splitlab/planners/constants/h200-sxm.toml`` is this command's output on the catalog's sets.
 
 **The split.** A shape is *held out* when any of these holds (``held_out``), and only the other (*fit*)
 shapes are ever passed to the fit:
@@ -56,7 +61,10 @@ import pandas as pd
 from splitlab import analysis, catalog
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
+from splitlab.planners import fitted as fitted_file
+from splitlab.planners.fitted import FittedConstants
 from splitlab.planners.native import (
+    ENV_CONSTANTS,
     MAX_SPLITS,
     TILE_KEYS,
     CostConstants,
@@ -230,7 +238,8 @@ def _covered(idx: analysis.MeasuredIndex, kind: str, dev: DeviceSpec, tiles: str
 
 
 def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | None = None,
-               head_tile_rows: pd.DataFrame | None = None) -> tuple[CostConstants, pd.DataFrame]:
+               head_tile_rows: pd.DataFrame | None = None, allow_fake: bool = False
+               ) -> tuple[CostConstants, pd.DataFrame]:
     """The constants minimising the geomean regret over the shapes of ``df_fit`` of ``kind`` (grid search),
     and every setting's score (``geomean``, ``worst``), best first.
 
@@ -241,22 +250,23 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     the rule can pick was measured (``_covered``): those of ``head_tile_rows`` when given (fit rows of a later
     kernel version's head-tile sweep, ``main``'s ``--head-tiles``), else of ``df_fit``; ties to the middle of the
     plateau. A third pass fits the 32-key tile's cost (``small_key_tile`` over ``KEY_TILE_GRID``, 0 preferred) on
-    the shapes of ``df_fit`` where both key tiles were measured at every split the rule weighs."""
+    the shapes of ``df_fit`` where both key tiles were measured at every split the rule weighs. ``allow_fake``: fit
+    modelled rows (the fake timer's) too, for CI and demonstrations only."""
     from splitlab.devices import get as get_device
 
     rows = df_fit[df_fit["kind"] == kind]
     kernel = [k for k, v in KINDS.items() if v == kind]
     rows = rows[rows["kernel"].isin(kernel)]
-    dev = analysis.data_device(analysis.measured(rows)) if device is None else (
+    dev = analysis.data_device(analysis.measured(rows, allow_fake=allow_fake)) if device is None else (
         device if isinstance(device, DeviceSpec) else get_device(device))
-    idx = analysis.MeasuredIndex(rows)
+    idx = analysis.MeasuredIndex(rows, allow_fake=allow_fake)
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
     values, score = _grid_search(idx, kind, _settings(kind), dev, prefer=("tail", 1.0))
     if kind == "sparse_mla":
         ht_idx = idx
         if head_tile_rows is not None:
             ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
-            ht_idx = analysis.MeasuredIndex(ht)
+            ht_idx = analysis.MeasuredIndex(ht, allow_fake=allow_fake)
         settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n, sm90_tile=g)
                     for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"] for g in SM90_GRID]
         values, score = _grid_search(_covered(ht_idx, kind, dev), kind, settings, dev, prefer=("narrow_tile", 0.0),
@@ -268,13 +278,14 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     return fitted, score
 
 
-def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None) -> dict[str, CostConstants]:
+def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None,
+            allow_fake: bool = False) -> dict[str, CostConstants]:
     """``fit_family`` for every family in ``df``'s fit rows (``split(df)[0]``; held-out rows are dropped
     here, before anything reads them), sparse MLA's head-tile pass on ``head_tiles``' fit rows when given."""
     fit_rows, _ = split(df)
     ht = None if head_tiles is None else split(head_tiles)[0]
     kinds = [KINDS[k] for k in sorted(set(fit_rows["kernel"].astype(str)) & set(KINDS))]
-    return {kind: fit_family(fit_rows, kind, head_tile_rows=ht)[0] for kind in kinds}
+    return {kind: fit_family(fit_rows, kind, head_tile_rows=ht, allow_fake=allow_fake)[0] for kind in kinds}
 
 
 def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None, *,
@@ -282,7 +293,8 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
     """Per kernel, set (``fit`` / ``held-out``, or ``part`` for every shape) and planner: shapes, measured
     choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners`` column;
     splitlab's rules by ``analysis.replay`` of the code: the fitted rule (with ``constants``, default
-    ``native.FITTED``) as ``new_name``, the first, unfitted rule as ``splitlab-v0``. (The data's own
+    those the planner takes for the data's device, ``native.constants_for``) as ``new_name``, the first, unfitted
+    rule as ``splitlab-v0``. (The data's own
     ``splitlab`` tags are left out: the rule changed while the shipped sweeps were made, so they mix its
     versions.)"""
     from splitlab.planners.native import fitted_plan, plan_splitlab_v0
@@ -370,79 +382,180 @@ def _fmt(c: CostConstants) -> str:
     return s + (f", small_key_tile={c.small_key_tile:g}" if c.small_key_tile else "")
 
 
-def _fit_rows_checked(df: pd.DataFrame, arg: str) -> None:
+def _fit_rows_checked(df: pd.DataFrame, arg: str, *, allow_fake: bool = False) -> None:
     """Refuse (one ``SplitlabError`` naming ``arg``) data the fit cannot use: no rows of a family's kernel among
-    the fit shapes, modelled (fake-timer) rows, or no correct measurement of a family it holds."""
+    the fit shapes, modelled (fake-timer) rows unless ``allow_fake``, or no correct measurement of a family it
+    holds."""
     fit_rows = split(df)[0] if not df.empty else df
     kernels = sorted(set(fit_rows["kernel"].astype(str)) & set(KINDS)) if "kernel" in fit_rows else []
     if not kernels:
         raise SplitlabError(f"{arg}: no fit rows of {', '.join(KINDS)}; expected sweeps of splitlab's kernels over "
                             "the cards' fit grids (e.g. the catalog's h200)")
-    if "timing" in df.columns and (df["timing"] == "fake").any():
+    if not allow_fake and "timing" in df.columns and (df["timing"] == "fake").any():
         raise SplitlabError(f"{arg}: holds modelled rows (timing='fake'); expected measurements (the fit never "
-                            "reads the fake timer's numbers)")
+                            "reads the fake timer's numbers; --allow-fake fits them anyway, for CI)")
     for k in kernels:
         if not (fit_rows[fit_rows["kernel"] == k]["status"] == "ok").any():
             raise SplitlabError(f"{arg}: no correct measurement (status 'ok') of {k} among the fit shapes; expected "
                                 "measured rows to fit")
 
 
+#: The fitted rule's scores a constants file records per family and set: rounded, so that a refit on the same data
+#: writes the same file on any machine.
+SCORE_DIGITS = 4
+
+
+def _scores(table: pd.DataFrame, part: str, new_name: str = "splitlab") -> dict[str, dict]:
+    """Per family: the fitted rule's shapes, measured choices, geomean and worst regret on ``part`` of a
+    ``shootout`` table."""
+    out = {}
+    for r in table[(table["set"] == part) & (table["planner"] == new_name)].to_dict("records"):
+        if r["kernel"] in KINDS and r["measured"]:
+            out[KINDS[r["kernel"]]] = dict(shapes=int(r["shapes"]), measured=int(r["measured"]),
+                                           geomean=round(float(r["geomean"]), SCORE_DIGITS),
+                                           worst=round(float(r["worst"]), SCORE_DIGITS))
+    return out
+
+
+def kernel_versions(data: Sequence[str]) -> list[str]:
+    """What ran the data's kernels: a catalog set's kernel version (``"6"``), a sweep folder's splitlab version
+    and commit as its sidecars record them (``"splitlab 0.1.0 (8f5b5be)"``)."""
+    from splitlab.results import read_sidecar
+
+    out: list[str] = []
+    for d in data:
+        if catalog.is_name(d):
+            sets = catalog.entries(d) if d in catalog.ROLES else [catalog.get(d)]
+            out += [str(e.kernel_version) for e in sets]
+            continue
+        root = Path(d)
+        sides = [root / "sweep.json"] if (root / "sweep.json").is_file() else sorted(root.rglob("sweep.json"))
+        for s in sides:
+            try:
+                side = read_sidecar(s)
+            except SplitlabError:
+                continue
+            if side.get("kernel") not in KINDS:
+                continue
+            env = side.get("env") or {}
+            commit = (env.get("git") or {}).get("commit")
+            out.append(f"splitlab {env.get('splitlab', '?')}" + (f" ({commit})" if commit else ""))
+    return list(dict.fromkeys(out))
+
+
+def record(df: pd.DataFrame, fitted: dict[str, CostConstants], data: Sequence[str], table: pd.DataFrame,
+           confirm: Sequence[tuple[str, pd.DataFrame]] = (), *, allow_fake: bool = False) -> FittedConstants:
+    """The constants file of a fit: ``fitted`` on ``df`` (read from ``data``), its device, kernel versions, what
+    the data covered per family (``fitted_range.ranges_from_rows``), and the held-out and confirm scores (``table``
+    and each confirm set's ``shootout`` table, by name)."""
+    from splitlab.planners.fitted_range import ranges_from_rows
+
+    fake = "timing" in df.columns and bool((df["timing"] == "fake").any())
+    dev = analysis.data_device(analysis.measured(df[df["kernel"].isin(list(KINDS))], allow_fake=allow_fake))
+    rows = df.drop(columns="timing") if fake else df  # a modelled fit records what its rows covered all the same
+    confirm_scores: dict[str, dict[str, dict]] = {}
+    for name, conf in confirm:
+        for kind, s in _scores(conf, name).items():
+            confirm_scores.setdefault(kind, {})[name] = s
+    return FittedConstants(device=dev.name, families=dict(fitted), data=tuple(map(str, data)),
+                           kernel_versions=tuple(kernel_versions(data)), timing="modelled" if fake else "measured",
+                           ranges={k: v for k, v in ranges_from_rows(rows).items() if k in fitted},
+                           held_out=_scores(table, "held-out"), confirm=confirm_scores)
+
+
+def _out_file(arg: str, value: str) -> Path:
+    """Check that ``value`` names a file splitlab can write (not a folder; its folder writable or creatable)."""
+    from splitlab.args import out_dir, path_text, shown
+
+    what = "a file to write the constants into (e.g. my-gpu.toml)"
+    p = Path(path_text(arg, value, what)).expanduser()
+    if p.is_dir():
+        raise SplitlabError(f"{arg}={shown(value)} is a folder; expected {what}")
+    if p.suffix != ".toml":
+        raise SplitlabError(f"{arg}={shown(value)} is not allowed; expected {what}, ending in .toml")
+    out_dir(arg, p.parent if str(p.parent) else ".", create=False)
+    return p
+
+
+def write(fc: FittedConstants, path: Path) -> None:
+    """Write ``fc`` to ``path`` (its folder created), whole or not at all."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(fitted_file.dumps(fc))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def run(a) -> int:
+    """``splitlab fit`` (and ``python -m splitlab.fit``) from parsed arguments (``cli.add_fit_arguments``)."""
+    from splitlab.args import existing_path
+
+    def load(arg: str, *data: str) -> pd.DataFrame:
+        for d in data:
+            if not catalog.is_name(d):
+                existing_path(arg, d)
+        try:
+            return catalog.load_points(*data)
+        except SplitlabError as e:
+            raise SplitlabError(f"{arg}: {e}") from None
+
+    out = None if a.out is None else _out_file("--out", a.out)
+    if not a.data and not catalog.names("fit"):
+        raise SplitlabError(f"data: none given, and no catalog of shipped sets here ({catalog.CATALOG} does not "
+                            "exist: splitlab runs outside its checkout); expected DATA, a folder of splitlab sweeps "
+                            "(splitlab fit DIR)")
+    # Everything is read before the fit (minutes) starts: a bad set fails at once.
+    data = list(a.data or catalog.names("fit"))
+    if a.data:
+        df = load("data", a.data[0])
+        if a.data[1:]:
+            df = layered(df, load("data", *a.data[1:]))
+    else:
+        df = load("data", *data)
+    _fit_rows_checked(df, f"data={' '.join(data)!r}", allow_fake=a.allow_fake)
+    head_tiles = None if a.head_tiles is None else load("--head-tiles", a.head_tiles)
+    confirm_sets = a.confirm if a.confirm is not None else [] if a.data else catalog.names("confirm")
+    confirm = [(d, load("--confirm", d)) for d in confirm_sets]
+    fitted = fit_all(df, head_tiles=head_tiles, allow_fake=a.allow_fake)
+    for kind, c in fitted.items():
+        print(f"{kind}: CostConstants({_fmt(c)})")
+    table = shootout(df, fitted, allow_fake=a.allow_fake)
+    scored = []
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        print(table.round(3).to_string(index=False))
+        print(goal(table).round(3).to_string(index=False))
+        for d, conf_rows in confirm:
+            name = d if catalog.is_name(d) else Path(d).name
+            conf = shootout(conf_rows, fitted, part=name, allow_fake=a.allow_fake)
+            scored.append((name, conf))
+            print(f"\n{name}:" if name == d else f"\n{name} ({d}):")
+            print(conf.round(3).to_string(index=False))
+            print(goal(conf, part=name).round(3).to_string(index=False))
+    if out is not None:
+        fc = record(df, fitted, data, table, scored, allow_fake=a.allow_fake)
+        write(fc, out)
+        print(f"\nwrote {out}: constants for {fc.device} ({', '.join(fc.families)}); the splitlab planner takes them "
+              f"with `splitlab plan --constants {out}` or {ENV_CONSTANTS}={out}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m splitlab.fit [DATA ...] [--confirm DATA] [--head-tiles DATA]``: a bad argument is one line on
-    stderr and exit code 2 (every set is checked and read before the fit starts); Ctrl-C one line and 130."""
-    from splitlab.args import OneLineParser, existing_path, run_main
+    """``python -m splitlab.fit [DATA ...] [--confirm DATA] [--head-tiles DATA] [--out FILE]`` (the same as
+    ``splitlab fit``): a bad argument is one line on stderr and exit code 2 (every set is checked and read before
+    the fit starts); Ctrl-C one line and 130."""
+    from splitlab.args import OneLineParser, run_main
+    from splitlab.cli import add_fit_arguments
 
     p = OneLineParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
-    p.add_argument("data", nargs="*",
-                   help="result sets: catalog names or sweep folders (default: the catalog's fit sets, read together); "
-                   "the first, and those after it read together, which replace the first's rows of every kernel they "
-                   "hold")
-    p.add_argument("--confirm", metavar="DATA", action="append",
-                   help="also score the fitted rule on a set of shapes in no fit and no held-out set (a catalog name "
-                   "or a sweep folder); repeatable (default, without DATA: the catalog's confirm sets)")
-    p.add_argument("--head-tiles", metavar="DATA",
-                   help="fit sparse MLA's head-tile pass on this set's fit shapes (BLOCK_H 16 against the default "
-                   "at every split the rule weighs, e.g. a later kernel version's)")
-
-    def body() -> int:
-        a = p.parse_args(argv)
-
-        def load(arg: str, *data: str) -> pd.DataFrame:
-            for d in data:
-                if not catalog.is_name(d):
-                    existing_path(arg, d)
-            try:
-                return catalog.load_points(*data)
-            except SplitlabError as e:
-                raise SplitlabError(f"{arg}: {e}") from None
-
-        # Everything is read before the fit (minutes) starts: a bad set fails at once.
-        if a.data:
-            df = load("data", a.data[0])
-            if a.data[1:]:
-                df = layered(df, load("data", *a.data[1:]))
-        else:
-            df = load("data", *catalog.names("fit"))
-        _fit_rows_checked(df, f"data={' '.join(a.data or catalog.names('fit'))!r}")
-        head_tiles = None if a.head_tiles is None else load("--head-tiles", a.head_tiles)
-        confirm_sets = a.confirm if a.confirm is not None else [] if a.data else catalog.names("confirm")
-        confirm = [(d, load("--confirm", d)) for d in confirm_sets]
-        fitted = fit_all(df, head_tiles=head_tiles)
-        for kind, c in fitted.items():
-            print(f"{kind}: CostConstants({_fmt(c)})")
-        table = shootout(df, fitted)
-        with pd.option_context("display.width", 160, "display.max_rows", 200):
-            print(table.round(3).to_string(index=False))
-            print(goal(table).round(3).to_string(index=False))
-            for data, conf_rows in confirm:
-                name = data if catalog.is_name(data) else Path(data).name
-                conf = shootout(conf_rows, fitted, part=name)
-                print(f"\n{name}:" if name == data else f"\n{name} ({data}):")
-                print(conf.round(3).to_string(index=False))
-                print(goal(conf, part=name).round(3).to_string(index=False))
-        return 0
-
-    return run_main("python -m splitlab.fit", body)
+    add_fit_arguments(p)
+    return run_main("python -m splitlab.fit", lambda: run(p.parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -51,12 +51,13 @@ from splitlab.args import OneLineParser, out_dir, path_text, run_main
 from splitlab.catalog import one_per_point
 from splitlab.errors import SplitlabError
 from splitlab.report_parameters import notebook_arguments, parameter_text
+from splitlab.resources import notebooks_dir
 
 if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
     import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOK_DIR = notebooks_dir()  # the repository's notebooks/, or their copy in an installed package
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "sweep")
 FINDING_KEY = "splitlab"

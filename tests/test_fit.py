@@ -9,8 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitlab import analysis, devices, fit, planners, waves, workloads
-from splitlab.planners.native import FITTED, fitted_plan
+from splitlab.planners import fitted
+from splitlab.planners.native import fitted_plan
 from splitlab.planners.registry import Plan
+
+#: The shipped H200 constants (what the ``splitlab`` planner takes on the H200), per family.
+FITTED = fitted.load(fitted.SHIPPED_DIR / "h200-sxm.toml").families
 
 MLA = dict(kernel="mla_decode", device="h200-sxm", kind="mla", num_q_heads=16, num_kv_heads=1, head_dim_qk=576,
            head_dim_v=512, page_size=64, topk=0, dtype="bf16", timing="graph", status="ok", planners="")
@@ -262,14 +266,212 @@ def test_the_split_limits_are_the_cards_ranges():
     assert native.splitlab_num_splits(w, 132) == 64 and fitted_plan(w, devices.get("h200")).num_splits == 128
 
 
-def test_the_fit_with_no_arguments_reproduces_the_registered_constants(capsys):
-    """``python -m splitlab.fit``: the catalog's fit sets give ``FITTED``, and every confirm set gets its table."""
+def test_splitlab_fit_on_the_catalog_writes_the_shipped_constants(tmp_path, capsys):
+    """``splitlab fit --out FILE`` on the catalog's fit sets writes the shipped H200 file, byte for byte (the
+    constants, the data, kernel versions, ranges, held-out and confirm scores), and prints every confirm set's
+    table."""
     from splitlab import catalog
+    from splitlab.cli import main
 
-    assert fit.main([]) == 0
-    out = capsys.readouterr().out
+    out = tmp_path / "h200.toml"
+    assert main(["fit", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert out.read_text() == (fitted.SHIPPED_DIR / "h200-sxm.toml").read_text()
     for kind, c in FITTED.items():
-        assert f"{kind}: CostConstants({fit._fmt(c)})" in out, kind
+        assert f"{kind}: CostConstants({fit._fmt(c)})" in text, kind
     for name in catalog.names("confirm"):
-        assert f"\n{name}:\n" in out
-    assert out.count("goal_met") == 1 + len(catalog.names("confirm"))
+        assert f"\n{name}:\n" in text
+    assert text.count("goal_met") == 1 + len(catalog.names("confirm")) and f"wrote {out}" in text
+    fc = fitted.load(out)
+    assert fc.device == "h200-sxm" and fc.data == tuple(catalog.names("fit")) and fc.timing == "measured"
+    assert fc.kernel_versions == tuple(str(catalog.get(n).kernel_version) for n in catalog.names("fit"))
+    assert set(fc.held_out) == set(fc.ranges) == set(FITTED) and all(1 <= s["geomean"] <= s["worst"]
+                                                                     for s in fc.held_out.values())
+
+
+def test_the_planner_reproduces_the_recorded_plans_from_the_shipped_file():
+    """Every shape of every shipped set, planned on the H200 and on a device without constants of its own (the
+    fallback): the plans recorded (tests/fixtures/splitlab_plans.csv) from the planner whose constants were a
+    literal in planners/native.py, before they moved into constants/h200-sxm.toml. No plan changed."""
+    from pathlib import Path
+
+    from splitlab.results import WORKLOAD_COLUMNS
+
+    want = pd.read_csv(Path(__file__).parent / "fixtures" / "splitlab_plans.csv")
+    assert len(want) > 2000 and set(want["device"]) == {"h200-sxm", "mi355x"}
+    changed = []
+    for rec in want.to_dict("records"):
+        w = workloads.DecodeWorkload(**{k: rec[k] for k in WORKLOAD_COLUMNS})
+        p = planners.plan(w, rec["device"], "splitlab")
+        expected = tuple(None if pd.isna(rec[k]) else int(rec[k]) for k in ("num_splits", "block_h", "block_k"))
+        if (p.num_splits, p.block_h, p.block_k) != expected:
+            changed.append((rec, p))
+    assert not changed, changed[:3]
+
+
+# --- constants files: chosen by device ----------------------------------------------------------------------------
+
+GB10_CARD = """name = "gqa_decode"
+kind = "gqa"
+device = "gb10"
+[impl]
+import = "sweep_fixtures:exact"
+reference = "splitlab.kernels.reference:gqa_decode"
+launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"
+[knobs]
+num_splits = { min = 1, max = 128 }
+[[grids.quick]]
+num_q_heads = 8
+num_kv_heads = 2
+head_dim_qk = 16
+batch = [1, 2, 3, 6]
+ctx_len = [1024, 4096, 8192]
+num_splits = "pow2+waves"
+min_keys_per_split = 64
+[[grids.default]]
+num_q_heads = 8
+num_kv_heads = 2
+head_dim_qk = 16
+batch = 1
+ctx_len = 1024
+"""
+
+
+@pytest.fixture(scope="module")
+def gb10(tmp_path_factory):
+    """A fake-timed sweep planned for the GB10 preset (48 SMs; the fp64 reference as the implementation and the
+    fake timer: no GPU) of a card named as splitlab's GQA kernel, and the constants file ``splitlab fit
+    --allow-fake --out`` fits on it: (the sweep folder, the file)."""
+    from splitlab.bench import cards, sweep
+    from splitlab.cli import main
+
+    tmp = tmp_path_factory.mktemp("gb10")
+    card = tmp / "gqa_decode.toml"
+    card.write_text(GB10_CARD)
+    res = sweep.run(cards.load(card), sweep.SweepOptions(grid="quick", out=tmp / "runs", timer="fake", device="gb10",
+                                                         quiet=True, isolate=False))
+    assert set(res.statuses) == {"ok"}
+    out = tmp / "gb10.toml"
+    assert main(["fit", str(res.sweep_dir), "--allow-fake", "--out", str(out)]) == 0
+    return res.sweep_dir, out
+
+
+def test_constants_fitted_for_another_device_serve_that_device_only(gb10, monkeypatch):
+    """Constants fitted (on modelled rows) for the GB10 are the planner's on the GB10, through ``use_constants``
+    or ``SPLITLAB_CONSTANTS``; the H200 keeps its own, and a device with none gets the fallback, each plan's note
+    saying which."""
+    from splitlab.planners import native
+
+    sweep_dir, path = gb10
+    fc = fitted.load(path)
+    assert fc.device == "gb10" and fc.timing == "modelled" and set(fc.families) == {"gqa"}
+    assert fc.families["gqa"] != FITTED["gqa"] and fc.data == (str(sweep_dir),)
+    assert fc.ranges["gqa"]["batch"] == [1, 6] and fc.held_out["gqa"]["shapes"] > 0
+    assert fc.kernel_versions and fc.kernel_versions[0].startswith("splitlab ")
+    gb, h200 = devices.get("gb10"), devices.get("h200")
+    shapes = [workloads.DecodeWorkload("gqa", b, 8, 2, 16, 16, n) for b in (1, 2, 3, 6, 12)
+              for n in (1024, 8192, 65536)]
+    monkeypatch.setattr(native, "_given", {})
+    assert planners.plan(shapes[0], gb, "splitlab").note.endswith("no constants fitted for gb10; the fallback "
+                                                                   "h200-sxm (shipped)")
+    for how in ("use_constants", "env"):
+        if how == "use_constants":
+            native.use_constants(path)
+        else:
+            native.use_constants(None)
+            monkeypatch.setenv(native.ENV_CONSTANTS, str(path))
+        differ = 0
+        for w in shapes:
+            mine = planners.plan(w, gb, "splitlab")
+            assert (mine.num_splits, mine.block_h) == (fitted_plan(w, gb, fc.families["gqa"]).num_splits, None)
+            assert mine.note.endswith(("SPLITLAB_CONSTANTS=" if how == "env" else "") + str(path)), mine.note
+            differ += mine.num_splits != fitted_plan(w, gb, FITTED["gqa"]).num_splits
+            theirs = planners.plan(w, h200, "splitlab")
+            assert replace(theirs, note="") == replace(fitted_plan(w, h200, FITTED["gqa"]), note="")
+            assert theirs.note.endswith("h200-sxm (shipped)")
+        assert differ, "the GB10's constants change no plan of these shapes: the test would show nothing"
+    # a family the file lacks gives way to the fallback
+    w = workloads.get("deepseek-v3-mla", batch=4, ctx_len=8192)
+    assert native.constants_for(gb, "mla").how == "fallback" and planners.plan(w, gb, "splitlab").note.endswith(
+        "the fallback h200-sxm (shipped)")
+
+
+def test_the_sweep_records_the_constants_its_splitlab_points_were_chosen_with(gb10):
+    import json
+
+    side = json.loads((gb10[0] / "sweep.json").read_text())
+    expected = {"gb10": "no constants fitted for gb10; the fallback h200-sxm (shipped)"}
+    assert side["planner_constants"] == expected
+    assert [s["planner_constants"] for s in side["sessions"]] == [expected]
+
+
+def test_plan_states_which_constants_it_used(gb10, capsys):
+    from splitlab.cli import main
+
+    assert main(["plan", "--workload", "llama-3-8b", "--device", "mi355x,h200", "--planner", "splitlab"]) == 0
+    out = capsys.readouterr().out
+    assert "# splitlab constants for mi355x (gqa): no constants fitted for mi355x; the fallback h200-sxm (shipped)" \
+        in out and "# splitlab constants for h200-sxm (gqa): h200-sxm (shipped)" in out
+    assert main(["plan", "--workload", "llama-3-8b", "--device", "gb10", "--constants", str(gb10[1]), "--json"]) == 0
+    rows = __import__("json").loads(capsys.readouterr().out)
+    assert [r["note"].split("constants: ")[1] for r in rows if r["planner"] == "splitlab"] == [str(gb10[1])]
+    assert main(["plan", "--workload", "llama-3-8b", "--device", "h200", "--constants", str(gb10[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fitted for gb10; expected --device gb10" in err
+
+
+def test_a_launcher_warns_once_when_it_plans_with_the_fallback(monkeypatch):
+    import warnings
+
+    from splitlab.planners import default_plan, native
+
+    monkeypatch.setattr(native, "_warned", set())
+    w = workloads.get("llama-3-8b", batch=4, ctx_len=8192)
+    with pytest.warns(UserWarning, match="no constants fitted for mi355x; the fallback h200-sxm"):
+        default_plan(w, "mi355x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default_plan(w, "mi355x")  # once
+        default_plan(w, "h200")  # its own constants: no warning
+
+
+def test_a_constants_file_reads_back_what_was_written():
+    fc = fitted.load(fitted.SHIPPED_DIR / "h200-sxm.toml")
+    again = fitted.parse(fitted.dumps(fc), fc.path)
+    assert again == fc and fitted.dumps(again) == (fitted.SHIPPED_DIR / "h200-sxm.toml").read_text()
+    assert set(fitted.shipped()) == {"h200-sxm"}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("format = 2\ndevice = 'x'\n[gqa]\n", "format=2 is not allowed"),
+    ("format = 1\n[gqa]\nctas_per_sm = 1\n", "device=None is not allowed"),
+    ("format = 1\ndevice = 'h200-sxm'\n", "no family table"),
+    ("format = 1\ndevice = 'h200-sxm'\n[gqa]\nctas_per_sm = 1\n", "[gqa] lacks ctas_per_sm_narrow"),
+    ("format = 1\ndevice = 'h200-sxm'\n[gqa]\nctas = 1\n", "key 'gqa.ctas' is not allowed"),
+    ("format = 1\ndevice = 'h200-sxm'\n[gqa]\nctas_per_sm = 0\n", "gqa.ctas_per_sm=0 is not allowed"),
+    ("format = 1\ndevice = 'h200-sxm'\n[gqa]\nfixed = nan\n", "gqa.fixed=nan is not allowed"),
+    ("format = 1\ndevice = 'h200-sxm'\nextra = 1\n", "key 'extra' is not allowed"),
+    ("format = [\n", "not valid TOML"),
+])
+def test_a_malformed_constants_file_is_one_error_naming_it(tmp_path, text, needle, monkeypatch):
+    from splitlab.errors import SplitlabError
+    from splitlab.planners import native
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    with pytest.raises(SplitlabError, match=None) as e:
+        native.use_constants(bad)
+    assert needle in str(e.value) and str(bad) in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv(native.ENV_CONSTANTS, str(tmp_path / "missing.toml"))
+    with pytest.raises(SplitlabError, match="SPLITLAB_CONSTANTS='.*missing.toml' cannot be read"):
+        planners.plan(workloads.get("llama-3-8b"), "h200", "splitlab")
+
+
+@pytest.mark.parametrize("out, needle", [(".", "is a folder"), ("c.json", "ending in .toml"),
+                                         ("/proc/c.toml", "is not allowed")])
+def test_fit_out_is_checked_before_the_fit(capsys, out, needle):
+    from splitlab.cli import main
+
+    assert main(["fit", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err

@@ -1,6 +1,6 @@
 """The README's commands and snippets, run as written where they need no GPU (the GPU ones are the H200's: see
 BENCHMARKS.md): every `splitlab ...` line of its command block without a "GPU:" comment, the Python blocks
-that need neither a cluster nor a GPU, and its `python -m splitlab.fit` command."""
+that need neither a cluster nor a GPU, and its `splitlab fit` command (its CI job: tests/test_regress.py)."""
 
 import re
 import shlex
@@ -42,14 +42,14 @@ def test_readme_python(snippet, monkeypatch):
 
 def test_readme_fit_command(capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    cmd = re.search(r"`python -m splitlab\.fit( [^`]*)?`", README).group(1) or ""
-    assert fit.main(shlex.split(cmd)) == 0
+    cmd = re.search(r"`splitlab fit( [^`]*)?`", README).group(1) or ""
+    assert main(["fit", *shlex.split(cmd)]) == 0
     out = capsys.readouterr().out
     assert "h200-confirm:" in out and "goal_met" in out
-    # The registered rule's constants are what this command fits (planners.native.FITTED says so).
-    from splitlab.planners.native import FITTED
+    # The registered rule's constants are what this command fits (the shipped H200 constants file).
+    from splitlab.planners import fitted
 
-    for kind, c in FITTED.items():
+    for kind, c in fitted.load(fitted.SHIPPED_DIR / "h200-sxm.toml").families.items():
         assert f"{kind}: CostConstants({fit._fmt(c)})" in out, kind
     # README's table of what the data say is this output's goal tables: held-out, then the confirm set.
     goals = _goal_rows(out)
@@ -72,7 +72,7 @@ PORTED = {"FlexAttention": "flex", "FlashAttention": "flash_attn", "FlashMLA": "
 
 
 def _goal_rows(out: str) -> list[dict[str, dict]]:
-    """The goal tables `python -m splitlab.fit` prints (after its header `kernel geomean worst ...`), in order:
+    """The goal tables `splitlab fit` prints (after its header `kernel geomean worst ...`), in order:
     per kernel its geomean, worst, and best ported rule with that rule's geomean."""
     tables, current = [], None
     for line in out.splitlines():

@@ -167,8 +167,10 @@ class Card:
 # --- locating cards ---------------------------------------------------------------------------------------
 
 def cards_dir() -> Path:
-    """The repository's ``kernels/`` folder (the shipped cards)."""
-    return Path(__file__).resolve().parents[2] / "kernels"
+    """The shipped cards' folder: the repository's ``kernels/``, or its copy in an installed package."""
+    from splitlab.resources import cards_dir as shipped
+
+    return shipped()
 
 
 def names() -> list[str]:

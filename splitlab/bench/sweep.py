@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from splitlab import devices, results
+from splitlab import devices, planners, results
 from splitlab.bench import grid as grid_mod
 from splitlab.bench.cards import Card
 from splitlab.bench.env import capture
@@ -125,6 +125,18 @@ def sweep_device(card: Card, override: str | None = None) -> DeviceSpec:
     import torch
 
     return devices.detect() if torch.cuda.is_available() else devices.get(card.device)
+
+
+def planner_constants(card: Card, grid: str, device: DeviceSpec) -> dict[str, str]:
+    """Which constants the ``splitlab`` planner takes for each device ``grid`` plans for (``device`` and the
+    blocks' ``planner_devices``): what its choices, the points tagged ``splitlab``, were made with
+    (``planners.native.constants_for``; sweep.json records it, and so does each session)."""
+    if not card.planner_knobs or "splitlab" not in planners.names(card.kind):
+        return {}
+    from splitlab.planners.native import constants_for
+
+    devs = [device, *(devices.get(d) for b in card.grid(grid) for d in b.planner_devices)]
+    return {d.name: constants_for(d, card.kind).text for d in devs}
 
 
 def sweep_dir(card: Card, options: SweepOptions) -> Path:
@@ -312,6 +324,8 @@ class Runner:
         per = ", ".join(f"{k.split(':', 1)[1]} {v}" for k, v in c.items() if k.startswith("planner:"))
         if per:
             lines.append(f"points chosen per planner: {per}")
+        for dev_name, text in planner_constants(self.card, self.opts.grid, self.device).items():
+            lines.append(f"splitlab planner constants for {dev_name}: {text}")
         if exp.notes:
             lines.append(f"{len(exp.notes)} planner notes (a planner refused a shape, or chose a knob outside the "
                          "card's range); they go to sweep.json")
@@ -393,6 +407,7 @@ class Runner:
             card=dict(path=str(self.card.path), sha1=self.card.sha1, text=self.card.text),
             compare=list(self.card.compare), planner_knobs=list(self.card.planner_knobs),
             device=asdict(self.device), counts=exp.counts(), planner_notes=exp.notes,
+            planner_constants=planner_constants(self.card, self.opts.grid, self.device),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), env=env, sessions=[],
         )
 
@@ -504,7 +519,8 @@ class Runner:
         self.blank = dict.fromkeys(results.COLUMNS)  # every row carries every column
         try:
             journal.write(dict(event="session", session=session, sweep_id=side["sweep_id"], shard=self.opts.shard,
-                               timer=timer_name, grid=self.opts.grid, card_sha1=self.card.sha1, env=env))
+                               timer=timer_name, grid=self.opts.grid, card_sha1=self.card.sha1, env=env,
+                               planner_constants=planner_constants(self.card, self.opts.grid, self.device)))
             self._loop(exp, journal, res, st, done, timer_name)
         finally:
             journal.close()
@@ -636,7 +652,8 @@ class Runner:
         if "recovered_from" in side:  # damaged since this session opened it: what the journals say is written
             side["rebuilt_from"] = side.pop("recovered_from")
         side["sessions"] = [dict(session=h.get("session"), shard=h.get("shard"), timer=h.get("timer"),
-                                 card_sha1=h.get("card_sha1"), env=h.get("env")) for h in st.sessions]
+                                 card_sha1=h.get("card_sha1"), env=h.get("env"),
+                                 planner_constants=h.get("planner_constants")) for h in st.sessions]
         side["rows"] = len(df)
         side["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         _write_json_atomic(self.dir / "sweep.json", side)

@@ -22,9 +22,12 @@ __all__ = ["Plan", "entry", "names", "plan", "register", "default_plan"]
 
 def default_plan(workload, device=None) -> Plan:
     """The plan splitlab's kernel launchers use when ``num_splits=None``: the ``splitlab`` planner on
-    ``device`` (a ``DeviceSpec``, a preset name, or ``None`` for the GPU torch sees)."""
+    ``device`` (a ``DeviceSpec``, a preset name, or ``None`` for the GPU torch sees), with the constants fitted for
+    that device (``native.constants_for``; a warning, once, where it takes the fallback's)."""
     if device is None:
         from splitlab.devices import detect
 
         device = detect()
-    return plan(workload, device, "splitlab")
+    p = plan(workload, device, "splitlab")
+    native.warn_if_fallback(workload.kind, device)
+    return p

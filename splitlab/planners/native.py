@@ -1,8 +1,9 @@
 """splitlab's own planner: a wave-aware cost model, the same for every kernel family.
 
-The registered ``splitlab`` planner is the *fitted* rule at the bottom of this module (``fitted_plan``,
-constants in ``FITTED``). The first, unfitted rule follows; it is kept as ``plan_splitlab_v0`` (what the
-shipped H200 data call ``splitlab``) and its ``modelled_cost`` drives the sweep's fake timer.
+The registered ``splitlab`` planner is the *fitted* rule at the bottom of this module (``fitted_plan``; its
+constants are data, one file per device: ``constants_for``, ``use_constants``, ``planners.fitted``). The first,
+unfitted rule follows; it is kept as ``plan_splitlab_v0`` (what the shipped H200 data call ``splitlab``) and its
+``modelled_cost`` drives the sweep's fake timer.
 
 First rule (one line): pick the split count ``s`` that minimises the modelled time
 
@@ -21,11 +22,20 @@ measured data (``splitlab.fit``). Source: splitlab (this repository), no upstrea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
 
 from splitlab import waves  # module import: waves itself imports splitlab.planners._math
 from splitlab.devices import DeviceSpec
+from splitlab.errors import SplitlabError
+from splitlab.planners import fitted
 from splitlab.planners._math import cdiv
+from splitlab.planners.fitted import CostConstants, FittedConstants
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 
@@ -78,7 +88,7 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 
 
 # =====================================================================================================
-# splitlab (registered): the same wave-cost model with its constants fitted on the H200 data (splitlab.fit).
+# splitlab (registered): the same wave-cost model with its constants fitted per device (splitlab fit).
 # It is the registered ``splitlab`` because it beats the rule above and every ported planner on the held-out
 # geomean regret of all three families (BENCHMARKS.md, the planner regret table).
 # =====================================================================================================
@@ -128,61 +138,152 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
 # shapes, where replay could not score a rule that picks them.
 #
-# The numbers below are the output of ``python -m splitlab.fit`` (grid searches minimising the geomean regret of
-# ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``) on the catalog's fit set
-# (``data/catalog.toml``: ``h200``, the sixth kernel version of all three families on the H200, sparse MLA timed
-# over input sets rotated by the rows a call reads). GQA's and MLA's first pass and sparse MLA's head- and key-tile
-# passes are ``splitlab.fit``'s; sparse MLA's merge costs are held physical (``fit.PHYSICAL``). Held-out shapes never
-# entered the fit; the catalog's confirm set (``h200-confirm``: shapes in no fit and no held-out set, chosen and
-# swept after the rule was final) scores it afterwards (``tests/test_readme.py`` runs the command).
+# The constants are data: ``splitlab fit --out FILE`` writes them (grid searches minimising the geomean regret of
+# ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), one file per device. The shipped
+# ``constants/h200-sxm.toml`` is that command's output on the catalog's fit set (``data/catalog.toml``: ``h200``, the
+# sixth kernel version of all three families on the H200, sparse MLA timed over input sets rotated by the rows a
+# call reads; ``tests/test_fit.py`` holds the two equal). GQA's and MLA's first pass and sparse MLA's head- and
+# key-tile passes are ``splitlab.fit``'s; sparse MLA's merge costs are held physical (``fit.PHYSICAL``). Held-out
+# shapes never entered the fit; the catalog's confirm set (``h200-confirm``: shapes in no fit and no held-out set,
+# chosen and swept after the rule was final) scores it afterwards; the file records both scores.
 
 TILE_KEYS = 64
 SMALL_TILE_KEYS = 32  # sparse MLA's other key tile (BLOCK_K 32)
 
 
+#: The device whose constants the rule takes where none were fitted for the device it plans for (stated in the
+#: plan's note, in ``splitlab plan`` and once as a warning from a launcher): the one splitlab measured.
+FALLBACK_DEVICE = "h200-sxm"
+#: Constants files (``splitlab fit --out``; several separated by ``os.pathsep``) the launchers' planner takes, each
+#: for the device it was fitted for, in place of that device's shipped ones (``use_constants`` is the same from
+#: Python; ``splitlab plan --constants`` from the command line).
+ENV_CONSTANTS = "SPLITLAB_CONSTANTS"
+
+# What the H200's constants (constants/h200-sxm.toml) say, family by family:
+# - GQA/MQA (memory-bound): the wave width is what the kernel's resources allow: one MQA-128 CTA per SM (8 warps, a
+#   128 x 128 fp32 accumulator), three 16-row CTAs (72 KiB of shared memory each at 3 stages). A launch under one
+#   wave of 16-row CTAs costs its fill, but at least ``lone`` of a wave (the bandwidth is not saturated below about
+#   two CTAs per SM); a partly filled last wave after full ones costs ``tail`` of a wave plus its filled part. A
+#   CTA costs ``fixed`` key tiles of start-up, a split ``partial`` times its partial-row write (P: 0.06 tiles for
+#   32/8, 2 for MQA-128's 128 rows), the merge ``combine_per_split`` P per split and SM.
+# - MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target for few
+#   heads); a split costs twice its partial-row write (written, then read back by the merge), the merge a share of
+#   P per split and SM (P in the partials' own bytes: bf16 where the Gluon tile runs).
+# - Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``); a split writes
+#   its partial rows once (P) and the merge reads them back once at full bandwidth (1 P per split and SM): both held
+#   at these physical values, not fitted (``fit.PHYSICAL``). The head tile: a 16-row tile streams a key tile in
+#   ``narrow_tile`` of the tl 32/64-row tile's time and the Gluon 64-row tile in ``sm90_tile`` (timed alone on the
+#   H200, the Gluon tile runs at 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of the
+#   partial rows per split) replaces the 32-row tile of 32 heads, and the Gluon tile in the smallest launches (1-4
+#   tokens). BLOCK_K 32 at 16 heads: a 32-key tile costs ``small_key_tile`` of a 64-key one.
+
+
 @dataclass(frozen=True)
-class CostConstants:
-    """The few constants of the fitted rule for one kernel family (see the comment above)."""
+class ConstantsChoice:
+    """The constants the rule takes for one family on one device, and why: ``how`` is ``use_constants`` or ``env``
+    (a user's file fitted for the device), ``device`` (the shipped file fitted for it) or ``fallback`` (none fitted
+    for it: ``FALLBACK_DEVICE``'s)."""
 
-    ctas_per_sm: int  # wide tiles (>= 64 query-head rows per program)
-    ctas_per_sm_narrow: int  # narrow tiles (16 or 32 rows)
-    fixed: float
-    combine: float
-    combine_per_split: float  # per split and SM, in units of one split's partial rows (P)
-    max_splits: int
-    small_key_tile: float = 0.0  # sparse MLA: a BLOCK_K 32 tile's cost in 64-key tiles; 0: never weighed
-    partial: float = 0.0  # a split's partial-row write, in units of P
-    tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
-    narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
-    lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
-    sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
+    constants: CostConstants
+    source: FittedConstants
+    planned_for: str
+    how: str
+
+    @property
+    def text(self) -> str:
+        """One phrase for a plan's note and ``splitlab plan``: which constants, and why those."""
+        if self.how == "fallback":
+            return f"no constants fitted for {self.planned_for}; the fallback {self.source.label}"
+        return (f"{ENV_CONSTANTS}=" if self.how == "env" else "") + self.source.label
 
 
-FITTED: dict[str, CostConstants] = {
-    # GQA/MQA (memory-bound): the wave width is what the kernel's resources allow: one MQA-128 CTA per SM (8
-    # warps, a 128 x 128 fp32 accumulator), three 16-row CTAs (72 KiB of shared memory each at 3 stages). A launch
-    # under one wave of 16-row CTAs costs its fill, but at least 0.6 of a wave (``lone``: the bandwidth is not
-    # saturated below about two CTAs per SM); a partly filled last wave after full ones costs half a wave plus
-    # its filled part (tail 0.5). A CTA costs half a key tile of fixed start-up, a split half its partial-row
-    # write (P: 0.06 tiles for 32/8, 2 for MQA-128's 128 rows), the merge 0.3 P per split and SM.
-    "gqa": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=3, fixed=0.5, combine=0.0, combine_per_split=0.3,
-                         max_splits=MAX_SPLITS["gqa"], partial=0.5, tail=0.5, lone=0.6),
-    # MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target
-    # for few heads); a split costs twice its partial-row write (written, then read back by the merge), the merge
-    # 0.3 P per split and SM (P in the partials' own bytes: bf16 where the Gluon tile runs).
-    "mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0, combine_per_split=0.3,
-                         max_splits=MAX_SPLITS["mla"], partial=2.0),
-    # Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``); a split
-    # writes its partial rows once (P) and the merge reads them back once at full bandwidth (1 P per split and
-    # SM): both held at these physical values, not fitted (``fit.PHYSICAL``). The head tile: a 16-row tile streams
-    # a key tile in 0.8 of the tl 32/64-row tile's time and the Gluon 64-row tile in 0.6 (timed alone on the
-    # H200, the Gluon tile runs at 0.51-0.94x the tl tile's time), so BLOCK_H 16 (4x the CTAs of 64, a quarter of
-    # the partial rows per split) replaces the 32-row tile of 32 heads, and the Gluon tile in the smallest launches
-    # (1-4 tokens). BLOCK_K 32 at 16 heads: a 32-key tile costs 0.6 of a 64-key one.
-    "sparse_mla": CostConstants(ctas_per_sm=1, ctas_per_sm_narrow=2, fixed=0.0, combine=0.0,
-                                combine_per_split=1.0, max_splits=MAX_SPLITS["sparse_mla"], partial=1.0,
-                                narrow_tile=0.8, sm90_tile=0.6, small_key_tile=0.6),
-}
+#: Files given with ``use_constants``, by the device each was fitted for.
+_given: dict[str, FittedConstants] = {}
+
+
+def _device_name(name: str) -> str:
+    """A preset's canonical name (``h200`` -> ``h200-sxm``); another name as it is."""
+    from splitlab.devices import get as get_device
+
+    try:
+        return get_device(name).name
+    except SplitlabError:
+        return name
+
+
+def _read(path: str | Path, arg: str) -> FittedConstants:
+    fc = fitted.load(path, arg)
+    return fc if _device_name(fc.device) == fc.device else replace(fc, device=_device_name(fc.device))
+
+
+def use_constants(path: str | Path | None, *, arg: str = "use_constants") -> FittedConstants | None:
+    """Make the ``splitlab`` planner (and so the launchers' ``num_splits=None``) take the constants of the file at
+    ``path`` (``splitlab fit --out``) for the device the file was fitted for (its ``device``), in place of that
+    device's shipped ones and of ``SPLITLAB_CONSTANTS``; other devices keep theirs. Several calls give several
+    devices their files; None forgets them all. Returns the file read (a bad one is one ``SplitlabError`` naming
+    it)."""
+    if path is None:
+        _given.clear()
+        return None
+    fc = _read(path, arg)
+    _given[fc.device] = fc
+    return fc
+
+
+@contextlib.contextmanager
+def using_constants(path: str | Path | None, *, arg: str = "use_constants") -> Iterator[FittedConstants | None]:
+    """``use_constants(path)`` for the block, then back to the files in force before (None: nothing changes)."""
+    saved = dict(_given)
+    try:
+        yield use_constants(path, arg=arg) if path is not None else None
+    finally:
+        _given.clear()
+        _given.update(saved)
+
+
+def env_constants() -> dict[str, FittedConstants]:
+    """The files ``SPLITLAB_CONSTANTS`` names (one, or several separated by ``os.pathsep``), by device; a bad one
+    is one ``SplitlabError`` naming the variable."""
+    out = {}
+    for path in filter(None, (p.strip() for p in os.environ.get(ENV_CONSTANTS, "").split(os.pathsep))):
+        fc = _read(path, ENV_CONSTANTS)
+        out[fc.device] = fc
+    return out
+
+
+def constants_for(dev: DeviceSpec | str, kind: str) -> ConstantsChoice:
+    """The constants the ``splitlab`` planner takes for family ``kind`` on ``dev`` (a ``DeviceSpec`` or preset
+    name): a file fitted for that device given with ``use_constants``, else one named by ``SPLITLAB_CONSTANTS``,
+    else the shipped file fitted for it, else the fallback (``FALLBACK_DEVICE``'s). A file that lacks the family
+    gives way to the next."""
+    name = _device_name(dev) if isinstance(dev, str) else dev.name
+    shipped = _shipped()
+    for how, fc in (("use_constants", _given.get(name)), ("env", env_constants().get(name)),
+                    ("device", shipped.get(name)), ("fallback", shipped.get(FALLBACK_DEVICE))):
+        if fc is not None and kind in fc.families:
+            return ConstantsChoice(fc.families[kind], fc, name, how)
+    fallback = fitted.SHIPPED_DIR / f"{FALLBACK_DEVICE}.toml"
+    raise SplitlabError(f"no {kind} constants for {name} and none in the fallback {fallback}; expected the shipped "
+                        "file (reinstall splitlab) or a constants file (use_constants, SPLITLAB_CONSTANTS)")
+
+
+@cache
+def _shipped() -> dict[str, FittedConstants]:
+    return fitted.shipped()
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_if_fallback(kind: str, dev: DeviceSpec | str) -> None:
+    """Warn once per process and (device, family) when the rule plans ``kind`` on ``dev`` with the fallback
+    constants (what a launcher with ``num_splits=None`` calls)."""
+    choice = constants_for(dev, kind)
+    if choice.how == "fallback" and (choice.planned_for, kind) not in _warned:
+        _warned.add((choice.planned_for, kind))
+        warnings.warn(f"splitlab planner: {choice.text} plans {kind} here (fit constants for this GPU with "
+                      f"`splitlab fit`, then {ENV_CONSTANTS}=FILE or splitlab.planners.native.use_constants(FILE))",
+                      stacklevel=3)
 
 
 def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, block_h: int | None = None,
@@ -340,9 +441,11 @@ def candidates(w: DecodeWorkload, c: CostConstants, sm_count: int) -> list[tuple
 def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | None = None,
                 name: str = "splitlab") -> Plan:
     """The fitted rule's plan for ``w`` on ``dev`` (``constants``: a family's ``CostConstants``, default
-    ``FITTED[w.kind]``): the (head tile, key tile, split count) of least ``fitted_cost``; ties go to the default
+    ``constants_for(dev, w.kind)``'s, which the note then names): the (head tile, key tile, split count) of least
+    ``fitted_cost``; ties go to the default
     head tile, then to 64 keys, then to fewer splits."""
-    c = FITTED[w.kind] if constants is None else constants
+    choice = constants_for(dev, w.kind) if constants is None else None
+    c = choice.constants if choice is not None else constants
     best, best_cost = (None, None, 1), None
     for bh, bk, s in candidates(w, c, dev.sm_count):
         cost = fitted_cost(w, s, dev.sm_count, c, bh, dev.arch, bk)
@@ -350,11 +453,13 @@ def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | N
             best, best_cost = (bh, bk, s), cost
     bh, bk, s = best
     note = "fitted wave-cost model" + (f", BLOCK_H {bh}" if bh is not None else "") + (
-        f", BLOCK_K {bk}" if bk is not None and bk != TILE_KEYS else "")
+        f", BLOCK_K {bk}" if bk is not None and bk != TILE_KEYS else "") + (
+        f"; constants: {choice.text}" if choice is not None else "")
     return Plan(name, s, block_k=bk, block_h=bh, note=note)
 
 
-@register("splitlab", kinds=("gqa", "mla", "sparse_mla"), source="splitlab (this repository), fitted on H200 data")
+@register("splitlab", kinds=("gqa", "mla", "sparse_mla"),
+          source="splitlab (this repository), constants fitted per device (splitlab/planners/constants)")
 def plan_splitlab(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
-    """splitlab's wave-cost rule with the constants fitted on the H200 data (``FITTED``)."""
+    """splitlab's wave-cost rule with the constants fitted for ``dev`` (``constants_for``)."""
     return fitted_plan(w, dev)

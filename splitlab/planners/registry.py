@@ -7,7 +7,8 @@ the faithful port, and returns a ``Plan``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from splitlab.devices import DeviceSpec
@@ -42,6 +43,13 @@ class Plan:
 
 Adapter = Callable[[DecodeWorkload, DeviceSpec], Plan]
 
+#: The workload kinds a planner may cover (``workloads.KINDS``).
+KINDS = ("gqa", "mla", "sparse_mla")
+#: Names a planner may not take: words the command lines give other meanings (``--planner all``, a result set's
+#: ``best`` / ``oracle``).
+RESERVED = ("all", "best", "oracle")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # no "," (the planners column lists names) and no "@" (name@device tags)
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -49,21 +57,52 @@ class Entry:
     adapter: Adapter
     kinds: tuple[str, ...]
     source: str
+    module: str = ""  # where the adapter was defined: splitlab's own modules, or a plugin's
+
+    @property
+    def builtin(self) -> bool:
+        return self.module == "splitlab" or self.module.startswith("splitlab.")
 
 
 _REGISTRY: dict[str, Entry] = {}
 
 
-def register(name: str, *, kinds: tuple[str, ...], source: str) -> Callable[[Adapter], Adapter]:
-    """Decorator: register ``adapter`` under ``name`` for the workload kinds it covers."""
+def register(name: str, adapter: Adapter | None = None, *, kinds: Sequence[str], source: str = ""
+             ) -> Callable[[Adapter], Adapter]:
+    """Register ``adapter`` (a function ``(DecodeWorkload, DeviceSpec) -> Plan``) under ``name`` for the workload
+    kinds it covers; as a decorator when ``adapter`` is left out. A user's module does this to add its planner
+    (``splitlab --plugin MODULE``): it then takes part like the built-in ones (``splitlab plan``, the sweep's planner
+    choices, ``analysis.replay``, ``splitlab regress``). ``source`` says where the rule comes from (default: the
+    adapter's module).
+
+    Refused, one ``SplitlabError`` each: a name that is empty, holds characters other than letters, digits and
+    ``_ . -``, or is reserved (``RESERVED``); kinds outside ``KINDS`` or none; a name already registered by another
+    function (registering the same function again, a module imported twice, is a no-op)."""
 
     def deco(fn: Adapter) -> Adapter:
-        if name in _REGISTRY:
-            raise RuntimeError(f"planner {name!r} registered twice")
-        _REGISTRY[name] = Entry(name, fn, kinds, source)
+        if not isinstance(name, str) or not _NAME.match(name) or name in RESERVED:
+            raise SplitlabError(f"planner name {name!r} is not allowed; expected letters, digits and _ . - (not "
+                                f"{', '.join(RESERVED)})")
+        ks = tuple(kinds) if not isinstance(kinds, str) else (kinds,)
+        if not ks or any(k not in KINDS for k in ks):
+            raise SplitlabError(f"planner {name!r}: kinds={list(ks)!r} is not allowed; expected some of "
+                                f"{', '.join(KINDS)}")
+        if not callable(fn):
+            raise SplitlabError(f"planner {name!r}: {fn!r} is not allowed; expected a function (workload, device) "
+                                "-> Plan")
+        module = getattr(fn, "__module__", "") or ""
+        old = _REGISTRY.get(name)
+        if old is not None:
+            same = (old.module, getattr(old.adapter, "__qualname__", None)) == (
+                module, getattr(fn, "__qualname__", None))
+            if same:
+                return fn
+            raise SplitlabError(f"planner {name!r} is registered twice: by {old.module or '?'} and by {module or '?'}; "
+                                "expected one adapter per name (choose another name)")
+        _REGISTRY[name] = Entry(name, fn, ks, source or module, module)
         return fn
 
-    return deco
+    return deco if adapter is None else deco(adapter)
 
 
 def names(kind: str | None = None) -> list[str]:
@@ -78,10 +117,28 @@ def entry(name: str) -> Entry:
 
 
 def plan(workload: DecodeWorkload, device: DeviceSpec | str, planner: str = "splitlab") -> Plan:
-    """Ask ``planner`` what it picks for ``workload`` on ``device`` (a ``DeviceSpec`` or preset name)."""
+    """Ask ``planner`` what it picks for ``workload`` on ``device`` (a ``DeviceSpec`` or preset name).
+
+    A plugin's adapter (``Entry.builtin`` false) is held to the interface: anything but a ``SplitlabError`` it
+    raises, and a result that is not a ``Plan`` with a split count of at least 1, becomes one ``SplitlabError``
+    naming the planner (a refusal, as a built-in rule's out-of-domain ``SplitlabError`` is)."""
     e = entry(planner)
     dev = get_device(device) if isinstance(device, str) else device
     if workload.kind not in e.kinds:
         raise SplitlabError(f"planner={planner!r} does not cover kind={workload.kind!r}; it covers "
                             f"{', '.join(e.kinds)}")
-    return e.adapter(workload, dev)
+    if e.builtin:
+        return e.adapter(workload, dev)
+    try:
+        p = e.adapter(workload, dev)
+    except SplitlabError:
+        raise
+    except Exception as ex:
+        raise SplitlabError(f"planner {planner!r} ({e.module}) raised {type(ex).__name__}: {ex}") from None
+    ok = isinstance(p, Plan) and isinstance(p.num_splits, int) and not isinstance(p.num_splits, bool) \
+        and p.num_splits >= 1
+    if not ok:
+        got = f"num_splits={p.num_splits!r}" if isinstance(p, Plan) else repr(p)
+        raise SplitlabError(f"planner {planner!r} ({e.module}) returned {got}; expected a Plan with an integer "
+                            "num_splits >= 1")
+    return p

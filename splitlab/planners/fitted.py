@@ -1,0 +1,271 @@
+"""The constants of splitlab's wave-cost rule as data: one small TOML file per device, written by ``splitlab fit``.
+
+The ``splitlab`` planner (``planners.native``) reads its constants from such a file: those fitted for the device it
+plans for (shipped ones in ``splitlab/planners/constants/<device>.toml``), a user's file where one is given
+(``native.use_constants``, ``SPLITLAB_CONSTANTS``, ``splitlab plan --constants``). A file (format 1)::
+
+    format = 1
+    device = "h200-sxm"                 # the preset the data were measured on (what the constants are for)
+    data = ["h200"]                     # what the fit read: catalog names or sweep folders
+    kernel_versions = ["6"]             # catalog sets: their kernel version; folders: the splitlab that swept them
+    timing = "measured"                 # or "modelled": fitted on the fake timer's figures (CI), not a GPU's
+
+    [gqa]                               # a family (gqa, mla, sparse_mla): the fields of CostConstants
+    ctas_per_sm = 1
+    ...
+    [gqa.range]                         # what the data covered (planners.fitted_range.ranges_from_rows)
+    batch = [1, 256]
+    ...
+    [gqa.held_out]                      # the fitted rule on the held-out shapes (splitlab.fit.held_out)
+    shapes = 82
+    geomean = 1.0052
+    worst = 1.0581
+    [gqa.confirm.h200-confirm]          # and on each confirm set scored, when any was
+
+Only the family tables' constants enter a plan; the rest is the record of where they come from. Nothing here
+imports torch. Source: splitlab (this repository).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from splitlab.errors import SplitlabError
+
+#: The file format this module reads and writes.
+FORMAT = 1
+#: Where the shipped constants live (package data): ``<device preset>.toml``.
+SHIPPED_DIR = Path(__file__).resolve().parent / "constants"
+#: The families a file may hold (``workloads.KINDS``, restated: the planner package imports no workloads here).
+FAMILIES = ("gqa", "mla", "sparse_mla")
+#: The top-level keys of a file, and the keys of a family table that are records, not constants.
+_TOP_KEYS = ("format", "device", "data", "kernel_versions", "timing", *FAMILIES)
+_RECORD_KEYS = ("range", "held_out", "confirm")
+_TIMINGS = ("measured", "modelled")
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """The few constants of the fitted rule for one kernel family (``planners.native``'s comment says what each
+    prices)."""
+
+    ctas_per_sm: int  # wide tiles (>= 64 query-head rows per program)
+    ctas_per_sm_narrow: int  # narrow tiles (16 or 32 rows)
+    fixed: float
+    combine: float
+    combine_per_split: float  # per split and SM, in units of one split's partial rows (P)
+    max_splits: int
+    small_key_tile: float = 0.0  # sparse MLA: a BLOCK_K 32 tile's cost in 64-key tiles; 0: never weighed
+    partial: float = 0.0  # a split's partial-row write, in units of P
+    tail: float = 1.0  # what a partly filled last wave costs: 1 a whole wave (ceil), 0 its filled fraction
+    narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
+    lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
+    sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
+
+
+_INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "max_splits")
+_REQUIRED = tuple(f.name for f in fields(CostConstants) if f.default is MISSING)
+#: The largest integer constant a file may hold (CTAs per SM, splits).
+_MAX_INT = 1 << 16
+
+
+@dataclass(frozen=True)
+class FittedConstants:
+    """One constants file: the constants per family and the record of how they were fitted."""
+
+    device: str
+    families: dict[str, CostConstants]
+    data: tuple[str, ...] = ()
+    kernel_versions: tuple[str, ...] = ()
+    timing: str = "measured"
+    ranges: dict[str, dict[str, Any]] = field(default_factory=dict)  # per family: what the data covered
+    held_out: dict[str, dict[str, Any]] = field(default_factory=dict)  # per family: shapes, geomean, worst
+    confirm: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # per family, per set
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def label(self) -> str:
+        """Where the constants come from, in a few words: the shipped file's device, else the file's path."""
+        if self.path is not None and self.path.parent == SHIPPED_DIR:
+            return f"{self.device} (shipped)"
+        return str(self.path) if self.path is not None else f"fitted for {self.device}"
+
+
+# --- reading -------------------------------------------------------------------------------------------------
+
+def _bad(path: Path, key: str, value: object, allowed: str) -> SplitlabError:
+    return SplitlabError(f"{path}: {key}={value!r} is not allowed; expected {allowed}")
+
+
+def _number(path: Path, key: str, v: object, *, integer: bool) -> int | float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _bad(path, key, v, "an integer" if integer else "a number")
+    if integer:
+        if not isinstance(v, int) or not 1 <= v <= _MAX_INT:
+            raise _bad(path, key, v, f"an integer in [1, {_MAX_INT}]")
+        return v
+    if not math.isfinite(v) or abs(v) > 1e6:
+        raise _bad(path, key, v, "a finite number (|x| <= 1e6)")
+    return float(v)
+
+
+def _constants(path: Path, kind: str, table: dict) -> CostConstants:
+    known = {f.name for f in fields(CostConstants)}
+    values = {}
+    for k, v in table.items():
+        if k in _RECORD_KEYS:
+            continue
+        if k not in known:
+            raise SplitlabError(f"{path}: key '{kind}.{k}' is not allowed; expected the constants "
+                                f"{', '.join(sorted(known))} (and the tables {', '.join(_RECORD_KEYS)})")
+        values[k] = _number(path, f"{kind}.{k}", v, integer=k in _INT_FIELDS)
+    missing = [k for k in _REQUIRED if k not in values]
+    if missing:
+        raise SplitlabError(f"{path}: [{kind}] lacks {', '.join(missing)}; expected every constant the rule "
+                            "needs (splitlab fit --out writes them all)")
+    return CostConstants(**values)
+
+
+def _str_list(path: Path, key: str, v: object) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str | int) for x in v):
+        raise _bad(path, key, v, "a list of strings")
+    return tuple(str(x) for x in v)
+
+
+def _table(path: Path, key: str, v: object) -> dict:
+    if not isinstance(v, dict):
+        raise _bad(path, key, v, "a table")
+    return v
+
+
+def parse(text: str, path: Path) -> FittedConstants:
+    """The ``FittedConstants`` of a file's ``text`` (``path`` names it in errors); anything malformed is one
+    ``SplitlabError`` naming the file and the key."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SplitlabError(f"{path}: not valid TOML ({e}); expected a constants file (splitlab fit --out)") from None
+    unknown = [k for k in raw if k not in _TOP_KEYS]
+    if unknown:
+        raise SplitlabError(f"{path}: key {unknown[0]!r} is not allowed; expected {', '.join(_TOP_KEYS)}")
+    if raw.get("format") != FORMAT:
+        raise _bad(path, "format", raw.get("format"), f"{FORMAT} (the constants format this splitlab reads)")
+    device = raw.get("device")
+    if not isinstance(device, str) or not device:
+        raise _bad(path, "device", device, "the preset name the constants were fitted for")
+    timing = raw.get("timing", "measured")
+    if timing not in _TIMINGS:
+        raise _bad(path, "timing", timing, " or ".join(_TIMINGS))
+    families, ranges, held, confirm = {}, {}, {}, {}
+    for kind in FAMILIES:
+        if kind not in raw:
+            continue
+        table = _table(path, kind, raw[kind])
+        families[kind] = _constants(path, kind, table)
+        if "range" in table:
+            ranges[kind] = _table(path, f"{kind}.range", table["range"])
+        if "held_out" in table:
+            held[kind] = _table(path, f"{kind}.held_out", table["held_out"])
+        if "confirm" in table:
+            confirm[kind] = {n: _table(path, f"{kind}.confirm.{n}", t)
+                             for n, t in _table(path, f"{kind}.confirm", table["confirm"]).items()}
+    if not families:
+        raise SplitlabError(f"{path}: no family table; expected one or more of {', '.join(f'[{k}]' for k in FAMILIES)}")
+    return FittedConstants(device=device, families=families, data=_str_list(path, "data", raw.get("data", [])),
+                           kernel_versions=_str_list(path, "kernel_versions", raw.get("kernel_versions", [])),
+                           timing=timing, ranges=ranges, held_out=held, confirm=confirm, path=path)
+
+
+def load(path: str | Path, arg: str = "constants") -> FittedConstants:
+    """Read a constants file; a missing, unreadable or malformed one is one ``SplitlabError`` naming ``arg`` or the
+    file."""
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+        if not p.is_file():
+            raise SplitlabError(f"{arg}={str(path)!r} is not a file; expected a constants file (splitlab fit --out)")
+    except OSError as e:
+        raise SplitlabError(f"{arg}={str(path)!r} cannot be read ({e.strerror or type(e).__name__}); expected a "
+                            "constants file (splitlab fit --out)") from None
+    return _load(p.resolve(), st.st_mtime_ns, st.st_size)
+
+
+@cache
+def _load(path: Path, mtime_ns: int, size: int) -> FittedConstants:
+    if size > 1 << 20:
+        raise SplitlabError(f"{path}: {size} bytes is not a constants file (they are a few KB)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SplitlabError(f"{path}: cannot be read as UTF-8 text ({e}); expected a constants file") from None
+    return parse(text, path)
+
+
+def shipped() -> dict[str, FittedConstants]:
+    """The shipped constants files, by the device each was fitted for."""
+    out = {}
+    for p in sorted(SHIPPED_DIR.glob("*.toml")):
+        fc = load(p)
+        if fc.device != p.stem:
+            raise SplitlabError(f"{p}: device={fc.device!r} is not allowed; expected {p.stem!r} (a shipped file is "
+                                "named after its device)")
+        out[fc.device] = fc
+    return out
+
+
+# --- writing -------------------------------------------------------------------------------------------------
+
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(k: str) -> str:
+    return k if _BARE.match(k) else json.dumps(k)
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise SplitlabError(f"{v!r} cannot be written to a constants file; expected a finite number")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise SplitlabError(f"{v!r} cannot be written to a constants file; expected numbers, strings and lists")
+
+
+def _lines(table: dict) -> list[str]:
+    return [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
+
+
+def dumps(fc: FittedConstants) -> str:
+    """The TOML text of ``fc`` (what ``parse`` reads back to an equal ``FittedConstants``)."""
+    out = ["# splitlab's wave-cost rule (splitlab.planners.native): its constants per kernel family, fitted by",
+           "# `splitlab fit` on the data named below; the `splitlab` planner takes them when it plans for `device`",
+           "# (splitlab/planners/fitted.py reads this file and says what each table holds).",
+           f"format = {FORMAT}", f"device = {_value(fc.device)}", f"data = {_value(list(fc.data))}",
+           f"kernel_versions = {_value(list(fc.kernel_versions))}", f"timing = {_value(fc.timing)}"]
+    for kind in FAMILIES:
+        c = fc.families.get(kind)
+        if c is None:
+            continue
+        values = {f.name: getattr(c, f.name) for f in fields(CostConstants)}
+        out += ["", f"[{kind}]", *_lines({k: (int(v) if k in _INT_FIELDS else float(v)) for k, v in values.items()})]
+        if kind in fc.ranges:
+            out += ["", f"[{kind}.range]", *_lines(fc.ranges[kind])]
+        if kind in fc.held_out:
+            out += ["", f"[{kind}.held_out]", *_lines(fc.held_out[kind])]
+        for name, score in fc.confirm.get(kind, {}).items():
+            out += ["", f"[{kind}.confirm.{_key(name)}]", *_lines(score)]
+    return "\n".join(out) + "\n"
