@@ -64,13 +64,18 @@ def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.Dev
               names: Sequence[str]) -> list[dict]:
     """One row per (workload, device, planner): the plan and its wave statistics on splitlab's kernel. A planner
     that does not cover the workload's kind, or refuses the workload (outside its rule's domain), gets a row
-    without a plan whose ``note`` says why."""
+    without a plan whose ``note`` says why. ``fitted_range``, for a plan of a planner whose constants are fitted on
+    data (``splitlab``): ``ok``, or ``outside: ...`` naming what of the shape or device lies outside that data
+    (``planners.fitted_range``); None for the others."""
+    from splitlab.planners import fitted_range
+
     rows = []
     for w in ws:
         for dev in devs:
             for name in names:
                 row = dict(device=dev.name, sms=dev.sm_count, planner=name, kind=w.kind, batch=w.batch,
-                           heads=w.num_q_heads, kv_heads=w.num_kv_heads, ctx_len=w.ctx_len, topk=w.topk)
+                           heads=w.num_q_heads, kv_heads=w.num_kv_heads, ctx_len=w.ctx_len, topk=w.topk,
+                           fitted_range=None)
                 if w.kind not in planners.entry(name).kinds:
                     rows.append(row | dict(num_splits=None, note=f"does not cover {w.kind}"))
                     continue
@@ -82,7 +87,8 @@ def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.Dev
                 ws_ = waves.wave_stats(w, p.num_splits, dev.sm_count, block_h=p.block_h)
                 rows.append(row | dict(num_splits=p.num_splits, block_n=p.block_n, block_k=p.block_k,
                                        block_h=p.block_h, kv_chunk=p.kv_chunk, ctas=ws_.ctas, waves=round(ws_.waves, 3),
-                                       last_wave_fill=round(ws_.last_wave_fill, 3), note=p.note))
+                                       last_wave_fill=round(ws_.last_wave_fill, 3), note=p.note,
+                                       fitted_range=fitted_range.check(w, dev, name)))
     return rows
 
 
@@ -189,10 +195,14 @@ def _plan(args: argparse.Namespace, given=None) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print("# ctas, waves, last_wave_fill: splitlab's kernel launched at the plan (modelled, 1 CTA per SM)")
+    fitted = any(r["fitted_range"] is not None for r in rows)
     _print_table(rows, ["device", "sms", "planner", "kind", "batch", "heads", "ctx_len", "num_splits",
                         "block_k", "block_h", "ctas", "waves", "last_wave_fill"]
-                 + (["note"] if args.notes or refused else []))
+                 + (["fitted_range"] if fitted else []) + (["note"] if args.notes or refused else []))
     _print_constants(ws, devs, names)
+    if any(str(r["fitted_range"]).startswith("outside") for r in rows):
+        print("# fitted_range outside: the shape or device lies outside the data the planner's constants were fitted "
+              "on; its plan is an extrapolation")
     return 0
 
 

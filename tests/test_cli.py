@@ -399,6 +399,27 @@ def test_a_planner_that_does_not_cover_the_kind_says_so_in_one_line(capsys):
     assert code == 0 and "aiter" not in {r["planner"] for r in json.loads(out)}
 
 
+def test_a_plan_outside_the_fitted_data_is_marked_in_json_and_table(capsys):
+    # The example: Llama-3-70B at 128K keys, batch 64 on the H200 (the data reach batch 32 there).
+    argv = ["plan", "--workload", "llama-3-70b", "--batch", "32,64", "--ctx", "128k", "--device", "h200"]
+    code, out, _ = run(capsys, *argv, "--json")
+    rows = {(r["planner"], r["batch"]): r for r in json.loads(out)}
+    assert code == 0 and rows["splitlab", 32]["fitted_range"] == "ok"
+    assert rows["splitlab", 64]["fitted_range"].startswith("outside: batch 64 > 32 fitted at ctx_len 131072")
+    assert rows["flashinfer", 64]["fitted_range"] is None  # an upstream rule: not fitted on these data
+    code, out, _ = run(capsys, *argv)
+    lines = out.splitlines()
+    header = next(x for x in lines if x.lstrip().startswith("device "))
+    assert "fitted_range" in header.split()
+    mine = {x.split()[4]: x for x in lines if x.split()[2:3] == ["splitlab"]}  # batch -> splitlab's row
+    assert mine["32"].endswith("  ok") and "outside: batch 64 > 32 fitted at ctx_len 131072" in mine["64"]
+    assert lines[-1].startswith("# fitted_range outside: ")
+    # another device than the data's is outside too
+    code, out, _ = run(capsys, "plan", "--workload", "llama-3-8b", "--device", "b200", "--planner", "splitlab",
+                       "--json")
+    assert json.loads(out)[0]["fitted_range"] == "outside: device b200 not fitted (h200-sxm)"
+
+
 def test_a_closed_pipe_is_not_a_traceback():
     import subprocess
     import sys

@@ -14,8 +14,9 @@ the data thin out at long contexts: the H200's Llama-3-70B data reach batch 128 
 The ranges are the ones the constants record: ``splitlab fit`` writes ``ranges_from_rows`` of the rows it read into
 each family's ``range`` table of its constants file (``planners.fitted``), and ``fitted_range`` reads the table of
 the constants the planner takes for the device (``native.constants_for``: the device's own, a user's file, or the
-fallback's). Where those record none (a file written without it), they are computed once per process from the
-catalog's fit sets (``data/catalog.toml``, role ``fit``), the data the shipped constants were fitted on. Either way
+fallback's). Where shipped constants record none, they are computed once per process from the catalog's fit sets
+(``data/catalog.toml``, role ``fit``), the data the shipped constants were fitted on (a test holds the two equal;
+a user's file without the record has no range: ``unknown``). Either way
 they span every correct measurement (status ``ok``, not the fake timer) of splitlab's kernels in the data: the fit's
 shapes and the held-out shapes that scored it. No torch. Source: splitlab (this repository).
 """
@@ -81,18 +82,21 @@ def _catalog_ranges() -> tuple[str, dict[str, dict[str, Any]]]:
 def fitted_range(kind: str, device: DeviceSpec | str) -> dict[str, Any] | None:
     """The range of the data the constants the ``splitlab`` planner takes for ``device`` (a ``DeviceSpec`` or preset
     name) were fitted on, for family ``kind`` (the fields of ``ranges_from_rows``; ``source`` says where it was
-    read): the constants' own record, else the catalog's fit sets; None where neither can be found (an installed
-    package without the shipped data, and a constants file without a record). Whether ``device`` itself lies in
-    the range is ``outside``'s question."""
+    read): the constants' own record; for shipped constants without one, the catalog's fit sets; None where
+    neither can be had (a user's constants file without the record). Whether ``device`` itself lies in the range
+    is ``outside``'s question."""
     from splitlab.planners import native
 
     try:
         choice = native.constants_for(device, kind)
     except SplitlabError:
         choice = None
-    recorded = choice.source.ranges.get(kind) if choice is not None else None
-    if recorded:
-        return {"source": f"the constants {choice.source.label}", "devices": [choice.source.device], **recorded}
+    if choice is not None:
+        recorded = choice.source.ranges.get(kind)
+        if recorded:
+            return {"source": f"the constants {choice.source.label}", "devices": [choice.source.device], **recorded}
+        if choice.how not in ("device", "fallback"):  # a user's file: the catalog's data are not what it was fit on
+            return None
     try:
         source, ranges = _catalog_ranges()
     except (SplitlabError, OSError):
@@ -134,6 +138,6 @@ def check(w: DecodeWorkload, dev: DeviceSpec, planner: str = "splitlab") -> str 
         return None
     r = fitted_range(w.kind, dev)
     if r is None:
-        return "unknown: no fit data found (data/catalog.toml's fit sets)"
+        return "unknown: the constants record no range of their data"
     why = outside(w, dev, r)
     return "outside: " + "; ".join(why) if why else "ok"
