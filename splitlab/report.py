@@ -84,6 +84,14 @@ class DataInfo:
     timers: tuple[str, ...]
     name: str = ""
     sources: tuple[Path, ...] = ()
+    sm_counts: tuple[tuple[str, int], ...] = ()  # (device preset, SMs) of every sweep, once each
+
+    @property
+    def sms(self) -> str:
+        """The SM count, or each device's when the sweeps ran on several (``b200: 148, h200-sxm: 132 SMs``)."""
+        if len(self.sm_counts) > 1:
+            return ", ".join(f"{d}: {n}" for d, n in self.sm_counts) + " SMs"
+        return f"{self.sm_count} SMs"
 
     @property
     def fake(self) -> bool:
@@ -99,7 +107,7 @@ class DataInfo:
     @property
     def label(self) -> str:
         """One line: device, SMs, date, and MODELLED when fake."""
-        s = f"{self.device}, {self.sm_count} SMs, data {self.date}"
+        s = f"{self.device}, {self.sms}, data {self.date}"
         return f"{s} — {MODELLED}" if self.fake else s
 
 
@@ -162,7 +170,7 @@ def data_info(data: str | Path) -> DataInfo:
             raise SplitlabError(f"data={str(p)!r}: {s} has schema_version={side['schema_version']!r}; expected one "
                                 f"of {', '.join(map(str, SUPPORTED_SCHEMAS))} (this splitlab's result schema)")
         parsed.append((s, side))
-    sweeps, gpus, presets, sms, timers, dates = [], [], [], [], [], []
+    sweeps, gpus, presets, sms, timers, dates, pairs = [], [], [], [], [], [], []
     for s, side in parsed:
         env_dev = (side.get("env") or {}).get("device") or {}
         preset = (side.get("device") or {}).get("name") or ""
@@ -176,13 +184,14 @@ def data_info(data: str | Path) -> DataInfo:
         presets.append(preset)
         if sm:
             sms.append(int(sm))
+            pairs.append((preset or gpu, int(sm)))
         timers.append(str(side.get("timer")))
         dates.append(_date(side))
     dates_ = sorted(d for d in dates if d)
     date = (dates_[-1] if dates_[0] == dates_[-1] else f"{dates_[0]} to {dates_[-1]}") if dates_ else "undated"
     return DataInfo(path=p, sweeps=tuple(sweeps), gpus=_uniq(gpus), presets=_uniq(presets),
                     sm_count=max(set(sms), key=sms.count) if sms else 0, date=date, timers=_uniq(timers),
-                    name=name or p.name, sources=sources)
+                    name=name or p.name, sources=sources, sm_counts=_uniq(pairs))
 
 
 def load_data(data: str | Path, *, allow_fake: bool = False) -> tuple[pd.DataFrame, DataInfo]:
@@ -205,7 +214,7 @@ def describe(info: DataInfo, df: pd.DataFrame | None = None) -> str:
     """A Markdown note on where the numbers come from (shown at the top of each notebook); with the rows
     ``load_data`` returned, also how many points two sweeps shared."""
     name = f"`{info.name}` " if info.name and info.name != info.path.name else ""
-    lines = [f"**Data:** {name}`{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sm_count} SMs), "
+    lines = [f"**Data:** {name}`{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sms}), "
              f"**{info.date}**."]
     dup = df.attrs.get("duplicates", 0) if df is not None else 0
     if dup:
@@ -734,7 +743,7 @@ figure img {{ max-width: 100%; }}
 summary {{ cursor: pointer; }}
 </style></head><body>
 <h1>splitlab report</h1>
-<p><b>Device:</b> {e(info.device)} ({info.sm_count} SMs) · <b>data:</b> {e(info.date)} ·
+<p><b>Device:</b> {e(info.device)} ({e(info.sms)}) · <b>data:</b> {e(info.date)} ·
 <code>{e(str(info.path))}</code></p>
 {banner}
 {_headline_html(head, head_note, info)}

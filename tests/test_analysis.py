@@ -247,3 +247,17 @@ def test_split_regressions_on_two_devices_and_on_an_unshipped_card(tmp_path):
     copy_sweep(src, card / "my_gqa", ":mine", kernel="my_gqa_card")
     f = run_split_regressions(card, tmp_path / "out-card")
     assert f["shapes"] > 0 and "share no correctly measured shape" not in f["finding"]
+
+
+def test_the_report_names_each_devices_sm_count(tmp_path):
+    from splitlab import report
+
+    src = FIXTURE / "gqa_decode-default"
+    mixed = tmp_path / "mixed"
+    copy_sweep(src, mixed / "h200", ":h200")
+    copy_sweep(src, mixed / "b200", ":b200", device="b200", sm_count=148)
+    info = report.data_info(mixed)
+    assert "b200: 148" in info.sms and ": 132" in info.sms and info.sms in info.label
+    df, info = report.load_data(mixed, allow_fake=info.fake)
+    assert set(df["device"]) == {"b200", "h200-sxm"} and len(df) == 2 * len(report.load_data(src, allow_fake=True)[0])
+    assert report.data_info(src).sms == "132 SMs"
