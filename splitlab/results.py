@@ -521,6 +521,10 @@ def _typed(df: pd.DataFrame, where: object) -> pd.DataFrame:
             df[c] = pd.Series([None] * len(df), dtype=dtype)
         else:
             df[c] = _column(df[c], c, dtype, where)
+    # A row without a length distribution (data from before ragged batches) is a batch of equal lengths: said so,
+    # so that shapes key on the distribution (``analysis.SHAPE``) without dropping those rows.
+    df["length_dist"] = df["length_dist"].fillna("uniform")
+    df["length_seed"] = df["length_seed"].fillna(0)
     bad = df["status"][~df["status"].isin(STATUSES)]
     if len(bad):
         v = bad.iloc[0]

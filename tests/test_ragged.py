@@ -85,7 +85,7 @@ def test_point_ids_of_uniform_batches_are_those_of_the_shipped_data():
     files = sorted(path.glob("*/results.parquet"))[:3]
     assert files
     df = results.load(*files)
-    assert df["length_dist"].isna().all()  # written before ragged batches: read as uniform
+    assert (df["length_dist"] == "uniform").all() and (df["length_seed"] == 0).all()  # written before: uniform
     for _, r in df.head(200).iterrows():
         facts = {k: None if pd.isna(r[k]) else int(r[k]) for k in FACT_COLUMNS}
         assert grid.point_id(r["kernel"], r["impl"], results.workload(r), facts) == r["point_id"]
@@ -188,3 +188,24 @@ def test_kernels_on_a_ragged_batch_match_the_fp64_reference(w, knobs):
     if w.kind != "sparse_mla":  # the lengths matter: the uniform batch gives another answer
         x_uniform = dict(x, seq_lens=torch.full_like(x["seq_lens"], w.ctx_len))
         assert not torch.allclose(ref_fn(**x_uniform, **extra), ref)
+
+
+def test_a_ragged_batch_and_a_uniform_one_are_two_shapes():
+    """The oracle never compares a ragged batch's time with a uniform batch's of the same longest length, and rows
+    from before ragged batches (no length columns) count as uniform, not as a shape of their own."""
+    import pandas as pd
+
+    from splitlab import analysis, results
+
+    base = dict(schema_version=1, sweep_id="s", kernel="k", impl="i", kind="gqa", batch=4, num_q_heads=8,
+                num_kv_heads=2, head_dim_qk=64, head_dim_v=64, ctx_len=1024, page_size=16, topk=0, dtype="bf16",
+                device="h200-sxm", sm_count=132, timing="graph", status="ok", error="", p20_us=1.0, p80_us=1.0,
+                n_samples=1, kv_bytes=1, gbps=1.0, rel_err=0.0, ctas=8, waves=0.1, num_splits=1, block_n=64,
+                block_k=None, block_h=None, num_warps=4, num_stages=2)
+    rows = [dict(base, point_id="a", p50_us=10.0), dict(base, point_id="b", p50_us=5.0, length_dist="spread16",
+                                                         length_seed=0)]
+    df = results.frame(rows)
+    assert list(df["length_dist"]) == ["uniform", "spread16"] and list(df["length_seed"]) == [0, 0]
+    best = analysis.oracle(df)
+    assert len(best) == 2 and sorted(best["p50_us"]) == [5.0, 10.0]
+    assert isinstance(df, pd.DataFrame)
