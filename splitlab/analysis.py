@@ -1,12 +1,12 @@
 """Reading a result set: the oracle (the best measured point per shape), each planner's regret against it,
 summaries, and regressions between two result sets or two planners.
 
-A *shape* is one decode call on one device: the kernel, the workload columns, the device and its SM count
-(``SHAPE``), so a result set may mix devices (or one preset measured at two SM counts) and each is its own
-shape. A planner's choice is the measured point whose ``planners`` column names it (the sweep measures every
-registered planner's choice for every shape). Regret = the planner's measured p50 over the oracle's p50 on the same
-shape (1.0 is optimal). Only measured rows count: ``status == "ok"``; rows whose ``timing`` is ``fake``
-(modelled, from CI) are refused unless ``allow_fake=True``.
+A *shape* is one decode call on one device: the kernel, the workload columns (a ragged batch's length
+distribution and seed among them), the device and its SM count (``SHAPE``), so a result set may mix devices (or
+one preset measured at two SM counts) and each is its own shape. A planner's choice is the measured point whose
+``planners`` column names it (the sweep measures every registered planner's choice for every shape). Regret = the
+planner's measured p50 over the oracle's p50 on the same shape (1.0 is optimal). Only measured rows count:
+``status == "ok"``; rows whose ``timing`` is ``fake`` (modelled, from CI) are refused unless ``allow_fake=True``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from splitlab.devices import DeviceSpec
 
 SHAPE = ("kernel", "device", "sm_count", "kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v",
-         "ctx_len", "page_size", "topk", "dtype")
+         "ctx_len", "page_size", "topk", "dtype", "length_dist", "length_seed")
 KNOBS = KNOB_COLUMNS  # the knob columns of a result row
 
 

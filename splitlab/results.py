@@ -101,6 +101,10 @@ COLUMNS: dict[str, str] = {
     "host": "string",
     "gpu_index": "Int64",
     "gpu_uuid": "string",
+    "length_dist": "string",
+    "length_seed": "Int64",
+    "ctx_mean": "float64",
+    "ctx_max": "Int64",
 }
 #: Every column's unit ("" where it has none) and meaning: ``splitlab schema`` prints them and docs/schema.md is
 #: their Markdown (``schema_markdown``; a test holds the two equal and every column described).
@@ -159,6 +163,14 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "gpu_index": ("", "the host's GPU index (nvidia-smi's numbering when CUDA_VISIBLE_DEVICES lists indices; "
                       "`<NA>` in older data)"),
     "gpu_uuid": ("", "the GPU's UUID (`<NA>` in older data)"),
+    "length_dist": ("", "the distribution the batch's lengths were drawn from (`workloads.LENGTH_DISTS`): "
+                        "`uniform`, every request `ctx_len` keys (`sparse_mla`: `topk` valid), or `spreadN`, each "
+                        "uniform on [longest / N, longest] with one the longest; `<NA>` in older data: uniform"),
+    "length_seed": ("", "the seed of that draw (0 for `uniform`): `length_dist`, `length_seed` and the workload "
+                        "columns rebuild the batch (`results.workload`)"),
+    "ctx_mean": ("keys", "mean keys per request (`sparse_mla`: valid top-k per token); `<NA>` in older data"),
+    "ctx_max": ("keys", "the longest request's keys (`sparse_mla`: the most valid top-k of a token), what the "
+                        "planners see as one length per batch; `<NA>` in older data"),
 }
 REQUIRED = tuple(list(COLUMNS)[: list(COLUMNS).index("error") + 1])
 
@@ -191,6 +203,9 @@ def schema_markdown() -> str:
     return "\n".join(lines) + "\n"
 WORKLOAD_COLUMNS = ("kind", "batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len",
                     "page_size", "topk", "dtype")
+#: The workload columns of a ragged batch's length distribution (``DecodeWorkload.length_dist``): absent from
+#: data written before ragged batches, which is uniform.
+LENGTH_COLUMNS = ("length_dist", "length_seed")
 PARQUET_META_KEY = b"splitlab"
 
 
@@ -506,6 +521,10 @@ def _typed(df: pd.DataFrame, where: object) -> pd.DataFrame:
             df[c] = pd.Series([None] * len(df), dtype=dtype)
         else:
             df[c] = _column(df[c], c, dtype, where)
+    # A row without a length distribution (data from before ragged batches) is a batch of equal lengths: said so,
+    # so that shapes key on the distribution (``analysis.SHAPE``) without dropping those rows.
+    df["length_dist"] = df["length_dist"].fillna("uniform")
+    df["length_seed"] = df["length_seed"].fillna(0)
     bad = df["status"][~df["status"].isin(STATUSES)]
     if len(bad):
         v = bad.iloc[0]
@@ -746,5 +765,10 @@ def to_csv(df_or_paths: pd.DataFrame | str | Path, out: str | Path) -> Path:
 
 
 def workload(row: dict | pd.Series) -> DecodeWorkload:
-    """The ``DecodeWorkload`` of a result row (uniform lengths), e.g. to ask a planner after the fact."""
-    return DecodeWorkload(**{c: (row[c].item() if hasattr(row[c], "item") else row[c]) for c in WORKLOAD_COLUMNS})
+    """The ``DecodeWorkload`` of a result row, e.g. to ask a planner after the fact: its lengths drawn as
+    ``LENGTH_COLUMNS`` say (uniform where a row lacks them or holds ``<NA>``: data from before ragged batches)."""
+    def value(c: str) -> object:
+        return row[c].item() if hasattr(row[c], "item") else row[c]
+
+    lengths = {c: value(c) for c in LENGTH_COLUMNS if c in row and not pd.isna(row[c])}
+    return DecodeWorkload(**{c: value(c) for c in WORKLOAD_COLUMNS}, **lengths)

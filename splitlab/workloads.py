@@ -7,6 +7,7 @@ planners can be asked, after the fact, what they would have picked for a measure
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import asdict, dataclass, fields, replace
 
 from splitlab.errors import SplitlabError, check_choice, check_int
@@ -23,6 +24,29 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 LIMITS: dict[str, int] = dict(batch=1 << 16, num_q_heads=4096, num_kv_heads=4096, head_dim_qk=1024,
                               head_dim_v=1024, ctx_len=(1 << 31) - 1, page_size=1 << 16, topk=1 << 20)
 
+#: Named length distributions of a batch (``DecodeWorkload.length_dist``) and their spread ``N``, or None for
+#: ``uniform`` (every request the longest: the default, and every batch swept before ragged batches existed).
+#: ``spreadN``: each request's length drawn uniformly from the integers in ``[ceil(longest / N), longest]``, then
+#: one request (drawn too) set to exactly the longest.
+LENGTH_DISTS: dict[str, int | None] = {"uniform": None, "spread4": 4, "spread16": 16}
+UNIFORM = "uniform"
+#: The largest ``length_seed``.
+MAX_LENGTH_SEED = (1 << 31) - 1
+
+
+def draw_lengths(dist: str, seed: int, batch: int, longest: int) -> tuple[int, ...]:
+    """The per-request lengths of a batch of ``batch`` drawn from the named distribution ``dist`` with ``seed``
+    (``LENGTH_DISTS``): the same tuple on every machine and Python (``random.Random`` seeded with an int). The
+    longest is exactly ``longest``."""
+    spread = LENGTH_DISTS[check_choice("length_dist", dist, LENGTH_DISTS)]
+    if spread is None:
+        return (longest,) * batch
+    rng = random.Random(seed)
+    lo = max(1, -(-longest // spread))
+    lens = [rng.randint(lo, longest) for _ in range(batch)]
+    lens[rng.randrange(batch)] = longest
+    return tuple(lens)
+
 
 @dataclass(frozen=True)
 class DecodeWorkload:
@@ -34,11 +58,20 @@ class DecodeWorkload:
     ctx_len     keys per request: the maximum when ``seq_lens`` is given; for ``sparse_mla`` the
                 token-pool size the indices point into.
     seq_lens    optional per-request key counts (ragged batches); ``max(seq_lens) == ctx_len``.
+    length_dist a named length distribution (``LENGTH_DISTS``) the batch's lengths are drawn from with
+                ``length_seed`` (ragged batches a sweep can name and a result row can rebuild): ``uniform`` (the
+                default) or ``spreadN``, each request's keys (``sparse_mla``: each token's valid top-k, the rest
+                of its row -1) uniform on ``[ceil(L / N), L]`` with ``L`` = ``ctx_len`` (``topk``), one exactly
+                ``L``. Not with ``seq_lens``. ``uniform`` has no seed: ``length_seed`` is set to 0.
+    length_seed the seed of ``length_dist``'s draw.
     page_size   tokens per KV page (paged kinds).
     topk        candidates per query token (``sparse_mla``; 0 otherwise).
 
     Every integer field is at least 1 (``topk`` 0 outside ``sparse_mla``) and at most ``LIMITS[field]``;
     anything else raises ``SplitlabError`` naming the field and the range.
+
+    The planners see one length per batch: ``ctx_len`` (``topk``), the longest request, as ``keys_per_request``;
+    the ported rules that walk the batch read ``lengths``. A cost model per request is issue 27's item 2.
     """
 
     kind: str
@@ -52,6 +85,8 @@ class DecodeWorkload:
     topk: int = 0
     dtype: str = "bf16"
     seq_lens: tuple[int, ...] | None = None
+    length_dist: str = UNIFORM
+    length_seed: int = 0
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, KINDS)
@@ -83,6 +118,14 @@ class DecodeWorkload:
                 raise SplitlabError(f"ctx_len={self.ctx_len} is not allowed with seq_lens; expected "
                                     f"max(seq_lens)={max(lens)}")
             object.__setattr__(self, "seq_lens", lens)
+        check_choice("length_dist", self.length_dist, LENGTH_DISTS)
+        object.__setattr__(self, "length_seed", check_int("length_seed", self.length_seed, minimum=0,
+                                                          maximum=MAX_LENGTH_SEED))
+        if self.length_dist == UNIFORM:
+            object.__setattr__(self, "length_seed", 0)
+        elif self.seq_lens is not None:
+            raise SplitlabError(f"length_dist={self.length_dist!r} is not allowed with seq_lens; expected one of "
+                                "them (seq_lens gives the lengths, length_dist draws them)")
 
     # --- derived facts -------------------------------------------------------------------------
     @property
@@ -92,10 +135,25 @@ class DecodeWorkload:
 
     @property
     def lengths(self) -> tuple[int, ...]:
-        """Keys attended per request (sparse: top-k per token)."""
-        if self.kind == "sparse_mla":
-            return (self.topk,) * self.batch
-        return self.seq_lens if self.seq_lens is not None else (self.ctx_len,) * self.batch
+        """Keys attended per request (sparse: valid top-k per token): ``request_lengths()``."""
+        return self.request_lengths()
+
+    def request_lengths(self) -> tuple[int, ...]:
+        """Keys attended per request (sparse: valid top-k entries per token, the rest of its row -1): ``seq_lens``,
+        or drawn from ``length_dist`` with ``length_seed`` (``draw_lengths``), or the longest for every one."""
+        if self.kind != "sparse_mla" and self.seq_lens is not None:
+            return self.seq_lens
+        drawn = self.__dict__.get("_drawn")  # drawn once per workload: the planners read the lengths often
+        if drawn is None:
+            drawn = draw_lengths(self.length_dist, self.length_seed, self.batch,
+                                 self.topk if self.kind == "sparse_mla" else self.ctx_len)
+            object.__setattr__(self, "_drawn", drawn)
+        return drawn
+
+    @property
+    def ragged(self) -> bool:
+        """Whether the lengths are drawn from a distribution other than ``uniform``."""
+        return self.length_dist != UNIFORM
 
     @property
     def keys_per_request(self) -> int:
@@ -131,6 +189,13 @@ class DecodeWorkload:
 
 
 FIELDS = tuple(f.name for f in fields(DecodeWorkload))
+
+
+def length_columns(w: DecodeWorkload) -> dict[str, float | int]:
+    """The result columns that summarise a batch's lengths: ``ctx_mean`` and ``ctx_max``, the mean and the
+    longest of ``w.lengths`` (keys per request; sparse MLA: valid top-k per token)."""
+    lens = w.lengths
+    return {"ctx_mean": sum(lens) / len(lens), "ctx_max": max(lens)}
 
 
 def floor_time_us(w: DecodeWorkload, read_gbps: float, tflops: float) -> float:

@@ -18,11 +18,13 @@ from splitlab.bench.worker import WORKER_ENV
 from splitlab.kernels import reference
 
 CALLS: list[int] = []  # num_splits of every call in this process (to see what ran)
+LENS: list[tuple[int, ...]] = []  # the seq_lens of every call in this process (a ragged batch's lengths)
 
 
 def exact(q, k_cache, v_cache, block_table, seq_lens, *, num_splits=None, block_n=None, num_warps=None,
           num_stages=None, sm_scale=None, return_lse=False):
     CALLS.append(num_splits)
+    LENS.append(tuple(int(n) for n in seq_lens.cpu()))
     return reference.gqa_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale=sm_scale).to(q.dtype)
 
 

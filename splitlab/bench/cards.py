@@ -28,6 +28,8 @@ A card says what to run and over what::
     model = ["llama-3-8b"]                     # workload presets, or num_q_heads/num_kv_heads/head_dim_*
     batch = [1, 16]
     ctx_len = [8192, 65536]
+    lengths = ["uniform", "spread16"]          # optional: each batch's length distributions (default uniform,
+    length_seed = [0, 1]                       # workloads.LENGTH_DISTS) and their seeds (default 0)
     num_splits = "pow2"                        # a knob axis: a list, one value, or "pow2" (its range's powers);
                                                # num_splits also "pow2+waves": and each shape's wave-filling
                                                # split counts (waves.wave_fill_splits)
@@ -67,6 +69,7 @@ _KNOB_KEYS = ("values", "min", "max", "pow2")
 _PLANNER_KEYS = ("compare", "knobs")
 _SHAPE_INT_KEYS = ("batch", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "ctx_len", "page_size",
                    "topk")
+_LENGTH_KEYS = ("lengths", "length_seed")  # a batch's length distributions and seeds (DecodeWorkload.length_dist)
 _BLOCK_OPTIONS = ("max_kv_gb", "min_keys_per_split", "planner_devices", "description")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_MIN_KEYS_PER_SPLIT = 32
@@ -320,7 +323,7 @@ def _impl(c: _Check, kind: str, spec: dict, name: str) -> tuple[str, str, str, I
 
 def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, KnobRange]) -> Block:
     spec = c.table(where, spec)
-    allowed = ["model", *_SHAPE_INT_KEYS, "dtype", *knobs, *_BLOCK_OPTIONS]
+    allowed = ["model", *_SHAPE_INT_KEYS, "dtype", *_LENGTH_KEYS, *knobs, *_BLOCK_OPTIONS]
     if kind != "sparse_mla":
         allowed.remove("topk")
     c.keys(where, spec, allowed)
@@ -365,6 +368,11 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     axes: dict[str, tuple] = {k: c.int_list(f"{where}.{k}", spec[k], minimum=1, maximum=workloads.LIMITS[k])
                               for k in _SHAPE_INT_KEYS if k in spec}
     axes["dtype"] = c.str_list(f"{where}.dtype", spec.get("dtype", "bf16"), list(workloads.DTYPES))
+    if "lengths" in spec:
+        axes["length_dist"] = c.str_list(f"{where}.lengths", spec["lengths"], list(workloads.LENGTH_DISTS))
+    if "length_seed" in spec:
+        axes["length_seed"] = c.int_list(f"{where}.length_seed", spec["length_seed"], minimum=0,
+                                         maximum=workloads.MAX_LENGTH_SEED)
     models = c.str_list(f"{where}.model", spec["model"], workloads.names()) if "model" in spec else (None,)
     for m in models:
         if m is not None and workloads.get(m).kind != kind:
@@ -383,7 +391,7 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     shapes = []
     least: int | None = None  # the smallest unique KV of a shape max_kv_gb filtered out
     order = ("num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "page_size", "topk", "dtype", "batch",
-             "ctx_len")
+             "ctx_len", "length_dist", "length_seed")
     present = [k for k in order if k in axes]
     n_shapes = len(models) * math.prod(len(axes[k]) for k in present)
     if n_shapes > MAX_BLOCK_SHAPES:
@@ -392,6 +400,10 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     for m in models:
         for combo in itertools.product(*(axes[k] for k in present)):
             f = dict(zip(present, combo, strict=True))
+            lf = {k: f.pop(k) for k in ("length_dist", "length_seed") if k in f}
+            if lf.get("length_dist", workloads.UNIFORM) == workloads.UNIFORM and \
+                    lf.get("length_seed", 0) != axes.get("length_seed", (0,))[0]:
+                continue  # uniform lengths have no seed: one shape, not one per seed
             try:
                 if m is not None:
                     w = workloads.get(m, batch=f.pop("batch"), ctx_len=f.pop("ctx_len"), dtype=f.pop("dtype"),
@@ -405,6 +417,8 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
                     f.setdefault("head_dim_v", f["head_dim_qk"])
                     f.setdefault("page_size", 1 if kind == "sparse_mla" else (64 if kind == "mla" else 16))
                     w = DecodeWorkload(kind=kind, **f)
+                if lf:
+                    w = w.with_(**lf)
             except SplitlabError as e:
                 raise CardError(f"{c.path}: {where}: {e}") from None
             if max_kv_gb is None or w.kv_bytes <= max_kv_gb * 1e9:

@@ -25,13 +25,17 @@ from splitlab.bench.impls import FACT_COLUMNS
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
 from splitlab.waves import WaveStats, wave_fill_splits
-from splitlab.workloads import DecodeWorkload
+from splitlab.workloads import DecodeWorkload, length_columns
 
 
 def point_id(kernel: str, impl: str, w: DecodeWorkload, facts: dict) -> str:
     """Stable id of a measured configuration: sha1 of the canonical JSON of kernel, impl, the workload's
-    fields and the resolved launch knobs (16 hex digits)."""
-    key = {"kernel": kernel, "impl": impl, "workload": w.row(),
+    fields (``length_dist`` and ``length_seed`` only where the batch is ragged) and the resolved launch knobs
+    (16 hex digits)."""
+    row = w.row()
+    if not w.ragged:  # the fields ragged batches added: left out, so a uniform batch keeps the id it always had
+        del row["length_dist"], row["length_seed"]
+    key = {"kernel": kernel, "impl": impl, "workload": row,
            "knobs": {k: facts.get(k) for k in FACT_COLUMNS if k != "ctas"}}
     return hashlib.sha1(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
@@ -56,7 +60,7 @@ class Point:
         ctas = self.facts.get("ctas")
         waves = WaveStats(ctas, sm_count).waves if ctas and sm_count else None
         return dict(point_id=self.point_id, kernel=self.kernel, impl=self.impl,
-                    **{k: v for k, v in w.row().items() if k != "seq_lens"},
+                    **{k: v for k, v in w.row().items() if k != "seq_lens"}, **length_columns(w),
                     **{k: self.facts.get(k) for k in FACT_COLUMNS}, waves=waves, kv_bytes=w.kv_bytes,
                     planners=",".join(self.planners), in_grid=self.in_grid)
 

@@ -115,7 +115,7 @@ class PeerImpl:
         return None
 
     def inputs(self, w, *, device, seed: int) -> dict:
-        if w.kind != "gqa" or w.seq_lens is not None:
+        if w.kind != "gqa" or w.seq_lens is not None or w.ragged:  # contiguous K/V of one length per request
             raise ValueError(f"kind={w.kind!r} with ragged lengths is not allowed; expected a uniform gqa workload")
         from splitlab.kernels.testing import DTYPES
 

@@ -341,12 +341,15 @@ class Runner:
             lines.append(f"would write {self.dir}")
         lines.append(f"rough GPU time: {self.estimate_minutes(pts):.0f} min ({EST_POINT_S} s a point, "
                      f"{EST_SHAPE_S} s a shape, plus the modelled kernel time of the replays; compiles not counted)")
-        cols = ["batch", "num_q_heads", "ctx_len", "topk", "num_splits", "block_n", "block_k", "block_h",
+        ragged = any(p.workload.ragged for p in pts)  # the lengths' columns only where some batch is ragged
+        cols = ["batch", "num_q_heads", "ctx_len", "topk", *(["length_dist", "length_seed", "ctx_mean"] if ragged
+                                                              else []), "num_splits", "block_n", "block_k", "block_h",
                 "num_warps", "num_stages", "ctas", "planners"]
         table = [p.row(sm_count=self.device.sm_count) for p in pts[:rows]]
         if table:
-            cols = [k for k in cols if any(r.get(k) not in (None, "", 0) for r in table) or k == "planners"]
-            cells = [[str(r.get(k) if r.get(k) is not None else "") for k in cols] for r in table]
+            cols = [k for k in cols if any(r.get(k) not in (None, "", 0) for r in table) or k in ("planners",
+                                                                                                 "length_seed")]
+            cells = [[_cell(r.get(k)) for k in cols] for r in table]
             width = [max(len(k), *(len(x[i]) for x in cells)) for i, k in enumerate(cols)]
             lines.append("  ".join(k.rjust(wd) for k, wd in zip(cols, width, strict=True)))
             lines += ["  ".join(v.rjust(wd) for v, wd in zip(x, width, strict=True)) for x in cells]
@@ -661,6 +664,11 @@ class Runner:
 
 
 WHERE = ("host", "gpu_index", "gpu_uuid")
+
+
+def _cell(v: object) -> str:
+    """A value of the dry run's table: blank for None, floats to one decimal."""
+    return "" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
 def _where(env: dict) -> dict:

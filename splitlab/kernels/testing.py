@@ -264,11 +264,12 @@ def mla_inputs(batch: int, num_heads: int, head_dim_qk: int, seq_lens: list[int]
 
 
 def sparse_mla_inputs(num_tokens: int, num_heads: int, head_dim_qk: int, topk: int, *, num_slots: int,
-                      invalid_frac: float = 0.1, empty_rows: int = 0, dtype: torch.dtype = torch.bfloat16,
-                      device: torch.device | str = "cpu", seed: int = 0, draw_on: str = "cpu"
-                      ) -> dict[str, torch.Tensor]:
+                      invalid_frac: float = 0.1, empty_rows: int = 0, valid: list[int] | None = None,
+                      dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu", seed: int = 0,
+                      draw_on: str = "cpu") -> dict[str, torch.Tensor]:
     """Arguments of ``sparse_mla_decode``: q, kv_cache [num_slots, Dqk], indices [T, topk] int32 with
-    about ``invalid_frac`` of the entries -1 and the last ``empty_rows`` rows all -1 (indices are always
+    about ``invalid_frac`` of the entries -1, the last ``empty_rows`` rows all -1, and, with ``valid`` (one count
+    per token: a ragged batch's top-k), every entry of row t from ``valid[t]`` on -1 (indices are always
     drawn on the CPU; q and the cache as ``draw_on`` says, see ``gqa_inputs``)."""
     g = _gen(seed, device)
     idx = torch.stack([torch.randperm(num_slots, generator=g)[:topk] for _ in range(num_tokens)]) \
@@ -276,6 +277,10 @@ def sparse_mla_inputs(num_tokens: int, num_heads: int, head_dim_qk: int, topk: i
     idx = torch.where(torch.rand(idx.shape, generator=g) < invalid_frac, -1, idx)
     if empty_rows:
         idx[num_tokens - empty_rows:] = -1
+    if valid is not None:
+        if len(valid) != num_tokens or any(not 0 <= n <= topk for n in valid):
+            raise ValueError(f"valid={valid!r} is not allowed; expected {num_tokens} counts in [0, topk={topk}]")
+        idx = torch.where(torch.arange(topk)[None, :] < torch.tensor(valid)[:, None], idx, -1)
     gv = g if draw_on == "cpu" else _value_gen(seed, device, draw_on)
     return dict(
         q=_randn((num_tokens, num_heads, head_dim_qk), dtype, device, gv),
@@ -286,9 +291,11 @@ def sparse_mla_inputs(num_tokens: int, num_heads: int, head_dim_qk: int, topk: i
 
 def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", seed: int = 0,
                     draw_on: str = "cpu") -> dict[str, torch.Tensor]:
-    """Kernel arguments for a ``DecodeWorkload``. ``draw_on="device"`` draws the random values on ``device``
-    (what the sweep harness does for GPU-sized caches). An ``fp8_e4m3`` workload (MLA kernels only) gets a
-    bf16 q and the cache drawn in bf16, then stored as fp8 (values ~N(0, 1): ``kv_scale`` 1, the default)."""
+    """Kernel arguments for a ``DecodeWorkload``, its per-request lengths ``w.lengths`` (a ragged batch's
+    ``seq_lens``; sparse MLA: each token's valid top-k, the rest of its row -1). ``draw_on="device"`` draws the
+    random values on ``device`` (what the sweep harness does for GPU-sized caches). An ``fp8_e4m3`` workload
+    (MLA kernels only) gets a bf16 q and the cache drawn in bf16, then stored as fp8 (values ~N(0, 1):
+    ``kv_scale`` 1, the default)."""
     dtype = query_dtype(w.dtype)
     fp8 = DTYPES[w.dtype] == FP8_KV_DTYPE
     if w.kind == "gqa":
@@ -302,7 +309,8 @@ def workload_inputs(w: DecodeWorkload, *, device: torch.device | str = "cpu", se
                        dtype=dtype, device=device, seed=seed, draw_on=draw_on)
     else:
         x = sparse_mla_inputs(w.batch, w.num_q_heads, w.head_dim_qk, w.topk, num_slots=w.ctx_len,
-                              invalid_frac=0.0, dtype=dtype, device=device, seed=seed, draw_on=draw_on)
+                              invalid_frac=0.0, valid=list(w.lengths) if w.ragged else None, dtype=dtype,
+                              device=device, seed=seed, draw_on=draw_on)
     if fp8:
         x["kv_cache"] = quantize_fp8(x["kv_cache"], 1.0)
     return x
