@@ -2,7 +2,8 @@
 
 Every shipped set has an entry there: its folder, its sweeps, its roles (``current``: what ``splitlab report``
 shows by default; ``fit`` / ``held-out``: what ``splitlab.fit`` fits on and scores; ``confirm``: fresh shapes swept
-after the rule was final; ``peers``: splitlab's kernels beside the peer libraries' on the same shapes;
+after the rule was final; ``peers``: splitlab's kernels beside the peer libraries' on the same shapes; ``study``: a question the rule
+does not answer yet (ragged batches), read by no default;
 ``archive``: superseded), device, kernel version, timer and rotation, the command that
 made it and its purpose. The rest of splitlab takes its default sets from here, so adding a set is one entry::
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pandas loads with the data, not with every `splitlab` comma
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "data"
 CATALOG = DATA_DIR / "catalog.toml"
-ROLES = ("current", "fit", "held-out", "confirm", "peers", "archive")
+ROLES = ("current", "fit", "held-out", "confirm", "peers", "study", "archive")
 _SET_KEYS = {"path", "sweeps", "roles", "device", "gpu", "kernel_version", "timer", "rotation", "command", "purpose"}
 _BENCH_KEYS = {"path", "roles", "gpu", "kernel_version", "commit", "command", "purpose"}
 

@@ -141,7 +141,7 @@ GOOD = dict(path='"x"', roles='["archive"]', kernel_version="6", command='"split
 
 @pytest.mark.parametrize(("change", "needle"), [
     (dict(roles='["current", "nope"]'), r"\[sets.x\] roles = \['current', 'nope'\] is not allowed; expected a list "
-                                        "of current, fit, held-out, confirm, peers, archive"),
+                                        "of current, fit, held-out, confirm, peers, study, archive"),
     (dict(size="3"), r"\[sets.x\] size is not allowed; expected keys among command, device"),
     (dict(command='""'), r"\[sets.x\] command is missing or not a string"),
     (dict(kernel_version='"6"'), r"\[sets.x\] kernel_version is missing or not an integer"),
