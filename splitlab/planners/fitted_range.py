@@ -14,16 +14,14 @@ the data thin out at long contexts: the H200's Llama-3-70B data reach batch 128 
 The ranges are the ones the constants record: ``splitlab fit`` writes ``ranges_from_rows`` of the rows it read into
 each family's ``range`` table of its constants file (``planners.fitted``), and ``fitted_range`` reads the table of
 the constants the planner takes for the device (``native.constants_for``: the device's own, a user's file, or the
-fallback's). Where shipped constants record none, they are computed once per process from the catalog's fit sets
-(``data/catalog.toml``, role ``fit``), the data the shipped constants were fitted on (a test holds the two equal;
-a user's file without the record has no range: ``unknown``). Either way
-they span every correct measurement (status ``ok``, not the fake timer) of splitlab's kernels in the data: the fit's
-shapes and the held-out shapes that scored it. No torch. Source: splitlab (this repository).
+fallback's); a file without the record has no range (``unknown``). The shipped constants record the range of the
+catalog's fit sets (``data/catalog.toml``, role ``fit``), the data they were fitted on (a test holds the two
+equal). A range spans every correct measurement (status ``ok``, not the fake timer) of splitlab's kernels in the
+data: the fit's shapes and the held-out shapes that scored it. No torch. Source: splitlab (this repository).
 """
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from splitlab.errors import SplitlabError
@@ -68,40 +66,21 @@ def ranges_from_rows(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
-@cache
-def _catalog_ranges() -> tuple[str, dict[str, dict[str, Any]]]:
-    """(where from, ranges per family) of the catalog's fit sets, computed once per process."""
-    from splitlab import catalog
-
-    names = catalog.names("fit")
-    if not names:
-        raise SplitlabError(f"{catalog.CATALOG} names no fit set")
-    return "catalog fit set(s) " + ", ".join(names), ranges_from_rows(catalog.load_points(*names))
-
-
 def fitted_range(kind: str, device: DeviceSpec | str) -> dict[str, Any] | None:
     """The range of the data the constants the ``splitlab`` planner takes for ``device`` (a ``DeviceSpec`` or preset
     name) were fitted on, for family ``kind`` (the fields of ``ranges_from_rows``; ``source`` says where it was
-    read): the constants' own record; for shipped constants without one, the catalog's fit sets; None where
-    neither can be had (a user's constants file without the record). Whether ``device`` itself lies in the range
-    is ``outside``'s question."""
+    read), as the constants record it; None where they record none (or there are no constants). Whether
+    ``device`` itself lies in the range is ``outside``'s question."""
     from splitlab.planners import native
 
     try:
         choice = native.constants_for(device, kind)
     except SplitlabError:
-        choice = None
-    if choice is not None:
-        recorded = choice.source.ranges.get(kind)
-        if recorded:
-            return {"source": f"the constants {choice.source.label}", "devices": [choice.source.device], **recorded}
-        if choice.how not in ("device", "fallback"):  # a user's file: the catalog's data are not what it was fit on
-            return None
-    try:
-        source, ranges = _catalog_ranges()
-    except (SplitlabError, OSError):
         return None
-    return {"source": source, **ranges[kind]} if kind in ranges else None
+    recorded = choice.source.ranges.get(kind)
+    if not recorded:
+        return None
+    return {"source": f"the constants {choice.source.label}", "devices": [choice.source.device], **recorded}
 
 
 def outside(w: DecodeWorkload, dev: DeviceSpec, r: dict[str, Any]) -> list[str]:
