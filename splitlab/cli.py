@@ -414,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--device", help="plan for this preset, not the GPU torch sees: " + ", ".join(devices.names()))
     sw.add_argument("--limit", type=int_type(1), help="at most this many points in this session")
     sw.add_argument("--max-minutes", type=positive_float, help="start no new point after this many minutes")
-    from splitlab.bench.sweep import POINT_TIMEOUT_S
+    from splitlab.bench.worker import POINT_TIMEOUT_S
 
     sw.add_argument("--point-timeout", type=positive_float, metavar="SECONDS", help="a point running longer (check, "
                     f"compile, timing) is killed and stored as error (default {POINT_TIMEOUT_S:g})")

@@ -427,3 +427,16 @@ def test_a_closed_pipe_is_not_a_traceback():
     proc = subprocess.run(f"'{sys.executable}' -m splitlab schema | head -1", shell=True, capture_output=True,
                           text=True, timeout=120)
     assert proc.stdout.startswith("# result schema") and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["plan", "--workload", "llama-3-8b", "--batch", "4", "--ctx", "32k"]])
+def test_start_up_imports_no_heavy_module(argv):
+    # help and plan are pure Python: torch, pandas and Triton stay out of a fresh interpreter.
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom splitlab.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit): main({argv!r})\n"
+            "print(sorted({'torch', 'pandas', 'triton'} & set(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout

@@ -51,7 +51,7 @@ from splitlab.bench.cards import Card
 from splitlab.bench.env import capture
 from splitlab.bench.grid import Expansion, Point
 from splitlab.bench.timing import FakeTimer, Timer, make_timer
-from splitlab.bench.worker import Measurer, PointWorker, WorkerFailed
+from splitlab.bench.worker import POINT_TIMEOUT_S, Measurer, PointWorker, WorkerFailed
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
 
@@ -65,9 +65,6 @@ INTERRUPTED_TWICE = "interrupted from outside twice during this point; not retri
 #: Rough planning figures for --dry-run's estimate (seconds): per point (check, capture, replays, Python)
 #: and per shape (inputs on the GPU, fp64 reference); compiles and very long kernels come on top.
 EST_POINT_S, EST_SHAPE_S = 0.4, 1.0
-#: Default ``point_timeout_s``: generous for a GPU point (compiles, inputs, fp64 reference and the replays of the
-#: largest shapes take well under a minute); raise it for Triton's interpreter on large shapes.
-POINT_TIMEOUT_S = 300.0
 
 
 class SweepAborted(SplitlabError):

@@ -36,6 +36,10 @@ WORKER_ENV = "SPLITLAB_POINT_WORKER"
 START_TIMEOUT_S = 300.0
 #: Seconds a worker asked to stop may take before it is killed.
 STOP_TIMEOUT_S = 5.0
+#: Default ``point_timeout_s``: generous for a GPU point (compiles, inputs, fp64 reference and the replays of the
+#: largest shapes take well under a minute); raise it for Triton's interpreter on large shapes. Here, not in
+#: ``sweep`` (which imports pandas), so that ``splitlab --help`` can show it cheaply.
+POINT_TIMEOUT_S = 300.0
 
 
 def message(e: BaseException) -> str:
