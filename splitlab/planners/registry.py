@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from splitlab.devices import DeviceSpec
 from splitlab.devices import get as get_device
 from splitlab.errors import SplitlabError
-from splitlab.workloads import DecodeWorkload
+from splitlab.workloads import KINDS, DecodeWorkload
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,6 @@ class Plan:
 
 Adapter = Callable[[DecodeWorkload, DeviceSpec], Plan]
 
-#: The workload kinds a planner may cover (``workloads.KINDS``).
-KINDS = ("gqa", "mla", "sparse_mla")
 #: Names a planner may not take: words the command lines give other meanings (``--planner all``, a result set's
 #: ``best`` / ``oracle``).
 RESERVED = ("all", "best", "oracle")
@@ -76,8 +74,8 @@ def register(name: str, adapter: Adapter | None = None, *, kinds: Sequence[str],
     adapter's module).
 
     Refused, one ``SplitlabError`` each: a name that is empty, holds characters other than letters, digits and
-    ``_ . -``, or is reserved (``RESERVED``); kinds outside ``KINDS`` or none; a name already registered by another
-    function (registering the same function again, a module imported twice, is a no-op)."""
+    ``_ . -``, or is reserved (``RESERVED``); kinds outside ``workloads.KINDS`` or none; a name already registered
+    by another function (registering the same function again, a module imported twice, is a no-op)."""
 
     def deco(fn: Adapter) -> Adapter:
         if not isinstance(name, str) or not _NAME.match(name) or name in RESERVED:
