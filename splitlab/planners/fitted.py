@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from splitlab.errors import SplitlabError
+from splitlab.workloads import KINDS
 
 #: The file format this module reads and writes.
 FORMAT = 1
 #: Where the shipped constants live (package data): ``<device preset>.toml``.
 SHIPPED_DIR = Path(__file__).resolve().parent / "constants"
-#: The families a file may hold (``workloads.KINDS``, restated: the planner package imports no workloads here).
-FAMILIES = ("gqa", "mla", "sparse_mla")
+#: The families a file may hold.
+FAMILIES = KINDS
 #: The top-level keys of a file, and the keys of a family table that are records, not constants.
 _TOP_KEYS = ("format", "device", "data", "kernel_versions", "timing", *FAMILIES)
 _RECORD_KEYS = ("range", "held_out", "confirm")
