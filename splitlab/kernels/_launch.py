@@ -338,3 +338,18 @@ def check_indices(indices: torch.Tensor, num_slots: int) -> None:
     if lo < -1 or hi >= num_slots:
         raise SplitlabError(f"indices has values in [{lo}, {hi}]; expected values in [-1, num_slots) = "
                             f"[-1, {num_slots}) (-1 = invalid)")
+
+
+def check_paged_launch(q: torch.Tensor, what: str, block_table: torch.Tensor, seq_lens: torch.Tensor,
+                       num_pages: int, page_size: int, *, planning: bool, want: bool | None) -> int | None:
+    """The paged launchers' value checks (``want``: ``validate_setting``'s answer). ``planning``
+    (``num_splits=None``): the one host sync, which checks the lengths always and the block table unless
+    validation is off, and returns the longest length for the planner. Otherwise (no sync unless asked) the
+    lengths and table are checked only when validation is on; returns None."""
+    if planning:
+        no_sync_under_capture(q, f"{what}(num_splits=None)")
+        return check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False)[1]
+    if want:
+        no_validation_under_capture(q, what)
+        check_paged_values(block_table, seq_lens, num_pages, page_size)
+    return None

@@ -34,14 +34,12 @@ from splitlab.kernels._launch import (
     TORCH_DTYPE_NAMES,
     LaunchFacts,
     check_knob,
-    check_paged_values,
+    check_paged_launch,
     check_pow2,
     check_same_dtype,
     check_spans,
     check_tensor,
     interpret_upcast,
-    no_sync_under_capture,
-    no_validation_under_capture,
     resolve_device,
     resolve_sm_scale,
     validate_setting,
@@ -297,10 +295,10 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     want = validate_setting(validate)
 
     dtype = TORCH_DTYPE_NAMES[q.dtype]
+    # With num_splits=None, the one host sync: the longest request for the planner, and the checks.
+    hi = check_paged_launch(q, "gqa_decode", block_table, seq_lens, num_pages, page_size,
+                            planning=num_splits is None, want=want)
     if num_splits is None:
-        no_sync_under_capture(q, "gqa_decode(num_splits=None)")
-        # The one host sync: the longest request for the planner, and the checks.
-        _, hi = check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False)
         ctx_len = max(1, hi)
         device = resolve_device(like=q)
         w = DecodeWorkload(kind="gqa", batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim_qk=D, head_dim_v=D,
@@ -308,9 +306,6 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         facts = gqa_launch_facts(w, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                                  device=device)
     else:
-        if want:
-            no_validation_under_capture(q, "gqa_decode")
-            check_paged_values(block_table, seq_lens, num_pages, page_size)
         knobs = (num_splits, block_n, num_warps, num_stages)
         # The knob types are part of the key: True == 1, yet num_splits=True must be refused.
         key = (B, Hq, Hkv, D, page_size, dtype, *knobs, tuple(map(type, knobs)))

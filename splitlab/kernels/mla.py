@@ -47,15 +47,13 @@ from splitlab.kernels._launch import (
     LaunchFacts,
     check_knob,
     check_kv_dtype,
-    check_paged_values,
+    check_paged_launch,
     check_pow2,
     check_spans,
     check_tensor,
     device_guard,
     dot_input_precision,
     interpret_upcast,
-    no_sync_under_capture,
-    no_validation_under_capture,
     resolve_device,
     resolve_sm_scale,
     validate_setting,
@@ -596,14 +594,10 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     if B == 0:
         return empty_result(0, H, Dv, q, return_lse)
 
-    if num_splits is None:
-        # The one host sync: the longest request, for the planner, and the checks.
-        no_sync_under_capture(q, "mla_decode(num_splits=None)")
-        _, ctx = check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False)
-    else:
-        if want:
-            no_validation_under_capture(q, "mla_decode")
-            check_paged_values(block_table, seq_lens, num_pages, page_size)
+    # With num_splits=None, the one host sync: the longest request, for the planner, and the checks.
+    ctx = check_paged_launch(q, "mla_decode", block_table, seq_lens, num_pages, page_size,
+                             planning=num_splits is None, want=want)
+    if ctx is None:
         ctx = max_pages * page_size  # an upper bound, unused by the facts when num_splits is given
     w = DecodeWorkload(kind="mla", batch=B, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv,
                        ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[kv_cache.dtype])
