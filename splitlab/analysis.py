@@ -93,7 +93,7 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
             continue
         on = df["kernel"].isin(kernels)
         if "device" in df.columns:
-            on &= df["device"].map(_is_preset).astype(bool)
+            on &= _on_preset(df["device"])
         if not on.any():
             continue
         rep = replay(df[on], name, allow_fake=allow_fake)
@@ -101,7 +101,7 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
         rep = rep.assign(status=np.where(rep["regret"].notna(), "ok", "not measured"))
         scope = out["kernel"].isin(kernels)
         if "device" in out.columns:
-            scope &= out["device"].map(_is_preset).astype(bool)
+            scope &= _on_preset(out["device"])
         out = pd.concat([out[(out["planner"] != name) | ~scope], rep[[c for c in out.columns if c in rep.columns]]],
                         ignore_index=True)
     return out
@@ -278,14 +278,18 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _is_preset(name) -> bool:
+def _on_preset(device: pd.Series) -> pd.Series:
+    """Per row, whether ``device`` names a device preset (each distinct name looked up once)."""
     from splitlab.devices import get as get_device
 
-    try:
-        get_device(str(name))
-    except SplitlabError:
-        return False
-    return _py(name) is not None
+    presets = []
+    for name in device.dropna().unique():
+        try:
+            get_device(str(name))
+        except SplitlabError:
+            continue
+        presets.append(name)
+    return device.isin(presets)
 
 
 def _shape_device(row: dict):
