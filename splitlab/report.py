@@ -509,12 +509,7 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             nbformat.write(nb, inp)
             declared = papermill.inspect_notebook(str(inp))
             params = {k: v for k, v in injected.items() if k in declared}
-            extra = dict(given.get(name, {}))
-            unknown = [k for k in extra if k not in declared]
-            if unknown:
-                raise SplitlabError(f"parameters[{name!r}] names {', '.join(unknown)}; {name} takes "
-                                    f"{', '.join(declared)}")
-            params.update(extra)
+            params.update(given.get(name, {}))  # notebook_arguments checked them against the declared names
             executed = stage / f"{name}.ipynb"
             _say(f"[{i}/{len(names)}] {name}: executing", progress and sys.stderr.isatty())  # a log: one line each
             t0 = time.monotonic()
