@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 
 from splitlab.errors import SplitlabError, check_choice, check_int
 
@@ -133,22 +134,14 @@ class DecodeWorkload:
         """Query heads per kv head."""
         return self.num_q_heads // self.num_kv_heads
 
-    @property
+    @cached_property  # drawn once per workload: the planners read the lengths often
     def lengths(self) -> tuple[int, ...]:
-        """Keys attended per request (sparse: valid top-k per token): ``request_lengths()``."""
-        return self.request_lengths()
-
-    def request_lengths(self) -> tuple[int, ...]:
         """Keys attended per request (sparse: valid top-k entries per token, the rest of its row -1): ``seq_lens``,
         or drawn from ``length_dist`` with ``length_seed`` (``draw_lengths``), or the longest for every one."""
         if self.kind != "sparse_mla" and self.seq_lens is not None:
             return self.seq_lens
-        drawn = self.__dict__.get("_drawn")  # drawn once per workload: the planners read the lengths often
-        if drawn is None:
-            drawn = draw_lengths(self.length_dist, self.length_seed, self.batch,
-                                 self.topk if self.kind == "sparse_mla" else self.ctx_len)
-            object.__setattr__(self, "_drawn", drawn)
-        return drawn
+        return draw_lengths(self.length_dist, self.length_seed, self.batch,
+                            self.topk if self.kind == "sparse_mla" else self.ctx_len)
 
     @property
     def ragged(self) -> bool:
