@@ -292,6 +292,8 @@ def _fraction(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``splitlab regress``."""
+    from splitlab.args import int_type
+
     sides = "a planner name, a constants file (.toml), a result set (catalog name or sweep folder), or SET:PLANNER"
     p.add_argument("--baseline", required=True, metavar="X", help=sides)
     p.add_argument("--candidate", required=True, metavar="Y", help=sides)
@@ -302,7 +304,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-geomean-regression", type=_fraction, default=MAX_GEOMEAN_REGRESSION, metavar="G",
                    help=f"fail when the geomean is slower by more than this share (default {MAX_GEOMEAN_REGRESSION})")
     p.add_argument("--out", metavar="DIR", help="also write the split_regressions page (HTML) into this folder")
-    p.add_argument("--top", type=int, default=TOP, help=f"how many of the slowest shapes to print (default {TOP})")
+    p.add_argument("--top", type=int_type(0), default=TOP,
+                   help=f"how many of the slowest shapes to print (default {TOP})")
     p.add_argument("--allow-fake", action="store_true", help="accept modelled rows (the fake timer): CI without a GPU")
 
 
@@ -330,8 +333,6 @@ def run(args: argparse.Namespace) -> int:
 
     base, cand = parse_side("--baseline", args.baseline), parse_side("--candidate", args.candidate)
     on_data = [s for s in (base, cand) if s.scored_on_data]
-    if args.top < 0:
-        raise SplitlabError(f"--top={args.top} is not allowed; expected an integer >= 0")
     if args.data and not on_data:
         raise SplitlabError("--data is not allowed here: both sides are result sets (it is what planner and constants "
                             "sides are scored on)")
@@ -350,13 +351,17 @@ def run(args: argparse.Namespace) -> int:
                                 "does not exist: splitlab runs outside its checkout); expected --data DIR, a folder "
                                 "of splitlab sweeps")
         data = [catalog.current().name]
+
+    def sets(side: Side) -> tuple[str, ...]:  # what a side is scored on: --data, or its own result set
+        return tuple(data) if side.scored_on_data else (side.data,)
+
     frames = {}
     for side in (base, cand):
-        key = tuple(data) if side.scored_on_data else (side.data,)
-        if key not in frames:
-            frames[key] = _load("--data" if side.scored_on_data else side.arg, list(key), args.allow_fake)
-    t_base = times(base, frames[tuple(data) if base.scored_on_data else (base.data,)], allow_fake=args.allow_fake)
-    t_cand = times(cand, frames[tuple(data) if cand.scored_on_data else (cand.data,)], allow_fake=args.allow_fake)
+        if sets(side) not in frames:
+            frames[sets(side)] = _load("--data" if side.scored_on_data else side.arg, list(sets(side)),
+                                       args.allow_fake)
+    t_base = times(base, frames[sets(base)], allow_fake=args.allow_fake)
+    t_cand = times(cand, frames[sets(cand)], allow_fake=args.allow_fake)
     v = compare(t_base, t_cand, max_regression=args.max_regression,
                 max_geomean_regression=args.max_geomean_regression)
     modelled = any("timing" in f.columns and (f["timing"] == "fake").any() for f in frames.values())
