@@ -2,10 +2,10 @@
 
 Every shipped set has an entry there: its folder, its sweeps, its roles (``current``: what ``splitlab report``
 shows by default; ``fit`` / ``held-out``: what ``splitlab.fit`` fits on and scores; ``confirm``: fresh shapes swept
-after the rule was final; ``peers``: splitlab's kernels beside the peer libraries' on the same shapes; ``study``: a question the rule
-does not answer yet (ragged batches), read by no default;
-``archive``: superseded), device, kernel version, timer and rotation, the command that
-made it and its purpose. The rest of splitlab takes its default sets from here, so adding a set is one entry::
+after the rule was final; ``peers``: splitlab's kernels beside the peer libraries' on the same shapes; ``study``:
+a question the rule does not answer yet (ragged batches), read by no default; ``archive``: superseded), device,
+kernel version, timer and rotation, the command that made it and its purpose. The rest of splitlab takes its default
+sets from here, so adding a set is one entry::
 
     from splitlab import catalog, results
     catalog.names("confirm")          # ['h200-confirm']
