@@ -72,7 +72,7 @@ class DecodeWorkload:
     anything else raises ``SplitlabError`` naming the field and the range.
 
     The planners see one length per batch: ``ctx_len`` (``topk``), the longest request, as ``keys_per_request``;
-    the ported rules that walk the batch read ``lengths``. A cost model per request is issue 27's item 2.
+    the ported rules that walk the batch read ``lengths``; no rule here models each request's cost.
     """
 
     kind: str
