@@ -48,6 +48,12 @@ def message(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300] if text else ''}".strip()
 
 
+def stamp(row: dict, t0: float) -> None:
+    """Record in ``row`` how long its point took (``elapsed_s``, since ``time.monotonic()`` was ``t0``) and when
+    it finished."""
+    row.update(elapsed_s=round(time.monotonic() - t0, 3), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
 def cuda_broken() -> str | None:
     """The sticky CUDA error that makes the context unusable, if there is one."""
     import torch
@@ -161,7 +167,7 @@ class Measurer:
                 fatal = cuda_broken()
                 if fatal is None:
                     empty_cache()
-        row.update(elapsed_s=round(time.monotonic() - t0, 3), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        stamp(row, t0)
         return row, fatal
 
 
@@ -233,8 +239,11 @@ class PointWorker:
     def _wait(self, timeout: float | None) -> tuple | None:
         """The worker's next message, or None if it died or sent nothing within ``timeout`` seconds."""
         assert self.conn is not None
-        if not self.conn.poll(timeout):
-            return None
+        return self._recv() if self.conn.poll(timeout) else None
+
+    def _recv(self) -> tuple | None:
+        """The message the worker has sent, or None if it died instead."""
+        assert self.conn is not None
         try:
             return self.conn.recv()
         except (EOFError, OSError, pickle.UnpicklingError):
@@ -261,10 +270,7 @@ class PointWorker:
             self.close(kill=True)
             why = f"timed out after {self.timeout_s:g} s (the worker was killed); not retried"
         else:
-            try:
-                reply = self.conn.recv()
-            except (EOFError, OSError, pickle.UnpicklingError):
-                reply = None
+            reply = self._recv()
             if reply is not None and reply[0] == "row":
                 if reply[2]:  # a sticky CUDA error: the worker ends itself; the next point gets a new one
                     self.close()
@@ -272,7 +278,7 @@ class PointWorker:
             why = f"worker {death(self._reap())} during this point; not retried"
             self.close(kill=True)
         row = dict(skeleton, status="error", error=why, timing=None)
-        row.update(elapsed_s=round(time.monotonic() - t0, 3), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        stamp(row, t0)
         return row
 
     def close(self, *, kill: bool = False) -> None:
