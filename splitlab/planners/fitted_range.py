@@ -91,6 +91,7 @@ def outside(w: DecodeWorkload, dev: DeviceSpec, r: dict[str, Any]) -> list[str]:
     if r.get("dtypes") and w.dtype not in r["dtypes"]:
         why.append(f"dtype {w.dtype} not fitted ({', '.join(r['dtypes'])})")
     keys = keys_field(w.kind)
+    inside = True  # batch and keys each within their range
     for label, value, field in (("batch", w.batch, "batch"), (keys, getattr(w, keys), keys),
                                 ("heads", w.num_q_heads, "heads")):
         lo, hi = r.get(field) or (None, None)
@@ -98,8 +99,11 @@ def outside(w: DecodeWorkload, dev: DeviceSpec, r: dict[str, Any]) -> list[str]:
             why.append(f"{label} {value} < {lo} fitted")
         elif hi is not None and value > hi:
             why.append(f"{label} {value} > {hi} fitted")
+        else:
+            continue
+        if field != "heads":
+            inside = False
     lo, hi = r.get("kv_bytes") or (None, None)
-    inside = not any(p.startswith(("batch ", f"{keys} ")) for p in why)
     per_request = w.kv_bytes // w.batch
     if inside and hi is not None and w.kv_bytes > hi:  # each in range, but not together: the grids thin out there
         why.append(f"batch {w.batch} > {hi // per_request} fitted at {keys} {getattr(w, keys)} (KV read "
