@@ -50,7 +50,7 @@ from splitlab import catalog
 from splitlab.args import OneLineParser, out_dir, path_text, run_main
 from splitlab.catalog import one_per_point
 from splitlab.errors import SplitlabError
-from splitlab.report_parameters import notebook_arguments, parameter_text
+from splitlab.report_parameters import declared_parameters, notebook_arguments, parameter_text
 from splitlab.resources import notebooks_dir
 
 if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
@@ -486,7 +486,8 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
         if name not in NOTEBOOKS:
             raise SplitlabError(f"parameters[{name!r}] is not allowed; expected notebooks among {', '.join(NOTEBOOKS)}")
     src_dir = Path(notebooks) if notebooks is not None else NOTEBOOK_DIR
-    given = notebook_arguments(names, src_dir, parameter_texts, parameters)  # checked before anything runs
+    declared = declared_parameters(names, src_dir)  # each notebook's parameters cell, inspected once
+    given = notebook_arguments(names, src_dir, parameter_texts, parameters, declared=declared)  # checked up front
     out = out_dir("out", out).resolve()
     remove_stale(out)
     pages: list[Page] = []
@@ -498,17 +499,13 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             _staging(out) as stage, _own_children(), _quiet_logger("papermill"):
         tmp = Path(tmp_)
         for i, name in enumerate(names, 1):
-            src = src_dir / f"{name}.py"
-            if not src.is_file():
-                raise SplitlabError(f"notebook {name!r}: {src} does not exist")
-            nb = jupytext.read(src)
+            nb = jupytext.read(src_dir / f"{name}.py")
             nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
             page = Page(name, _title(nb, name))
             nb.metadata["title"] = page.title
             inp = tmp / f"{name}.ipynb"
             nbformat.write(nb, inp)
-            declared = papermill.inspect_notebook(str(inp))
-            params = {k: v for k, v in injected.items() if k in declared}
+            params = {k: v for k, v in injected.items() if k in declared[name]}
             params.update(given.get(name, {}))  # notebook_arguments checked them against the declared names
             executed = stage / f"{name}.ipynb"
             _say(f"[{i}/{len(names)}] {name}: executing", progress and sys.stderr.isatty())  # a log: one line each

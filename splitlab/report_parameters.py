@@ -107,12 +107,14 @@ def declared_parameters(names: Sequence[str], src_dir: Path) -> dict[str, dict[s
 
 
 def notebook_arguments(names: Sequence[str], src_dir: Path, texts: Mapping[str, str] | None = None,
-                       parameters: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+                       parameters: Mapping[str, Mapping[str, Any]] | None = None, *,
+                       declared: Mapping[str, Mapping[str, dict]] | None = None) -> dict[str, dict[str, Any]]:
     """Per notebook of ``names``, the parameters given to it beyond the report's own: each ``texts`` item (``-p``,
     typed per notebook: ``typed``) for every notebook that declares it, then ``parameters[name]`` (typed values
     from Python, which win). Checked before any notebook runs: ``SplitlabError`` for a ``-p`` name no notebook of
     ``names`` declares (with the names they do), one of ``FLAG_PARAMETERS``, a value of the wrong type, or a
-    ``parameters`` name its notebook does not declare. Nothing given: nothing inspected, ``{}``."""
+    ``parameters`` name its notebook does not declare. ``declared``: ``declared_parameters(names, src_dir)`` where
+    the caller has it, else inspected here. Nothing given: nothing inspected, ``{}``."""
     texts, parameters = dict(texts or {}), {n: dict(p) for n, p in (parameters or {}).items() if n in names}
     if not texts and not parameters:
         return {}
@@ -120,7 +122,8 @@ def notebook_arguments(names: Sequence[str], src_dir: Path, texts: Mapping[str, 
         if name in FLAG_PARAMETERS:
             raise SplitlabError(f"-p {name}=... is not allowed; expected the flag {FLAG_PARAMETERS[name]} (the "
                                 "report's index describes the data it names)")
-    declared = declared_parameters(names, src_dir)
+    if declared is None:
+        declared = declared_parameters(names, src_dir)
     every = sorted({p for d in declared.values() for p in d} - set(FLAG_PARAMETERS))
     for name in texts:
         if not any(name in d for d in declared.values()):
