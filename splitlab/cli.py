@@ -34,6 +34,11 @@ def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]
     kind = workloads.get(args.workload).kind if args.workload else args.kind
     if args.topk is not None and kind != "sparse_mla":
         raise SplitlabError(f"--topk={args.topk} is not allowed for kind {kind}; expected it only with sparse_mla")
+    mla = kind != "gqa"
+
+    def given(value: int | None, default: int) -> int:  # a flag given as 0 is refused, never replaced
+        return default if value is None else value
+
     out = []
     for batch in args.batch:
         for ctx in args.ctx:
@@ -45,11 +50,6 @@ def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]
                            if v is not None}
                 out.append(w.with_(**changes) if changes else w)
                 continue
-            mla = kind != "gqa"
-
-            def given(value: int | None, default: int) -> int:  # a flag given as 0 is refused, never replaced
-                return default if value is None else value
-
             head_dim = given(args.head_dim, 576 if mla else 128)
             out.append(workloads.DecodeWorkload(
                 kind=kind, batch=batch, num_q_heads=given(args.heads, 128 if mla else 32),
