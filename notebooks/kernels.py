@@ -56,7 +56,6 @@ if roles.empty:
 # %%
 fams = list(dict.fromkeys(roles["family"])) if not roles.empty else []
 fig, axes = plt.subplots(len(fams) or 1, 1, figsize=(10, 3.6 * max(len(fams), 1)), squeeze=False)
-markers = "osD^vP*X"
 for ax, fam in zip(axes[:, 0], fams or [None], strict=True):
     if fam is None:
         ax.text(0.5, 0.5, "no kernel comparison in these data", ha="center", va="center")
@@ -66,11 +65,11 @@ for ax, fam in zip(axes[:, 0], fams or [None], strict=True):
     shapes = g[peer_table.SHAPE].drop_duplicates().sort_values(["num_q_heads", "batch", "ctx_len"])
     shapes = shapes.reset_index(drop=True)
     x = {tuple(r): i for i, r in enumerate(shapes.itertuples(index=False))}
-    for k, (role, h) in enumerate(g.groupby("role", sort=False)):
+    looks = plots.series_styles(g["role"].unique())
+    for role, h in g.groupby("role", sort=False):
         xs = [x[tuple(r)] for r in h[peer_table.SHAPE].itertuples(index=False)]
         order = np.argsort(xs)
-        ax.plot(np.asarray(xs)[order], h["roofline"].to_numpy()[order], marker=markers[k % len(markers)], ms=4,
-                lw=0.8, label=role)
+        ax.plot(np.asarray(xs)[order], h["roofline"].to_numpy()[order], ms=4, lw=0.8, label=role, **looks[role])
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels([peer_table.shape_label(r) for _, r in shapes.iterrows()], rotation=70,
                        fontsize=plots.MIN_FONT_PT)
