@@ -264,15 +264,16 @@ def run(card: Card, options: SweepOptions, *, workers: int | None = None, schedu
         if own is not None:
             own.close()
 
-    st = results.SweepState()
+    st, written = results.SweepState(), set()
     if runner.dir.exists():
-        st = runner._finish(res)
+        df, st = runner._finish(res)
+        written = set(df["point_id"])  # the Parquet's rows, as just written
         res.sweep_id = (runner.sidecar() or {}).get("sweep_id", "")
     for row in st.rows:  # this run's rows, those of its killed sessions included
         if f"journal-{row.get('session')}.jsonl" not in old:
             res.statuses[row["status"]] = res.statuses.get(row["status"], 0) + 1
     ids = {p.point_id for p in exp.points}
-    res.total, res.done = len(ids), len(ids & (st.finished | runner._parquet_ids()))
+    res.total, res.done = len(ids), len(ids & (st.finished | written))
     if failures:
         res.stopped = "failed"
         raise SplitlabError("; ".join(failures) + f" ({res.done}/{res.total} points done; rerun the same "

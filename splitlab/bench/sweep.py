@@ -621,26 +621,15 @@ class Runner:
             _restore_sigterm(old)
             progress.close()
 
-    def _parquet_ids(self) -> set[str]:
-        """Points the Parquet holds (all of them are in the journals, unless the journals were deleted); none if
-        it is damaged."""
-        p = self.dir / "results.parquet"
-        if not p.is_file():
-            return set()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            df = results.read_parquet_or_warn(p)
-        return set() if df is None else set(df["point_id"])
-
     # -- results ------------------------------------------------------------------------------------------
     def _refresh(self) -> tuple[pd.DataFrame, results.SweepState]:
         df, st = results.rebuild(self.dir)
         results.write_parquet(df, self.dir / "results.parquet", journal_sizes=st.sizes)
         return df, st
 
-    def _finish(self, res: SweepResult) -> results.SweepState:
+    def _finish(self, res: SweepResult) -> tuple[pd.DataFrame, results.SweepState]:
         """Rebuild the Parquet and the CSV from every journal and record the sessions in the sidecar; returns the
-        journals' state as read."""
+        rows written and the journals' state as read."""
         df, st = self._refresh()
         tmp = results.tmp_path(self.dir / "results.csv")
         try:
@@ -657,7 +646,7 @@ class Runner:
         side["rows"] = len(df)
         side["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         _write_json_atomic(self.dir / "sweep.json", side)
-        return st
+        return df, st
 
 
 WHERE = ("host", "gpu_index", "gpu_uuid")
