@@ -614,7 +614,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     with device_guard(q):
         if sm90:
             mla_sm90.launch_paged(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
-                                  l_strides, Dv, max_keys=max_pages * page_size)
+                                  l_strides, Dv)
             return finish_outputs(o, l, S, q.dtype, return_lse)
         _mla_decode_kernel[f.grid](
             q, kv_cache, block_table, seq_lens, o, l,

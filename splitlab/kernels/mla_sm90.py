@@ -438,13 +438,13 @@ def use_sm90(q: torch.Tensor, kv_dtype: torch.dtype, head_dim_qk: int, head_dim_
 
 def launch_paged(grid: tuple[int], q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                  seq_lens: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, num_splits: int, qk_scale: float,
-                 out_strides: tuple[int, ...], lse_strides: tuple[int, ...], head_dim_v: int, *, max_keys: int
-                 ) -> None:
-    """``mla.mla_decode``'s launch (its outputs and split; ``qk_scale`` in base 2; ``max_keys`` = the block
-    table's columns x page size) on the Gluon kernel."""
+                 out_strides: tuple[int, ...], lse_strides: tuple[int, ...], head_dim_v: int) -> None:
+    """``mla.mla_decode``'s launch (its outputs and split; ``qk_scale`` in base 2) on the Gluon kernel; a length
+    past the block table's columns x page size is out of range."""
+    page_size = kv_cache.shape[1]
     _launch(grid, q, kv_cache, kv_cache.stride(), block_table, seq_lens, 0, out, lse, num_splits, qk_scale,
-            out_strides, lse_strides, head_dim_v, sparse=False, page_size=kv_cache.shape[1],
-            seq_lens_stride=seq_lens.stride(0), num_rows=kv_cache.shape[0], max_keys=max_keys)
+            out_strides, lse_strides, head_dim_v, sparse=False, page_size=page_size,
+            seq_lens_stride=seq_lens.stride(0), num_rows=kv_cache.shape[0], max_keys=block_table.shape[1] * page_size)
 
 
 def launch_sparse(grid: tuple[int], q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
