@@ -18,7 +18,7 @@ wall clock of the whole call is what is compared. As a yardstick of the decode i
 call is also timed by ``splitlab.bench.timing.time_events`` (``triton.testing.do_bench``: CUDA events, L2
 flushed; p50), and by ``splitlab.bench.timing.time_graph`` (CUDA-graph replay over rotated input sets: the method
 and configuration of ``splitlab bench``'s ``default_us``, so the kernels' own speed can be set beside earlier runs
-of the same shapes, e.g. ``data/bench/h200-2026-11-29f/gqa_mqa`` and ``h200-2026-11-29g/mla_sparse``). Each row
+of the same shapes, e.g. ``data/bench/h200/gqa_mqa`` and ``data/bench/h200/mla_sparse``). Each row
 also checks that both modes returned the same output (``torch.equal``).
 
 Writes ``DIR/validation_cost.csv`` and prints a table: the p50 of each mode and the difference.
