@@ -658,20 +658,12 @@ def _staging(out: Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True  # another user's process (or no way to tell): leave its folder alone
-    return True
-
-
 def remove_stale(out: Path | None = None) -> list[Path]:
     """Remove the temporary folders (``<tmp>/splitlab-report-<pid>-*``) and, in ``out``, the staging folders of
     reports whose process is gone (killed with SIGKILL, where no cleanup runs); return what was removed. Folders
     of live processes, of other users, and without a pid in their name are left alone."""
+    from splitlab.results import pid_alive
+
     places = [(Path(tempfile.gettempdir()), TMP_PREFIX)] + ([(Path(out), STAGING_PREFIX)] if out is not None else [])
     removed = []
     for base, prefix in places:
@@ -685,7 +677,7 @@ def remove_stale(out: Path | None = None) -> list[Path]:
                 mine = d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid()
             except OSError:
                 continue
-            if mine and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            if mine and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(d)
     return removed

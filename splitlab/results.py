@@ -235,13 +235,15 @@ def tmp_path(path: Path, token: str = "") -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}@{_HOST}{'.' + token if token else ''}.tmp")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host may still run: False only when it is known to be gone (so what it left
+    behind may be removed)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process (or a pid this system cannot have: keep the file)
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or a pid this system cannot have, or no way to tell): keep its files
     return True
 
 
@@ -256,7 +258,7 @@ def clean_stale_tmp(folder: Path) -> list[Path]:
         return removed
     for p in names:
         m = _TMP.match(p.name)
-        if m is None or (m["host"] is not None and m["host"] != _HOST) or _pid_alive(int(m["pid"])):
+        if m is None or (m["host"] is not None and m["host"] != _HOST) or pid_alive(int(m["pid"])):
             continue
         try:
             p.unlink()
