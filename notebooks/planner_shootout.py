@@ -17,11 +17,14 @@
 # picked the optimum). First the answer across result sets: the current set's *fit* shapes (the only ones
 # `splitlab.fit` fits the rule's constants on), its *held-out* shapes (batch 2 or 32, context 4K or 64K, one or two
 # head counts per family: `splitlab.fit.held_out`) and each *confirm* set (shapes swept after the rule was final).
-# Then the regret distributions on the current set; the tables behind them are folded at the end (click a line to
-# open it). Planners cover only the kinds they were written for (FlashMLA has no GQA rule, aiter only sparse MLA),
-# so compare planners within a family. `splitlab` is the registered (fitted) rule and `splitlab-v0` the first,
-# unfitted one, both replayed on the measured points (the sweeps' own `splitlab` tags are the rule of the day each
-# was made). The goal: held-out geomean <= 1.02 and worst <= 1.10 per family, below every ported rule.
+# Batches whose requests all have the longest length (*uniform*) and batches of mixed lengths (*ragged*: a
+# `length_dist` other than `uniform`) are scored apart in every set, figure and table, so that neither hides the
+# other. Then the regret distributions on the current set; the tables behind them are folded at the end (click a
+# line to open it). Planners cover only the kinds they were written for (FlashMLA has no GQA rule, aiter only
+# sparse MLA), so compare planners within a family. `splitlab` is the registered (fitted) rule and `splitlab-v0` the
+# first, unfitted one, both replayed on the measured points (the sweeps' own `splitlab` tags are the rule of the day
+# each was made). The goal: held-out geomean <= 1.02 and worst <= 1.10 per family, uniform and ragged batches each,
+# below every ported rule.
 
 # %% tags=["parameters"]
 data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
@@ -39,7 +42,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from splitlab import analysis, headline, plots, report
+from splitlab import analysis, fit, headline, plots, report
 
 plots.setup()
 report.show_whole_tables()
@@ -54,20 +57,28 @@ if not include_foreign:
     reg = reg[~reg["planner"].str.contains("@", regex=False)]
 if kernels:
     reg = reg[reg["kernel"].isin(kernels)]
-todo = sorted(reg["kernel"].unique())
+reg["lengths"] = fit.lengths_of(reg)
+# (kernel, lengths) pairs: each kernel's uniform batches, then its ragged ones where the data hold any
+todo = sorted(set(zip(reg["kernel"], reg["lengths"], strict=True)), key=lambda kn: (kn[0], fit.LENGTHS.index(kn[1])))
+ragged = any(n == headline.RAGGED for _, n in todo)
 reg["shape"] = [f"{r.kind} H{r.num_q_heads}/{r.num_kv_heads} B{r.batch} N{plots.fmt_pow2(r.ctx_len)}"
-                + (f" top-k {r.topk}" if r.topk else "") for r in reg.itertuples()]
+                + (f" top-k {r.topk}" if r.topk else "")
+                + (f" {r.length_dist} seed {r.length_seed}" if r.lengths == headline.RAGGED else "")
+                for r in reg.itertuples()]
 unmeasured = reg[reg["regret"].isna()]
-display(Markdown(f"{reg[['kernel', 'shape']].drop_duplicates().shape[0]} shapes over {len(todo)} kernel(s), "
-                 f"{reg['planner'].nunique()} planners; {len(unmeasured)} choices were not measured correctly "
-                 "(wrong or error) and count as no regret below."))
+n_ragged = reg.loc[reg["lengths"] == headline.RAGGED, ["kernel", "shape"]].drop_duplicates().shape[0]
+display(Markdown(f"{reg[['kernel', 'shape']].drop_duplicates().shape[0]} shapes ({n_ragged} of them ragged "
+                 f"batches) over {reg['kernel'].nunique()} kernel(s), {reg['planner'].nunique()} planners; "
+                 f"{len(unmeasured)} choices were not measured correctly (wrong or error) and count as no regret "
+                 "below."))
 
 # %% [markdown]
 # ## Across result sets
 #
-# Per family and set, each planner's geomean regret (colour, upper number) and worst (lower number); hatched: the
-# planner has no measured choice there. Below it, splitlab's rule against the best ported rule on the held-out and
-# confirm shapes: the report's headline (a planner that plans only some shapes, such as FlashMLA's, is compared on
+# Per family, set and lengths (uniform and ragged batches apart, where the data hold ragged ones), each planner's
+# geomean regret (colour, upper number) and worst (lower number); hatched: the planner has no measured choice
+# there. Below it, splitlab's rule against the best ported rule on the held-out and confirm shapes: the report's
+# headline, a row per family and lengths (a planner that plans only some shapes, such as FlashMLA's, is compared on
 # its shapes).
 
 # %%
@@ -80,8 +91,8 @@ scores, summary = headline.planner_scores(shootouts) if shootouts else ({}, None
 sets = ["fit", headline.HELD_OUT, *confirm_sets]
 across = headline.summary_table(summary, sets) if summary is not None else pd.DataFrame()
 if len(across):
-    fig = headline.figure(across, info, fig=plt.figure(), title="Each planner's regret per family and set: geomean "
-                          "(colour, upper number), worst (lower)")
+    fig = headline.figure(across, info, fig=plt.figure(), title="Each planner's regret per family and set"
+                          + (" and lengths" if ragged else "") + ": geomean (colour, upper number), worst (lower)")
     report.show_figure(fig, "summary", across)
     if scores:
         head = headline.Headline(data=info.name, sets=[s for s in sets[1:] if (across["set"] == s).any()],
@@ -98,43 +109,51 @@ if not confirm:
 # %% [markdown]
 # ## Regret distributions on the current set
 #
-# Every shape of the data, fit and held-out together: the further left and the steeper a planner's line, the better.
+# Every shape of the data, fit and held-out together, one panel per kernel (and per lengths, uniform and ragged
+# batches apart, where the data hold ragged ones): the further left and the steeper a planner's line, the better.
 
 # %%
 if todo:
     ncol = min(3, len(todo))
     nrow = int(np.ceil(len(todo) / ncol))
     fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(4.4 * ncol + 1.2, 3.8 * nrow), squeeze=False)
-    for ax, kernel in zip(axes.flat, todo, strict=False):
-        g = reg[reg["kernel"] == kernel]
+    for ax, (kernel, lengths) in zip(axes.flat, todo, strict=False):
+        g = reg[(reg["kernel"] == kernel) & (reg["lengths"] == lengths)]
         plots.ecdf(ax, {p: g.loc[g["planner"] == p, "regret"] for p in g["planner"].unique()})
-        ax.set_title(kernel)
+        ax.set_title(f"{kernel} · {lengths}" if ragged else kernel)
         ax.legend(loc="lower right", frameon=True)
     for ax in list(axes.flat)[len(todo):]:
         ax.axis("off")
     plots.title(fig, "Regret of each planner's choice against the measured best (ECDF)", info)
-    report.show_figure(fig, "ecdf", reg[["kernel", "shape", "planner", "num_splits", "oracle_splits", "p50_us",
-                                         "oracle_us", "regret"]].reset_index(drop=True))
+    report.show_figure(fig, "ecdf", reg[["kernel", "lengths", "shape", "planner", "num_splits", "oracle_splits",
+                                         "p50_us", "oracle_us", "regret"]].reset_index(drop=True))
 
 # %% [markdown]
 # ## The tables behind the figures
 
 # %%
 tables = []
-for kernel in todo:
-    s = analysis.summary(reg[reg["kernel"] == kernel])
+for kernel, lengths in todo:
+    s = analysis.summary(reg[(reg["kernel"] == kernel) & (reg["lengths"] == lengths)])
     s.insert(0, "kernel", kernel)
+    s.insert(1, "lengths", lengths)
     tables.append(s)
 per_kernel = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 if len(per_kernel):
-    report.fold(f"Geomean, p90 and worst regret per kernel and planner, every shape of {info.name}", per_kernel,
-                "**All kernels together** (different planners cover different shapes):", analysis.summary(reg))
+    together = [f"**All kernels together, {n} batches** (different planners cover different shapes):"
+                if ragged else "**All kernels together** (different planners cover different shapes):"
+                for n in fit.LENGTHS if (reg["lengths"] == n).any()]
+    wholes = [analysis.summary(reg[reg["lengths"] == n]) for n in fit.LENGTHS if (reg["lengths"] == n).any()]
+    report.fold(f"Geomean, p90 and worst regret per kernel{', lengths' if ragged else ''} and planner, every shape "
+                f"of {info.name}", per_kernel, *[x for pair in zip(together, wholes, strict=True) for x in pair])
 lost = (reg.dropna(subset=["regret"]).sort_values("regret", ascending=False)
-        .groupby("planner", group_keys=False).head(worst_n))
-lost = lost[["planner", "kernel", "shape", "num_splits", "oracle_splits", "p50_us", "oracle_us", "regret"]]
-lost = lost.assign(_o=lost["planner"].map({p: i for i, p in enumerate(plots.planner_order(lost["planner"]))}))
-report.fold(f"Where each planner loses most (its {worst_n} worst shapes)",
-            lost.sort_values(["_o", "regret"], ascending=[True, False]).drop(columns="_o").reset_index(drop=True))
+        .groupby(["planner", "lengths"], group_keys=False).head(worst_n))
+lost = lost[["planner", "kernel", "lengths", "shape", "num_splits", "oracle_splits", "p50_us", "oracle_us", "regret"]]
+lost = lost.assign(_o=lost["planner"].map({p: i for i, p in enumerate(plots.planner_order(lost["planner"]))}),
+                   _l=lost["lengths"].map(fit.LENGTHS.index))
+report.fold(f"Where each planner loses most (its {worst_n} worst shapes{' per lengths' if ragged else ''})",
+            lost.sort_values(["_o", "_l", "regret"], ascending=[True, True, False]).drop(columns=["_o", "_l"])
+            .reset_index(drop=True))
 if len(unmeasured):
     report.fold(f"Choices not measured correctly ({len(unmeasured)})",
                 unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
@@ -151,12 +170,13 @@ for name, table in shootouts.items():
 
 # %%
 parts = []
-for kernel, by_set in scores.items():
-    fam = headline.FAMILIES.get(kernel, kernel)
+for (kernel, lengths), by_set in scores.items():
+    fam = headline.family_label(kernel, lengths, any(n == headline.RAGGED for _, n in scores))
     parts.append(f"{fam}: " + ", ".join(f"{s} {p.geomean:.3f} (worst {p.worst:.2f}) against {p.best_cell}"
                                         for s, p in by_set.items()))
 text = (("splitlab's rule, geomean regret: " + "; ".join(parts)) if parts else
         "splitlab's rule has no measured choice in these data" if len(reg) else "no planner choice was measured")
 report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
-                      geomean={f"{r.kernel}/{r.planner}": round(float(r.geomean), 4)
+                      geomean={f"{r.kernel}/{r.planner}" if r.lengths == headline.UNIFORM else
+                               f"{r.kernel}/{r.lengths}/{r.planner}": round(float(r.geomean), 4)
                                for r in per_kernel.itertuples()} if len(per_kernel) else {})

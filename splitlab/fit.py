@@ -10,7 +10,8 @@ kernel version of every family on the H200) and scores the fitted rule on their 
 
 (``python -m splitlab.fit`` is the same command.) ``--out`` writes the constants with the device they were fitted
 for, the data, its kernel versions, what the data covered per family and the fitted rule's held-out and confirm
-scores; the shipped ``splitlab/planners/constants/h200-sxm.toml`` is this command's output on the catalog's sets.
+scores (uniform and ragged batches apart, as the shootout reports them); the shipped
+``splitlab/planners/constants/h200-sxm.toml`` is this command's output on the catalog's sets.
 
 **The split.** A shape is *held out* when any of these holds (``held_out``), and only the other (*fit*)
 shapes are ever passed to the fit:
@@ -75,6 +76,7 @@ from splitlab.planners.native import (
     split_candidates,
 )
 from splitlab.planners.registry import Plan
+from splitlab.workloads import UNIFORM
 
 KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
 HELD_BATCHES = (2, 32)
@@ -288,9 +290,24 @@ def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None,
     return {kind: fit_family(fit_rows, kind, head_tile_rows=ht, allow_fake=allow_fake)[0] for kind in kinds}
 
 
+#: How the shootout sorts shapes by their lengths (``lengths_of``): every request of a batch the longest, or not.
+LENGTHS = ("uniform", "ragged")
+
+
+def lengths_of(df: pd.DataFrame) -> pd.Series:
+    """``uniform`` or ``ragged`` per row of ``df`` (shapes or result rows): ragged where its ``length_dist`` is a
+    distribution other than ``uniform`` (``workloads.LENGTH_DISTS``); rows without one, and data without the
+    column (swept before ragged batches), are uniform."""
+    if "length_dist" not in df:
+        return pd.Series(LENGTHS[0], index=df.index, dtype=object)
+    uniform = df["length_dist"].fillna(UNIFORM).astype(str) == UNIFORM
+    return pd.Series(np.where(uniform, LENGTHS[0], LENGTHS[1]), index=df.index, dtype=object)
+
+
 def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None, *,
              new_name: str = "splitlab", allow_fake: bool = False, part: str | None = None) -> pd.DataFrame:
-    """Per kernel, set (``fit`` / ``held-out``, or ``part`` for every shape) and planner: shapes, measured
+    """Per kernel, set (``fit`` / ``held-out``, or ``part`` for every shape), lengths (``uniform`` or ``ragged``
+    batches, ``lengths_of``: scored apart, so that neither hides the other) and planner: shapes, measured
     choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners`` column;
     splitlab's rules by ``analysis.replay`` of the code: the fitted rule (with ``constants``, default
     those the planner takes for the data's device, ``native.constants_for``) as ``new_name``, the first, unfitted
@@ -313,37 +330,49 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
     both = pd.concat([reg[[*analysis.shape_cols(reg), "planner", "regret"]],
                       rep[[*analysis.shape_cols(rep), "planner", "regret"]]], ignore_index=True)
     both["set"] = part if part is not None else np.where(held_out(both), "held-out", "fit")
+    both["lengths"] = lengths_of(both)
     rows = []
-    for (kernel, part_, planner), g in both.groupby(["kernel", "set", "planner"]):
+    for (kernel, part_, lengths, planner), g in both.groupby(["kernel", "set", "lengths", "planner"]):
         r = g["regret"].dropna()
-        rows.append(dict(kernel=kernel, set=part_, planner=planner, shapes=len(g), measured=len(r),
+        rows.append(dict(kernel=kernel, set=part_, lengths=lengths, planner=planner, shapes=len(g), measured=len(r),
                          geomean=analysis.geomean(r), p90=float(r.quantile(0.9)) if len(r) else math.nan,
                          worst=float(r.max()) if len(r) else math.nan))
-    out = pd.DataFrame(rows)
-    out = out.sort_values(["kernel", "set", "geomean"], ascending=[True, False, True]).reset_index(drop=True)
+    out = pd.DataFrame(rows, columns=["kernel", "set", "lengths", "planner", "shapes", "measured", "geomean", "p90",
+                                      "worst"])
+    out = (out.assign(_l=out["lengths"].map(LENGTHS.index))
+           .sort_values(["kernel", "set", "_l", "geomean"], ascending=[True, False, True, True])
+           .drop(columns="_l").reset_index(drop=True))
     out.attrs["per_shape"] = both  # per (shape, planner) regrets, for goal's head-to-head comparisons
     return out
 
 
 def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Sequence[str] = ("splitlab-v0",),
          part: str = "held-out") -> pd.DataFrame:
-    """Per kernel, on the shapes of ``part`` (default the held-out ones): the new rule's geomean and worst, the
-    best other planner's geomean, and whether the issue's goal (geomean <= 1.02, worst <= 1.10, lower geomean
-    than every ported planner) and the registration bar (lower geomean than the old rule and every ported
-    planner) are met.
+    """Per kernel and lengths (``uniform`` and ``ragged`` batches apart, as ``shootout`` scores them), on the shapes
+    of ``part`` (default the held-out ones): the new rule's geomean and worst, the best other planner's geomean,
+    and whether the issue's goal (geomean <= 1.02, worst <= 1.10, lower geomean than every ported planner) and the
+    registration bar (lower geomean than the old rule and every ported planner) are met.
 
     "Lower" is head to head where ``table`` came from ``shootout`` (its per-shape regrets in ``attrs``): the new
     rule's geomean over the shapes the other planner has a measured choice on, against the other's (a planner
-    that plans only some shapes, e.g. FlashMLA's, is compared on those). ``h2h`` names each comparison."""
+    that plans only some shapes, e.g. FlashMLA's, is compared on those). ``h2h`` names each comparison. A table
+    without a ``lengths`` column is of uniform batches."""
     per_shape = table.attrs.get("per_shape")
+    if per_shape is not None and "lengths" not in per_shape:
+        per_shape = per_shape.assign(lengths=lengths_of(per_shape))
+    mine = table[table["set"] == part]
+    if "lengths" not in mine:
+        mine = mine.assign(lengths=lengths_of(mine))
     rows = []
-    for kernel, g in table[table["set"] == part].groupby("kernel"):
+    for (kernel, lengths), g in sorted(mine.groupby(["kernel", "lengths"]),
+                                       key=lambda kg: (kg[0][0], LENGTHS.index(kg[0][1]))):
         new = g[g["planner"] == new_name].iloc[0]
         others = g[g["planner"] != new_name]
         ported = others[~others["planner"].isin(ported_exclude)]
         best_ported = ported.loc[ported["geomean"].idxmin()]
         if per_shape is not None:  # shapes x planners
-            x = per_shape[(per_shape["kernel"] == kernel) & (per_shape["set"] == part)]
+            x = per_shape[(per_shape["kernel"] == kernel) & (per_shape["set"] == part)
+                          & (per_shape["lengths"] == lengths)]
             x = x.pivot_table(index=analysis.shape_cols(x), columns="planner", values="regret")
         wins, h2h = {}, []
         for name, gm in zip(others["planner"], others["geomean"], strict=True):
@@ -354,7 +383,7 @@ def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Seq
                     mine, gm = analysis.geomean(both[new_name]), analysis.geomean(both[name])
                     h2h.append(f"{name} {gm:.3f} vs {mine:.3f} on {len(both)}")
             wins[name] = bool(mine < gm)
-        rows.append(dict(kernel=kernel, geomean=new["geomean"], worst=new["worst"],
+        rows.append(dict(kernel=kernel, lengths=lengths, geomean=new["geomean"], worst=new["worst"],
                          unmeasured=int(new["shapes"] - new["measured"]),
                          best_ported=f"{best_ported['planner']} {best_ported['geomean']:.3f}",
                          beats_ported=all(wins[n] for n in ported["planner"]),
@@ -362,7 +391,8 @@ def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Seq
                          goal_met=bool(new["geomean"] <= 1.02 and new["worst"] <= 1.10
                                        and all(wins[n] for n in ported["planner"])),
                          h2h="; ".join(h2h)))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["kernel", "lengths", "geomean", "worst", "unmeasured", "best_ported",
+                                       "beats_ported", "beats_all", "goal_met", "h2h"])
 
 
 def layered(base: pd.DataFrame, newer: pd.DataFrame) -> pd.DataFrame:
@@ -405,11 +435,13 @@ def _fit_rows_checked(df: pd.DataFrame, arg: str, *, allow_fake: bool = False) -
 SCORE_DIGITS = 4
 
 
-def _scores(table: pd.DataFrame, part: str, new_name: str = "splitlab") -> dict[str, dict]:
+def _scores(table: pd.DataFrame, part: str, new_name: str = "splitlab", lengths: str = LENGTHS[0]
+            ) -> dict[str, dict]:
     """Per family: the fitted rule's shapes, measured choices, geomean and worst regret on ``part`` of a
-    ``shootout`` table."""
+    ``shootout`` table, over its shapes of ``lengths`` (``uniform`` or ``ragged``) only."""
+    which = table["lengths"] if "lengths" in table else lengths_of(table)
     out = {}
-    for r in table[(table["set"] == part) & (table["planner"] == new_name)].to_dict("records"):
+    for r in table[(table["set"] == part) & (table["planner"] == new_name) & (which == lengths)].to_dict("records"):
         if r["kernel"] in KINDS and r["measured"]:
             out[KINDS[r["kernel"]]] = dict(shapes=int(r["shapes"]), measured=int(r["measured"]),
                                            geomean=round(float(r["geomean"]), SCORE_DIGITS),
@@ -447,20 +479,24 @@ def record(df: pd.DataFrame, fitted: dict[str, CostConstants], data: Sequence[st
            confirm: Sequence[tuple[str, pd.DataFrame]] = (), *, allow_fake: bool = False) -> FittedConstants:
     """The constants file of a fit: ``fitted`` on ``df`` (read from ``data``), its device, kernel versions, what
     the data covered per family (``fitted_range.ranges_from_rows``), and the held-out and confirm scores (``table``
-    and each confirm set's ``shootout`` table, by name)."""
+    and each confirm set's ``shootout`` table, by name), of uniform and of ragged batches apart."""
     from splitlab.planners.fitted_range import ranges_from_rows
 
     fake = "timing" in df.columns and bool((df["timing"] == "fake").any())
     dev = analysis.data_device(analysis.measured(df[df["kernel"].isin(list(KINDS))], allow_fake=allow_fake))
     rows = df.drop(columns="timing") if fake else df  # a modelled fit records what its rows covered all the same
     confirm_scores: dict[str, dict[str, dict]] = {}
+    confirm_ragged: dict[str, dict[str, dict]] = {}
     for name, conf in confirm:
-        for kind, s in _scores(conf, name).items():
-            confirm_scores.setdefault(kind, {})[name] = s
+        for lengths, scores in zip(LENGTHS, (confirm_scores, confirm_ragged), strict=True):
+            for kind, s in _scores(conf, name, lengths=lengths).items():
+                scores.setdefault(kind, {})[name] = s
     return FittedConstants(device=dev.name, families=dict(fitted), data=tuple(map(str, data)),
                            kernel_versions=tuple(kernel_versions(data)), timing="modelled" if fake else "measured",
                            ranges={k: v for k, v in ranges_from_rows(rows).items() if k in fitted},
-                           held_out=_scores(table, "held-out"), confirm=confirm_scores)
+                           held_out=_scores(table, "held-out"), confirm=confirm_scores,
+                           held_out_ragged=_scores(table, "held-out", lengths=LENGTHS[1]),
+                           confirm_ragged=confirm_ragged)
 
 
 def _out_file(arg: str, value: str) -> Path:

@@ -1,20 +1,21 @@
 """The report's headline: what a kernel team asks first, per family.
 
 * **Planner.** splitlab's rule against the best ported rule, as geomean / worst regret, on the current set's held-out
-  shapes and on each confirm set: ``fit.shootout`` and ``fit.goal``, the functions ``python -m splitlab.fit`` prints
-  its tables with (README's table "What the shipped H200 data say" is ``readme_rows``; ``tests/test_report_pages.py``
-  checks that they agree).
+  shapes and on each confirm set, batches of uniform and of ragged lengths apart (a row each, where the data hold
+  ragged ones): ``fit.shootout`` and ``fit.goal``, the functions ``python -m splitlab.fit`` prints its tables with
+  (README's table "What the shipped H200 data say" is ``readme_rows``; ``tests/test_report_pages.py`` checks that
+  they agree).
 * **Kernel.** splitlab's kernel at its planner's default against the fastest peer per shape (FlashInfer, FlashMLA,
   SDPA) on the peers set: the roofline fraction (floor / measured time, ``bench.peer_table``) of each, as a geomean
   over the shapes both measured, and splitlab's speed over the best peer's.
 
     from splitlab import headline
     h = headline.build("h200", confirm=["h200-confirm"], peers=["h200-peers"])
-    h.planners["gqa_decode"]["held-out"].geomean   # 1.005
-    headline.html(h), headline.figure_png(h)       # the front page's table and figure
+    h.planners["gqa_decode", "uniform"]["held-out"].geomean   # 1.005
+    headline.html(h), headline.figure_png(h)                  # the front page's table and figure
 
-``summary`` holds every planner's score per (kernel, set) (the ``fit.shootout`` rows): the table the figure (set x
-planner, geomean and worst) is drawn from, written beside the report as CSV.
+``summary`` holds every planner's score per (kernel, set, lengths) (the ``fit.shootout`` rows): the table the figure
+(set x planner, geomean and worst) is drawn from, written beside the report as CSV.
 """
 
 from __future__ import annotations
@@ -45,6 +46,26 @@ HELD_OUT = "held-out"
 COLOUR_MAX = 2.0
 #: The rule the headline scores, and the rules that are not "ported" (splitlab's own first rule).
 NEW, NOT_PORTED = "splitlab", ("splitlab-v0",)
+#: The lengths of a row's batches (``fit.LENGTHS``), in the order the rows go: uniform, then ragged.
+UNIFORM, RAGGED = "uniform", "ragged"
+LENGTHS = (UNIFORM, RAGGED)
+#: A headline row: (splitlab's kernel, the lengths of its batches).
+Row = tuple[str, str]
+
+
+def family_label(kernel: str, lengths: str, split: bool) -> str:
+    """A row's name: the family (``GQA``), and its lengths after a dot (``GQA · ragged``) where ``split`` (the
+    table has ragged rows, so that every row says which it is)."""
+    fam = FAMILIES.get(kernel, kernel)
+    return f"{fam} · {lengths}" if split else fam
+
+
+def _lengths(t: pd.DataFrame) -> pd.Series:
+    """A ``shootout`` table's (or summary's) ``lengths`` column; uniform where it has none (a table from before
+    ragged batches)."""
+    import pandas as pd
+
+    return t["lengths"] if "lengths" in t else pd.Series(UNIFORM, index=t.index, dtype=object)
 
 
 @dataclass(frozen=True)
@@ -91,29 +112,42 @@ class PeerScore:
 @dataclass
 class Headline:
     """See the module docstring. ``sets``: the planner columns (``held-out``, then each confirm set's name);
-    ``planners[kernel][set]`` and ``peers[kernel]`` (absent: not measured); ``peers_set``: the set the kernels were
-    compared on; ``summary``: every planner's score per (kernel, set)."""
+    ``planners[kernel, lengths][set]`` (lengths ``uniform`` or ``ragged``) and ``peers[kernel]`` (absent: not
+    measured); ``peers_set``: the set the kernels were compared on; ``summary``: every planner's score per (kernel,
+    set, lengths)."""
 
     data: str
     sets: list[str]
-    planners: dict[str, dict[str, PlannerScore]]
+    planners: dict[Row, dict[str, PlannerScore]]
     peers: dict[str, PeerScore]
     peers_set: str
     summary: pd.DataFrame = field(repr=False)
 
     @property
     def kernels(self) -> list[str]:
-        return [k for k in FAMILIES if k in self.planners or k in self.peers]
+        return [k for k in FAMILIES if k in self.peers or any((k, n) in self.planners for n in LENGTHS)]
+
+    @property
+    def rows(self) -> list[Row]:
+        """The table's rows: per family its uniform batches (and the peers), then its ragged ones where scored."""
+        return [(k, n) for k in self.kernels for n in LENGTHS
+                if (k, n) in self.planners or (n == UNIFORM and (k, RAGGED) not in self.planners)]
+
+    @property
+    def split(self) -> bool:
+        """Whether any row is of ragged batches (then every row names its lengths)."""
+        return any(n == RAGGED for _, n in self.rows)
 
     def table(self) -> pd.DataFrame:
-        """One row per family: the headline's numbers (``headline.csv`` beside the report)."""
+        """One row per family and lengths: the headline's numbers (``headline.csv`` beside the report); the peers'
+        on the family's first row."""
         import pandas as pd
 
-        rows = []
-        for k in self.kernels:
-            row: dict[str, Any] = dict(family=FAMILIES[k], kernel=k)
+        rows, seen = [], set()
+        for k, n in self.rows:
+            row: dict[str, Any] = dict(family=FAMILIES[k], kernel=k, lengths=n)
             for s in self.sets:
-                p = self.planners.get(k, {}).get(s)
+                p = self.planners.get((k, n), {}).get(s)
                 row |= {f"{s}: splitlab geomean": p.geomean if p else math.nan,
                         f"{s}: splitlab worst": p.worst if p else math.nan,
                         f"{s}: shapes": p.shapes if p else 0,
@@ -121,7 +155,8 @@ class Headline:
                         f"{s}: best ported": p.best if p else "",
                         f"{s}: best ported geomean": p.best_geomean if p else math.nan,
                         f"{s}: best ported shapes": p.best_shapes if p else 0}
-            q = self.peers.get(k)
+            q = self.peers.get(k) if k not in seen else None
+            seen.add(k)
             row |= {"peers: shapes": q.shapes if q else 0, "peers: splitlab roofline": q.roofline if q else math.nan,
                     "peers: best peer roofline": q.peer_roofline if q else math.nan,
                     "peers: splitlab speed over best peer": q.speedup if q else math.nan,
@@ -145,32 +180,34 @@ def shootouts(df: pd.DataFrame, confirm: Mapping[str, pd.DataFrame] | None = Non
 
 
 def goal(table: pd.DataFrame, part: str = HELD_OUT) -> pd.DataFrame:
-    """``fit.goal`` of a ``shootout`` table on ``part``, for the kernels where splitlab's rule has a measured choice
-    there (elsewhere it has no regret to compare: no row)."""
+    """``fit.goal`` of a ``shootout`` table on ``part`` (a row per kernel and lengths), for the kernels and lengths
+    where splitlab's rule has a measured choice there (elsewhere it has no regret to compare: no row)."""
     import pandas as pd
 
     from splitlab import fit
 
     mine = table[(table["set"] == part) & (table["planner"] == NEW) & (table["measured"] > 0)]
     if mine.empty:
-        return pd.DataFrame(columns=["kernel", "geomean", "worst", "best_ported", "goal_met"])
-    kept = table[table["kernel"].isin(set(mine["kernel"]))]  # attrs (the per-shape regrets) come along
+        return pd.DataFrame(columns=["kernel", "lengths", "geomean", "worst", "best_ported", "goal_met"])
+    pairs = set(zip(mine["kernel"], _lengths(mine), strict=True))
+    kept = table[[p in pairs for p in zip(table["kernel"], _lengths(table), strict=True)]]  # attrs come along
     return fit.goal(kept, new_name=NEW, ported_exclude=NOT_PORTED, part=part)
 
 
-def planner_scores(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, dict[str, PlannerScore]], pd.DataFrame]:
-    """Per kernel and set of ``shootouts``' tables: ``PlannerScore`` (from ``fit.goal``; none where splitlab's rule
-    has no measured choice); and every table's rows in one frame (the summary)."""
+def planner_scores(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[Row, dict[str, PlannerScore]], pd.DataFrame]:
+    """Per (kernel, lengths) and set of ``shootouts``' tables: ``PlannerScore`` (from ``fit.goal``; none where
+    splitlab's rule has no measured choice); and every table's rows in one frame (the summary)."""
     import pandas as pd
 
-    scores: dict[str, dict[str, PlannerScore]] = {}
+    scores: dict[Row, dict[str, PlannerScore]] = {}
     for part, table in tables.items():
         if table.empty or not (table["set"] == part).any():
             continue
         for g in goal(table, part).itertuples():
             best, _ = str(g.best_ported).rsplit(" ", 1)
-            rows = table[(table["kernel"] == g.kernel) & (table["set"] == part)].set_index("planner")
-            scores.setdefault(g.kernel, {})[part] = PlannerScore(
+            rows = table[(table["kernel"] == g.kernel) & (table["set"] == part)
+                         & (_lengths(table) == g.lengths)].set_index("planner")
+            scores.setdefault((g.kernel, g.lengths), {})[part] = PlannerScore(
                 geomean=float(g.geomean), worst=float(g.worst), shapes=int(rows.loc[NEW, "measured"]),
                 goal_met=bool(g.goal_met), best=best, best_geomean=float(rows.loc[best, "geomean"]),
                 best_shapes=int(rows.loc[best, "measured"]))
@@ -232,12 +269,14 @@ def build(data: str, confirm: Sequence[str] = (), peers: Sequence[str] = (), *,
 # --- showing it -----------------------------------------------------------------------------------------------
 
 def readme_rows(h: Headline) -> list[list[str]]:
-    """README's table rows: family, then per set splitlab's ``geomean / worst`` and the best ported rule."""
+    """README's table rows, one per family and lengths (``family_label``: ``GQA``, or ``GQA · uniform`` and
+    ``GQA · ragged`` where ragged batches were scored), then per set splitlab's ``geomean / worst`` and the best
+    ported rule."""
     rows = []
-    for k in h.kernels:
-        cells = [FAMILIES[k]]
+    for k, n in h.rows:
+        cells = [family_label(k, n, h.split)]
         for s in h.sets:
-            p = h.planners.get(k, {}).get(s)
+            p = h.planners.get((k, n), {}).get(s)
             cells += [p.cell, p.best_cell] if p else ["", ""]
         rows.append(cells)
     return rows
@@ -265,39 +304,51 @@ def html(h: Headline, *, kernels: bool = True) -> str:
             return '<span class="muted">not measured</span>'
         return f"<b>{e(s[2:-2])}</b>" if s.startswith("**") and s.endswith("**") else e(s)
 
-    body = []
-    for k, row in zip(h.kernels, readme_rows(h), strict=True):
-        q = h.peers.get(k)
-        peer = ([f"{q.roofline:.2f} / {q.peer_roofline:.2f}", f"{q.speedup:.3f}x ({q.wins} of {q.shapes} shapes)"]
-                if q else ['<span class="muted">not measured</span>'] * 2)
-        tds = "".join(f"<td>{cell(c)}</td>" for c in row) + "".join(f"<td>{c}</td>" for c in peer if kernels)
+    body, seen = [], set()
+    for (k, _), row in zip(h.rows, readme_rows(h), strict=True):
+        tds = "".join(f"<td>{cell(c)}</td>" for c in row)
+        if kernels and k not in seen:  # the kernels' cells span the family's rows (peers ran uniform batches)
+            seen.add(k)
+            q = h.peers.get(k)
+            peer = ([f"{q.roofline:.2f} / {q.peer_roofline:.2f}",
+                     f"{q.speedup:.3f}x ({q.wins} of {q.shapes} shapes)"]
+                    if q else ['<span class="muted">not measured</span>'] * 2)
+            span = sum(r == k for r, _ in h.rows)
+            tds += "".join(f"<td rowspan={span}>{c}</td>" if span > 1 else f"<td>{c}</td>" for c in peer)
         body.append(f"<tr>{tds}</tr>")
     ths = "".join(f"<th>{c}</th>" for c in head)
     return f'<table class="headline"><tr>{ths}</tr>\n' + "\n".join(body) + "</table>"
 
 
 def summary_table(h: Headline | pd.DataFrame, sets: Sequence[str] | None = None) -> pd.DataFrame:
-    """The figure's table: one row per (kernel, set, planner) with shapes, measured choices, geomean, p90 and worst
-    regret (``sets``: those sets only, in that order; default the headline's)."""
+    """The figure's table: one row per (kernel, set, lengths, planner) with shapes, measured choices, geomean, p90
+    and worst regret (``sets``: those sets only, in that order; default the headline's), a family's uniform
+    batches before its ragged ones in each set."""
     summary = h.summary if isinstance(h, Headline) else h
     sets = list(sets if sets is not None else (h.sets if isinstance(h, Headline) else summary["set"].unique()))
     t = summary[summary["set"].isin(sets)].copy()
+    t["lengths"] = _lengths(t)
     t["_k"] = t["kernel"].map({k: i for i, k in enumerate(FAMILIES)}).fillna(len(FAMILIES))
     t["_s"] = t["set"].map({s: i for i, s in enumerate(sets)})
-    return t.sort_values(["_k", "_s", "geomean"]).drop(columns=["_k", "_s"]).reset_index(drop=True)
+    t["_l"] = t["lengths"].map({n: i for i, n in enumerate(LENGTHS)})
+    return t.sort_values(["_k", "_s", "_l", "geomean"]).drop(columns=["_k", "_s", "_l"]).reset_index(drop=True)
 
 
 def figure(table: pd.DataFrame, info: Any = None, *, title: str | None = None, fig: Any = None) -> Any:
-    """A heatmap of ``summary_table``'s rows: one row per (family, set), one column per planner (splitlab's rules
-    last); colour the geomean regret, number the geomean over the worst; hatched: the planner has no measured
-    choice there. Drawn into ``fig`` (resized; a notebook passes ``plt.figure()``, which its inline backend shows),
-    else into a new ``matplotlib.figure.Figure`` outside pyplot (``figure_png``)."""
+    """A heatmap of ``summary_table``'s rows: one row per (family, set, lengths: ``GQA · held-out · ragged`` where
+    ragged batches were scored), one column per planner (splitlab's rules last); colour the geomean regret, number
+    the geomean over the worst; hatched: the planner has no measured choice there. Drawn into ``fig`` (resized; a
+    notebook passes ``plt.figure()``, which its inline backend shows), else into a new ``matplotlib.figure.Figure``
+    outside pyplot (``figure_png``)."""
     import matplotlib as mpl
     from matplotlib.figure import Figure
 
     from splitlab import plots
 
-    t = table.assign(row=[f"{FAMILIES.get(k, k)} · {s}" for k, s in zip(table["kernel"], table["set"], strict=True)])
+    lengths = _lengths(table)
+    split = bool((lengths == RAGGED).any())
+    t = table.assign(row=[f"{FAMILIES.get(k, k)} · {s}" + (f" · {n}" if split else "")
+                          for k, s, n in zip(table["kernel"], table["set"], lengths, strict=True)])
     order = plots.planner_order(t["planner"])
     geo = t.pivot(index="row", columns="planner", values="geomean").reindex(index=list(dict.fromkeys(t["row"])),
                                                                           columns=order)

@@ -6,6 +6,7 @@ tiny shapes); ``broken`` is wrong at ``num_splits == 2``; ``raising`` raises at 
 OOM killer would) at the point ``$SWEEP_KILL_AT`` = "num_splits,batch,ctx_len"; ``selfkill`` does the same after
 sleeping ``$SWEEP_SLOW_S``; ``slow`` sleeps ``$SWEEP_SLOW_S`` seconds a call (for killing a sweep from outside);
 ``faulty`` crashes its process at some points (``FAULTS``: a segfault, an abort) and hangs at another.
+``lengths_rows`` is result rows, not an implementation: shapes of uniform and of ragged lengths for the shootout.
 """
 
 from __future__ import annotations
@@ -103,3 +104,34 @@ def tiny_card(name: str, impl: str = "exact", *, splits: str = "[1, 2, 4, 8]", b
             "[[grids.quick]]\nnum_q_heads = 4\nnum_kv_heads = 2\nhead_dim_qk = 16\nbatch = [1, 2]\n"
             f"ctx_len = [64, 128]\nnum_splits = {splits}\nmin_keys_per_split = 1\n"
             f"[[grids.default]]\n{default}")
+
+
+def lengths_rows():
+    """Result rows (a ``pandas.DataFrame``) of four held-out MLA shapes on the H200 (16 heads, 8K keys, batches 2
+    and 32), two of uniform and two of ragged lengths (``spread16``), each measured at the registered rule's plan
+    and at another split, the choice of a ported rule (``flashmla``). Uniform: the rule picks the best (regret 1.0)
+    and FlashMLA is 1.2x off. Ragged: the rule is 1.5x off at batch 2, where FlashMLA (tagged there only) picks
+    the best, and best at batch 32 (geomean 1.2247). Scored together the rule would read 1.107 / 1.5."""
+    import pandas as pd
+
+    from splitlab import analysis, devices, results
+    from splitlab.planners.native import fitted_plan
+    from splitlab.planners.registry import Plan
+
+    dev = devices.get("h200-sxm")
+    rows = []
+    for dist, seed, times in (("uniform", 0, {2: (10.0, 12.0), 32: (10.0, 12.0)}),
+                              ("spread16", 1, {2: (15.0, 10.0), 32: (10.0, None)})):
+        for batch, (rule_us, ported_us) in times.items():
+            shape = dict(kernel="mla_decode", device=dev.name, kind="mla", batch=batch, num_q_heads=16,
+                         num_kv_heads=1, head_dim_qk=576, head_dim_v=512, ctx_len=8192, page_size=64, topk=0,
+                         dtype="bf16", length_dist=dist, length_seed=seed, timing="graph", status="ok")
+            w = results.workload(shape)
+            shape["kv_bytes"] = w.kv_bytes
+            rule = fitted_plan(w, dev)
+            other = Plan("other", rule.num_splits // 2 if rule.num_splits > 1 else 2)
+            rows.append(shape | analysis.resolve_knobs("mla_decode", w, rule, dev) | dict(p50_us=rule_us, planners=""))
+            if ported_us is not None:
+                rows.append(shape | analysis.resolve_knobs("mla_decode", w, other, dev)
+                            | dict(p50_us=ported_us, planners="flashmla"))
+    return pd.DataFrame(rows)

@@ -231,6 +231,58 @@ def test_goal_compares_a_partial_planner_head_to_head():
     assert not g["beats_ported"] and "flashmla 1.050 vs 1.095 on 2" in g["h2h"]  # not on flashmla's two
 
 
+def test_the_shootout_scores_uniform_and_ragged_batches_apart():
+    """Every shootout row says its lengths, and the goal is a row per kernel and lengths: the rule, best on the
+    uniform batches (FlashMLA 1.2x off), 1.5x off on a ragged one where FlashMLA is best (``lengths_rows``), meets
+    the goal on the uniform batches and not on the ragged ones; mixed, one row would read 1.107 / 1.5."""
+    from sweep_fixtures import lengths_rows
+
+    rows = lengths_rows()
+    table = fit.shootout(rows)
+    assert set(table["set"]) == {"held-out"} and list(dict.fromkeys(table["lengths"])) == ["uniform", "ragged"]
+    t = table.set_index(["lengths", "planner"])
+    assert t.loc[("uniform", "splitlab"), ["shapes", "geomean", "worst"]].tolist() == [2, 1.0, 1.0]
+    assert t.loc[("ragged", "splitlab"), "geomean"] == pytest.approx(1.5 ** 0.5)
+    assert t.loc[("ragged", "splitlab"), "worst"] == 1.5
+    assert t.loc[("uniform", "flashmla"), "geomean"] == pytest.approx(1.2)
+    assert t.loc[("ragged", "flashmla"), ["measured", "geomean"]].tolist() == [1, 1.0]
+    g = fit.goal(table).set_index("lengths")
+    assert list(g.index) == ["uniform", "ragged"] and set(g["kernel"]) == {"mla_decode"}
+    assert g.loc["uniform", "goal_met"] and g.loc["uniform", "h2h"] == ""
+    assert not g.loc["ragged", "goal_met"] and g.loc["ragged", "best_ported"] == "flashmla 1.000"
+    # head to head on FlashMLA's one ragged shape, not on the uniform ones too
+    assert not g.loc["ragged", "beats_ported"] and "flashmla 1.000 vs 1.500 on 1" in g.loc["ragged", "h2h"]
+    # a confirm part is scored apart the same way; data without the column are uniform
+    conf = fit.shootout(rows, part="fresh")
+    assert fit.goal(conf, part="fresh")["lengths"].tolist() == ["uniform", "ragged"]
+    old = fit.shootout(rows[rows["length_dist"] == "uniform"].drop(columns=["length_dist", "length_seed"]))
+    assert set(old["lengths"]) == {"uniform"} and fit.goal(old)["goal_met"].tolist() == [True]
+    assert fit.lengths_of(pd.DataFrame(dict(length_dist=["uniform", None, "spread4"]))).tolist() == [
+        "uniform", "uniform", "ragged"]
+
+
+def test_the_constants_file_records_ragged_scores_apart():
+    """``record`` keeps ``held_out`` / ``confirm`` the uniform batches' scores and adds ``held_out_ragged`` /
+    ``confirm_ragged`` where ragged batches were scored; the file reads back what was written."""
+    from sweep_fixtures import lengths_rows
+
+    rows = lengths_rows()
+    table, conf = fit.shootout(rows), fit.shootout(rows, part="fresh")
+    fc = fit.record(rows, {"mla": FITTED["mla"]}, (), table, [("fresh", conf)])
+    uniform = dict(shapes=2, measured=2, geomean=1.0, worst=1.0)
+    ragged = dict(shapes=2, measured=2, geomean=round(1.5 ** 0.5, fit.SCORE_DIGITS), worst=1.5)
+    assert fc.held_out == {"mla": uniform} and fc.held_out_ragged == {"mla": ragged}
+    assert fc.confirm == {"mla": {"fresh": uniform}} and fc.confirm_ragged == {"mla": {"fresh": ragged}}
+    text = fitted.dumps(fc)
+    for header in ("[mla.held_out]", "[mla.held_out_ragged]", "[mla.confirm.fresh]", "[mla.confirm_ragged.fresh]"):
+        assert f"\n{header}\n" in text, header
+    assert fitted.parse(text, fitted.SHIPPED_DIR / "x.toml") == fc
+    # uniform data only: no ragged table (the shipped file's layout)
+    only = rows[rows["length_dist"] == "uniform"]
+    fc = fit.record(only, {"mla": FITTED["mla"]}, (), fit.shootout(only))
+    assert fc.held_out == {"mla": uniform} and not fc.held_out_ragged and "_ragged" not in fitted.dumps(fc)
+
+
 def test_the_lone_floor_prices_a_narrow_launch_under_one_wave():
     """GQA 32/8 (16-row tiles, three CTAs per SM): a launch under one wave costs max(lone, fill) of a wave; lone
     < 0 keeps the old form (at least one wave); the wide MQA-128 tile ignores lone."""
@@ -440,6 +492,14 @@ def test_a_constants_file_reads_back_what_was_written():
     again = fitted.parse(fitted.dumps(fc), fc.path)
     assert again == fc and fitted.dumps(again) == (fitted.SHIPPED_DIR / "h200-sxm.toml").read_text()
     assert set(fitted.shipped()) == {"h200-sxm"}
+    # ragged scores: their own tables, a confirm set's two side by side, and a set scored on ragged batches only
+    score = dict(shapes=3, measured=3, geomean=1.05, worst=1.2)
+    more = replace(fc, held_out_ragged={"gqa": score},
+                   confirm_ragged={"gqa": {"h200-confirm": score, "ragged-only": score | dict(shapes=4)}})
+    text = fitted.dumps(more)
+    assert fitted.parse(text, fc.path) == more and fitted.dumps(fitted.parse(text, fc.path)) == text
+    assert text.index("[gqa.confirm.h200-confirm]") < text.index("[gqa.confirm_ragged.h200-confirm]") < text.index(
+        "[gqa.confirm_ragged.ragged-only]") < text.index("[mla]")
 
 
 @pytest.mark.parametrize("text, needle", [

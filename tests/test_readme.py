@@ -51,12 +51,13 @@ def test_readme_fit_command(capsys, monkeypatch):
 
     for kind, c in fitted.load(fitted.SHIPPED_DIR / "h200-sxm.toml").families.items():
         assert f"{kind}: CostConstants({fit._fmt(c)})" in out, kind
-    # README's table of what the data say is this output's goal tables: held-out, then the confirm set.
+    # README's table of what the data say is this output's goal tables: held-out, then the confirm set; a row per
+    # family, and per lengths (``GQA · ragged``) where ragged batches were scored.
     goals = _goal_rows(out)
-    rows = re.findall(r"^\| (GQA|MLA|sparse MLA) \|(.*)\|$", README, re.M)
-    assert len(rows) == 3 and len(goals) == 2
-    for family, cells in rows:
-        kernel = FAMILIES[family]
+    rows = re.findall(r"^\| (GQA|MLA|sparse MLA)(?: · (uniform|ragged))? \|(.*)\|$", README, re.M)
+    assert len(rows) >= 3 and {f for f, _, _ in rows} == set(FAMILIES) and len(goals) == 2
+    for family, lengths, cells in rows:
+        kernel = FAMILIES[family], lengths or "uniform"
         held, held_best, conf, conf_best = (c.strip().replace("*", "") for c in cells.split("|"))
         for (geo, worst), best, goal in ((held.split(" / "), held_best, goals[0]), (conf.split(" / "), conf_best,
                                                                                     goals[1])):
@@ -71,18 +72,18 @@ PORTED = {"FlexAttention": "flex", "FlashAttention": "flash_attn", "FlashMLA": "
           "FlashInfer": "flashinfer", "Modular": "modular", "aiter": "aiter"}
 
 
-def _goal_rows(out: str) -> list[dict[str, dict]]:
-    """The goal tables `splitlab fit` prints (after its header `kernel geomean worst ...`), in order:
-    per kernel its geomean, worst, and best ported rule with that rule's geomean."""
+def _goal_rows(out: str) -> list[dict[tuple[str, str], dict]]:
+    """The goal tables `splitlab fit` prints (after its header `kernel lengths geomean worst ...`), in order:
+    per kernel and lengths its geomean, worst, and best ported rule with that rule's geomean."""
     tables, current = [], None
     for line in out.splitlines():
         words = line.split()
-        if words[:3] == ["kernel", "geomean", "worst"]:
+        if words[:4] == ["kernel", "lengths", "geomean", "worst"]:
             current = {}
             tables.append(current)
-        elif current is not None and len(words) >= 6 and words[0].endswith("_decode"):
-            current[words[0]] = dict(geomean=float(words[1]), worst=float(words[2]), best=words[4],
-                                     best_value=float(words[5]))
+        elif current is not None and len(words) >= 7 and words[0].endswith("_decode"):
+            current[words[0], words[1]] = dict(geomean=float(words[2]), worst=float(words[3]), best=words[5],
+                                               best_value=float(words[6]))
         else:
             current = None
     return tables

@@ -31,6 +31,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "sweeps"
 FAKE = report.data_info(FIXTURE).fake
 README = (ROOT / "README.md").read_text()
 MAX_TOP_LEVEL_TABLES = 12
+#: README's headline rows: a family, and its lengths where the table has ragged rows (``headline.family_label``).
+README_ROW = r"^\| ((?:GQA|MLA|sparse MLA)(?: · (?:uniform|ragged))?) \|(.*)\|$"
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +99,7 @@ def test_readme_table_is_the_headline_and_index_html_shows_it():
     p = report.notebook_parameters()
     head = headline.build(p["data"], p["confirm"], p["peers"])
     readme = [[c.strip() for c in (family + "|" + cells).split("|")]
-              for family, cells in re.findall(r"^\| (GQA|MLA|sparse MLA) \|(.*)\|$", README, re.M)]
+              for family, cells in re.findall(README_ROW, README, re.M)]
     assert readme == headline.readme_rows(head)
     page = report.index_html([], report.data_info(p["data"]), head)
     for row in readme:
@@ -170,3 +172,36 @@ def test_the_headline_cells_say_what_readme_says():
     s = headline.PlannerScore(geomean=1.0264, worst=1.1059, shapes=18, goal_met=False, best="sglang",
                               best_geomean=1.1535, best_shapes=18)
     assert s.cell == "1.026 / 1.106" and s.best_cell == "SGLang 1.153"
+
+
+def test_the_headline_scores_uniform_and_ragged_batches_apart():
+    """A row per family and lengths (``sweep_fixtures.lengths_rows``: splitlab's rule best on the uniform batches,
+    1.5x off on a ragged one): in the scores, README's rows, the front page's table (the kernels' cells spanning
+    the family's rows), its CSV and the figure's rows; uniform data alone keep the rows unsuffixed."""
+    from sweep_fixtures import lengths_rows
+
+    rows = lengths_rows()
+    tables = headline.shootouts(rows, {"fresh": rows})
+    scores, summary = headline.planner_scores(tables)
+    assert list(scores) == [("mla_decode", "uniform"), ("mla_decode", "ragged")]
+    u, r = (scores["mla_decode", n]["held-out"] for n in ("uniform", "ragged"))
+    assert (u.geomean, u.worst, u.shapes, u.goal_met, u.best, u.best_shapes) == (1.0, 1.0, 2, True, "flashmla", 2)
+    assert (r.worst, r.shapes, r.goal_met, r.best, r.best_shapes) == (1.5, 2, False, "flashmla", 1)
+    assert scores["mla_decode", "ragged"]["fresh"] == r
+    head = headline.Headline(data="x", sets=["held-out", "fresh"], planners=scores, peers={}, peers_set="",
+                             summary=summary)
+    assert head.rows == [("mla_decode", "uniform"), ("mla_decode", "ragged")] and head.split
+    want = [["MLA · uniform", *["**1.000 / 1.000**", "FlashMLA 1.200"] * 2],
+            ["MLA · ragged", *["1.225 / 1.500", "FlashMLA 1.000 (on its 1 shapes)"] * 2]]
+    assert headline.readme_rows(head) == want
+    page = headline.html(head)
+    assert page.count("<tr>") == 3 and page.count("<td rowspan=2>") == 2 and page.count("not measured") == 2
+    csv = head.table()
+    assert csv["lengths"].tolist() == ["uniform", "ragged"] and csv["held-out: splitlab worst"].tolist() == [1.0, 1.5]
+    fig = headline.figure(headline.summary_table(head))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[:2] == ["MLA · held-out · uniform", "MLA · held-out · ragged"] and len(labels) == 4
+    uniform = rows[rows["length_dist"] == "uniform"]
+    scores, summary = headline.planner_scores(headline.shootouts(uniform))
+    head = headline.Headline(data="x", sets=["held-out"], planners=scores, peers={}, peers_set="", summary=summary)
+    assert not head.split and [r[0] for r in headline.readme_rows(head)] == ["MLA"]

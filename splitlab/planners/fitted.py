@@ -16,11 +16,13 @@ plans for (shipped ones in ``splitlab/planners/constants/<device>.toml``), a use
     [gqa.range]                         # what the data covered (planners.fitted_range.ranges_from_rows)
     batch = [1, 256]
     ...
-    [gqa.held_out]                      # the fitted rule on the held-out shapes (splitlab.fit.held_out)
-    shapes = 82
+    [gqa.held_out]                      # the fitted rule on the held-out shapes (splitlab.fit.held_out) of
+    shapes = 82                         # uniform lengths (every request the longest)
     geomean = 1.0052
     worst = 1.0581
-    [gqa.confirm.h200-confirm]          # and on each confirm set scored, when any was
+    [gqa.held_out_ragged]               # and on the ragged ones (length_dist not uniform), when the data hold any
+    [gqa.confirm.h200-confirm]          # on each confirm set scored, when any was: its uniform shapes,
+    [gqa.confirm_ragged.h200-confirm]   # and its ragged ones, when it holds any
 
 Only the family tables' constants enter a plan; the rest is the record of where they come from. Nothing here
 imports torch. Source: splitlab (this repository).
@@ -48,7 +50,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "constants"
 FAMILIES = KINDS
 #: The top-level keys of a file, and the keys of a family table that are records, not constants.
 _TOP_KEYS = ("format", "device", "data", "kernel_versions", "timing", *FAMILIES)
-_RECORD_KEYS = ("range", "held_out", "confirm")
+_RECORD_KEYS = ("range", "held_out", "held_out_ragged", "confirm", "confirm_ragged")
 _TIMINGS = ("measured", "modelled")
 
 
@@ -89,6 +91,9 @@ class FittedConstants:
     ranges: dict[str, dict[str, Any]] = field(default_factory=dict)  # per family: what the data covered
     held_out: dict[str, dict[str, Any]] = field(default_factory=dict)  # per family: shapes, geomean, worst
     confirm: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # per family, per set
+    # The same scores on ragged batches (``held_out`` and ``confirm`` are the uniform ones'): families with any.
+    held_out_ragged: dict[str, dict[str, Any]] = field(default_factory=dict)
+    confirm_ragged: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -164,7 +169,8 @@ def parse(text: str, path: Path) -> FittedConstants:
     timing = raw.get("timing", "measured")
     if timing not in _TIMINGS:
         raise _bad(path, "timing", timing, " or ".join(_TIMINGS))
-    families, ranges, held, confirm = {}, {}, {}, {}
+    families, ranges = {}, {}
+    scores: dict[str, dict] = {k: {} for k in ("held_out", "held_out_ragged", "confirm", "confirm_ragged")}
     for kind in FAMILIES:
         if kind not in raw:
             continue
@@ -172,16 +178,18 @@ def parse(text: str, path: Path) -> FittedConstants:
         families[kind] = _constants(path, kind, table)
         if "range" in table:
             ranges[kind] = _table(path, f"{kind}.range", table["range"])
-        if "held_out" in table:
-            held[kind] = _table(path, f"{kind}.held_out", table["held_out"])
-        if "confirm" in table:
-            confirm[kind] = {n: _table(path, f"{kind}.confirm.{n}", t)
-                             for n, t in _table(path, f"{kind}.confirm", table["confirm"]).items()}
+        for key in ("held_out", "held_out_ragged"):
+            if key in table:
+                scores[key][kind] = _table(path, f"{kind}.{key}", table[key])
+        for key in ("confirm", "confirm_ragged"):
+            if key in table:
+                scores[key][kind] = {n: _table(path, f"{kind}.{key}.{n}", t)
+                                     for n, t in _table(path, f"{kind}.{key}", table[key]).items()}
     if not families:
         raise SplitlabError(f"{path}: no family table; expected one or more of {', '.join(f'[{k}]' for k in FAMILIES)}")
     return FittedConstants(device=device, families=families, data=_str_list(path, "data", raw.get("data", [])),
                            kernel_versions=_str_list(path, "kernel_versions", raw.get("kernel_versions", [])),
-                           timing=timing, ranges=ranges, held_out=held, confirm=confirm, path=path)
+                           timing=timing, ranges=ranges, **scores, path=path)
 
 
 def load(path: str | Path, arg: str = "constants") -> FittedConstants:
@@ -265,8 +273,12 @@ def dumps(fc: FittedConstants) -> str:
         out += ["", f"[{kind}]", *_lines({k: (int(v) if k in _INT_FIELDS else float(v)) for k, v in values.items()})]
         if kind in fc.ranges:
             out += ["", f"[{kind}.range]", *_lines(fc.ranges[kind])]
-        if kind in fc.held_out:
-            out += ["", f"[{kind}.held_out]", *_lines(fc.held_out[kind])]
-        for name, score in fc.confirm.get(kind, {}).items():
-            out += ["", f"[{kind}.confirm.{_key(name)}]", *_lines(score)]
+        for key, held in (("held_out", fc.held_out), ("held_out_ragged", fc.held_out_ragged)):
+            if kind in held:
+                out += ["", f"[{kind}.{key}]", *_lines(held[kind])]
+        uniform, ragged = fc.confirm.get(kind, {}), fc.confirm_ragged.get(kind, {})
+        for name in dict.fromkeys([*uniform, *ragged]):  # a set's two tables side by side
+            for key, conf in (("confirm", uniform), ("confirm_ragged", ragged)):
+                if name in conf:
+                    out += ["", f"[{kind}.{key}.{_key(name)}]", *_lines(conf[name])]
     return "\n".join(out) + "\n"
