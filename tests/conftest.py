@@ -31,3 +31,20 @@ def allocs(monkeypatch):
 
     monkeypatch.setattr(_launch, "alloc", poisoned)
     return made
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """The workloads ``splitlab.planners.default_plan`` is asked about (what a launcher with ``num_splits=None``
+    plans for), in order; each call still returns the real plan."""
+    import splitlab.planners as planners
+
+    seen: list = []
+    real = planners.default_plan
+
+    def spy(workload, device=None):
+        seen.append(workload)
+        return real(workload, device)
+
+    monkeypatch.setattr(planners, "default_plan", spy)
+    return seen

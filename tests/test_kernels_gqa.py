@@ -132,12 +132,74 @@ def test_default_num_splits_on_cpu(monkeypatch):
     monkeypatch.setattr(gqa, "_gqa_partial_kernel", spy)
     lens = [300, 0, 120]
     inp = gqa_inputs(3, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=1)
-    _check(inp, torch.float32)  # num_splits=None: planned as for the H200
+    _check(inp, torch.float32)  # num_splits=None: planned as for the H200, for the batch as it is
     w = DecodeWorkload(kind="gqa", batch=3, num_q_heads=4, num_kv_heads=2, head_dim_qk=16, head_dim_v=16,
-                       ctx_len=max(lens), page_size=16, dtype="fp32")
+                       ctx_len=max(lens), page_size=16, dtype="fp32", seq_lens=tuple(lens))
     facts = gqa_launch_facts(w, device="h200")
     assert facts.num_splits == default_plan(w, "h200").num_splits
     assert spy.grids == [facts.grid]
+
+
+@pytest.mark.parametrize("how", [None, "column"])
+def test_a_ragged_batch_is_planned_with_its_lengths(planned, monkeypatch, how):
+    """num_splits=None: the planner sees every request's length (read in the launcher's one sync, a strided
+    seq_lens honoured), not only the longest; the launch is the plan for that workload and matches the reference."""
+    spy = _Spy(gqa._gqa_partial_kernel)
+    monkeypatch.setattr(gqa, "_gqa_partial_kernel", spy)
+    lens = [300, 0, 120, 45]
+    inp = gqa_inputs(4, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=2)
+    if how:
+        inp["seq_lens"] = strided_lens(lens, how)
+    _check(inp, torch.float32)
+    [w] = planned
+    assert (w.seq_lens, w.lengths, w.ctx_len, w.batch) == (tuple(lens), tuple(lens), 300, 4)
+    assert spy.grids == [gqa_launch_facts(w, device="h200").grid]
+
+
+def test_a_uniform_batch_plans_as_before(planned, monkeypatch):
+    """A batch of one length is planned as the workload of that one length (no seq_lens) always was."""
+    from splitlab.planners import plan
+
+    spy = _Spy(gqa._gqa_partial_kernel)
+    monkeypatch.setattr(gqa, "_gqa_partial_kernel", spy)
+    inp = gqa_inputs(3, 8, 2, 32, 200, page_size=16, dtype=torch.float16, seed=3)
+    _check(inp, torch.float16)
+    before = DecodeWorkload(kind="gqa", batch=3, num_q_heads=8, num_kv_heads=2, head_dim_qk=32, head_dim_v=32,
+                            ctx_len=200, page_size=16, dtype="fp16")
+    [w] = planned
+    assert w.lengths == before.lengths and plan(w, "h200", "splitlab") == plan(before, "h200", "splitlab")
+    assert spy.grids == [gqa_launch_facts(before, device="h200").grid]
+
+
+def test_a_batch_of_empty_requests_is_planned_as_one_key_each(planned):
+    inp = gqa_inputs(2, 4, 2, 16, [0, 0], page_size=16, dtype=torch.float32, seed=4)
+    out, lse = gqa_decode(**inp, return_lse=True)
+    assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+    assert [w.lengths for w in planned] == [(1, 1)]
+
+
+def test_an_explicit_split_count_neither_reads_the_lengths_nor_plans(planned, monkeypatch):
+    from splitlab.kernels import _launch
+
+    def no_sync(*args, **kwargs):
+        raise AssertionError("check_paged_values read seq_lens on the host")
+
+    monkeypatch.setattr(_launch, "check_paged_values", no_sync)
+    inp = gqa_inputs(3, 4, 2, 16, [30, 0, 90], page_size=16, dtype=torch.float32, seed=5)
+    _check(inp, torch.float32, num_splits=3, validate=False)
+    _check(inp, torch.float32, num_splits=2)  # the default there: no validation, no sync
+    assert planned == []
+
+
+def test_the_one_sync_returns_every_length():
+    from splitlab.kernels._launch import check_paged_values
+
+    lens = [30, 0, 90, 7]
+    inp = gqa_inputs(4, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=6)
+    args = (inp["block_table"], strided_lens(lens, "every-other"), inp["k_cache"].shape[0], 16)
+    assert check_paged_values(*args, lengths=True) == (0, 90, tuple(lens))
+    assert check_paged_values(*args) == (0, 90, None)
+    assert check_paged_values(*args, table=False, lengths=True) == (0, 90, tuple(lens))
 
 
 @pytest.mark.parametrize("S", [1, 4])

@@ -144,11 +144,12 @@ def test_block_table_is_followed_not_assumed_contiguous():
     assert rel_err(out_swapped, out) > 1e-2
 
 
-def test_every_request_empty():
+def test_every_request_empty(planned):
     inp = mla_inputs(2, 5, 48, [0, 0], page_size=16, dtype=torch.float16)
     for s in (None, 1, 4):
         out, lse = mla_decode(**inp, head_dim_v=32, num_splits=s, return_lse=True)
         assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+    assert [w.lengths for w in planned] == [(1, 1)]  # no workload has only empty requests: planned as 1 key each
 
 
 def test_many_empty_splits():
@@ -163,6 +164,50 @@ def test_default_plan_on_cpu_and_return_types():
     assert rel_err(out, reference.mla_decode(**inp, head_dim_v=32)) <= TOLERANCE[torch.bfloat16]
     res = mla_decode(**inp, head_dim_v=32, return_lse=True)
     assert isinstance(res, tuple) and len(res) == 2
+
+
+def test_a_ragged_batch_is_planned_with_its_lengths(planned, monkeypatch):
+    """num_splits=None: the planner sees every request's length (read in the launcher's one sync), and the launch
+    is the plan for that workload."""
+    grids = []
+    kernel = mla._mla_decode_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return kernel[grid]
+
+    monkeypatch.setattr(mla, "_mla_decode_kernel", Spy())
+    lens = [0, 150, 20, 61]
+    inp = mla_inputs(4, 5, 48, lens, page_size=16, dtype=torch.float32, seed=6)
+    _check(inp, torch.float32, 32)
+    [w] = planned
+    assert (w.seq_lens, w.lengths, w.ctx_len, w.batch) == (tuple(lens), tuple(lens), 150, 4)
+    assert w == DecodeWorkload("mla", 4, 5, 1, 48, 32, 150, page_size=16, dtype="fp32", seq_lens=tuple(lens))
+    assert grids == [mla_launch_facts(w, device="h200").grid]
+
+
+def test_a_uniform_batch_plans_as_before(planned):
+    from splitlab.planners import plan
+
+    inp = mla_inputs(3, 16, 48, 130, page_size=16, dtype=torch.bfloat16, seed=7)
+    _check(inp, torch.bfloat16, 32)
+    [w] = planned
+    before = DecodeWorkload("mla", 3, 16, 1, 48, 32, 130, page_size=16)
+    assert w.lengths == before.lengths and plan(w, "h200", "splitlab") == plan(before, "h200", "splitlab")
+    assert mla_launch_facts(w, device="h200") == mla_launch_facts(before, device="h200")
+
+
+def test_an_explicit_split_count_neither_reads_the_lengths_nor_plans(planned, monkeypatch):
+    from splitlab.kernels import _launch
+
+    def no_sync(*args, **kwargs):
+        raise AssertionError("check_paged_values read seq_lens on the host")
+
+    monkeypatch.setattr(_launch, "check_paged_values", no_sync)
+    inp = mla_inputs(2, 5, 48, [0, 70], page_size=16, dtype=torch.float32, seed=8)
+    _check(inp, torch.float32, 32, num_splits=2)
+    assert planned == []
 
 
 def test_custom_scale_knobs_and_views():

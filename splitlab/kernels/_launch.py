@@ -306,10 +306,12 @@ def no_validation_under_capture(t: torch.Tensor, what: str) -> None:
 
 
 def check_paged_values(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pages: int, page_size: int, *,
-                       table: bool = True) -> tuple[int, int]:
-    """``(min, max)`` of ``seq_lens`` (B >= 1), read in one host sync, after refusing lengths outside
+                       table: bool = True, lengths: bool = False) -> tuple[int, int, tuple[int, ...] | None]:
+    """``(min, max, lens)`` of ``seq_lens`` (B >= 1), read in one host sync, after refusing lengths outside
     ``[0, max_pages * page_size]`` and, with ``table``, a block-table entry that a request reads (its first
-    ``cdiv(seq_len, page_size)`` columns) outside ``[0, num_pages)``. About ten small device ops and one sync."""
+    ``cdiv(seq_len, page_size)`` columns) outside ``[0, num_pages)``. ``lens``: with ``lengths``, every request's
+    length as a tuple of ints, read in the same transfer (B more int32s, no second sync); None otherwise. About ten
+    small device ops and one sync."""
     max_pages = block_table.shape[1]
     cap = max_pages * page_size
     stats = list(torch.aminmax(seq_lens))  # int32, like the count below: one stack, no casts
@@ -318,18 +320,29 @@ def check_paged_values(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pa
         read = starts[None, :] < seq_lens[:, None]  # [B, max_pages]: entries the request reads
         bad = read & (block_table.clamp(0, max(num_pages - 1, 0)) != block_table) if num_pages > 0 else read
         stats.append(bad.sum(dtype=torch.int32))
-    vals = torch.stack(stats).tolist()  # the one host sync
+    packed = torch.stack(stats)
+    if lengths:
+        packed = torch.cat((packed, seq_lens))  # the lengths ride along (seq_lens is int32, any stride)
+    vals = packed.tolist()  # the one host sync
     lo_v, hi_v = vals[0], vals[1]
     if lo_v < 0 or hi_v > cap:
         raise SplitlabError(f"seq_lens has values in [{lo_v}, {hi_v}]; expected [0, max_pages * page_size = {cap}] "
                             f"(block_table has {max_pages} columns of {page_size}-key pages)")
-    if len(vals) > 2 and vals[2]:
+    if len(stats) > 2 and vals[2]:
         b, p = (int(i) for i in bad.nonzero()[0].tolist())  # the error path: a second sync is fine
         v, n = int(block_table[b, p]), int(seq_lens[b])
         raise SplitlabError(f"block_table[{b}, {p}] = {v} is outside [0, num_pages = {num_pages}) and request {b} "
                             f"reads it (seq_lens[{b}] = {n}, {page_size} keys a page; {vals[2]} read entries out of "
                             "range in all)")
-    return lo_v, hi_v
+    return lo_v, hi_v, tuple(vals[len(stats):]) if lengths else None
+
+
+def planning_lengths(lens: tuple[int, ...]) -> tuple[int, ...]:
+    """The per-request lengths a launcher gives the planner (``DecodeWorkload.seq_lens``): ``lens`` as they are
+    (a request of 0 keys is one the kernels run, and ``DecodeWorkload`` takes it), except a batch whose every
+    request is empty, which no workload describes (``ctx_len >= 1``): it is planned as requests of 1 key (the
+    kernels still run one masked key tile in every split). Planning only: the kernels read ``seq_lens`` itself."""
+    return lens if max(lens) > 0 else (1,) * len(lens)
 
 
 def check_indices(indices: torch.Tensor, num_slots: int) -> None:
@@ -341,14 +354,17 @@ def check_indices(indices: torch.Tensor, num_slots: int) -> None:
 
 
 def check_paged_launch(q: torch.Tensor, what: str, block_table: torch.Tensor, seq_lens: torch.Tensor,
-                       num_pages: int, page_size: int, *, planning: bool, want: bool | None) -> int | None:
+                       num_pages: int, page_size: int, *, planning: bool, want: bool | None
+                       ) -> tuple[int, ...] | None:
     """The paged launchers' value checks (``want``: ``validate_setting``'s answer). ``planning``
     (``num_splits=None``): the one host sync, which checks the lengths always and the block table unless
-    validation is off, and returns the longest length for the planner. Otherwise (no sync unless asked) the
-    lengths and table are checked only when validation is on; returns None."""
+    validation is off, and returns every request's length (a tuple of ints, read in that sync) for the planner
+    (``planning_lengths``). Otherwise (no sync unless asked) the lengths and table are checked only when validation
+    is on; returns None."""
     if planning:
         no_sync_under_capture(q, f"{what}(num_splits=None)")
-        return check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False)[1]
+        return check_paged_values(block_table, seq_lens, num_pages, page_size, table=want is not False,
+                                  lengths=True)[2]
     if want:
         no_validation_under_capture(q, what)
         check_paged_values(block_table, seq_lens, num_pages, page_size)

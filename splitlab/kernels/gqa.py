@@ -40,6 +40,7 @@ from splitlab.kernels._launch import (
     check_spans,
     check_tensor,
     interpret_upcast,
+    planning_lengths,
     resolve_device,
     resolve_sm_scale,
     validate_setting,
@@ -279,7 +280,9 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     NaN rows where a key the request attends holds NaN, as the reference gives).
 
     ``num_splits=None`` asks ``splitlab.planners.default_plan`` on the GPU q lives on (the H200 preset when
-    interpreting on the CPU); it reads ``seq_lens`` in one host sync: pass ``num_splits`` under CUDA graphs.
+    interpreting on the CPU) for the batch as it is: it reads ``seq_lens`` in one host sync and plans with every
+    request's length (``DecodeWorkload.seq_lens``; a batch of only empty requests as requests of 1 key,
+    ``_launch.planning_lengths``). Pass ``num_splits`` under CUDA graphs.
 
     ``validate`` (``_launch.validate_setting``: None follows ``SPLITLAB_VALIDATE``, else the default) refuses
     lengths outside ``[0, max_pages * page_size]`` and block-table entries a request reads outside
@@ -295,14 +298,14 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     want = validate_setting(validate)
 
     dtype = TORCH_DTYPE_NAMES[q.dtype]
-    # With num_splits=None, the one host sync: the longest request for the planner, and the checks.
-    hi = check_paged_launch(q, "gqa_decode", block_table, seq_lens, num_pages, page_size,
-                            planning=num_splits is None, want=want)
+    # With num_splits=None, the one host sync: every request's length for the planner, and the checks.
+    lens = check_paged_launch(q, "gqa_decode", block_table, seq_lens, num_pages, page_size,
+                              planning=num_splits is None, want=want)
     if num_splits is None:
-        ctx_len = max(1, hi)
+        lens = planning_lengths(lens)
         device = resolve_device(like=q)
         w = DecodeWorkload(kind="gqa", batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim_qk=D, head_dim_v=D,
-                           ctx_len=ctx_len, page_size=page_size, dtype=dtype)
+                           ctx_len=max(lens), page_size=page_size, dtype=dtype, seq_lens=lens)
         facts = gqa_launch_facts(w, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                                  device=device)
     else:

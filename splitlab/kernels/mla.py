@@ -20,12 +20,14 @@ The tile math (Q load, latent-row load, the online-softmax update of one tile, t
 ``@triton.jit`` helpers that ``sparse_mla`` reuses; only the address of the rows differs (a paged
 gather here, a top-k index gather there).
 
-Host syncs and validation. ``num_splits=None`` asks the default planner, which needs the longest request: one
-host sync over ``seq_lens``, which also checks ``0 <= seq_lens <= max_pages * page_size`` and (validation on by
-default there) that every block-table entry a request reads is a page of the cache. With an explicit
-``num_splits`` the launcher does not sync unless asked to validate (``validate=True`` or ``SPLITLAB_VALIDATE=1``;
-see ``_launch``). Unvalidated, a length outside the table makes its request NaN, and an entry outside
-``[0, num_pages)`` is never read: its request is NaN on this kernel, undefined on the Gluon tile (``mla_sm90``).
+Host syncs and validation. ``num_splits=None`` asks the default planner about the batch as it is (every
+request's length, ``DecodeWorkload.seq_lens``; a batch of only empty requests as requests of 1 key,
+``_launch.planning_lengths``): one host sync over ``seq_lens``, which also checks ``0 <= seq_lens <= max_pages *
+page_size`` and (validation on by default there) that every block-table entry a request reads is a page of the
+cache. With an explicit ``num_splits`` the launcher does not sync unless asked to validate (``validate=True`` or
+``SPLITLAB_VALIDATE=1``; see ``_launch``). Unvalidated, a length outside the table makes its request NaN, and an
+entry outside ``[0, num_pages)`` is never read: its request is NaN on this kernel, undefined on the Gluon tile
+(``mla_sm90``).
 Any strides are honoured, ``seq_lens`` and the block table's included.
 """
 
@@ -54,6 +56,7 @@ from splitlab.kernels._launch import (
     device_guard,
     dot_input_precision,
     interpret_upcast,
+    planning_lengths,
     resolve_device,
     resolve_sm_scale,
     validate_setting,
@@ -594,13 +597,16 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     if B == 0:
         return empty_result(0, H, Dv, q, return_lse)
 
-    # With num_splits=None, the one host sync: the longest request, for the planner, and the checks.
-    ctx = check_paged_launch(q, "mla_decode", block_table, seq_lens, num_pages, page_size,
-                             planning=num_splits is None, want=want)
-    if ctx is None:
-        ctx = max_pages * page_size  # an upper bound, unused by the facts when num_splits is given
+    # With num_splits=None, the one host sync: every request's length, for the planner, and the checks.
+    lens = check_paged_launch(q, "mla_decode", block_table, seq_lens, num_pages, page_size,
+                              planning=num_splits is None, want=want)
+    if lens is None:  # num_splits given: ctx_len is an upper bound, unused by the facts
+        shape = dict(ctx_len=max(max_pages * page_size, 1))
+    else:
+        lens = planning_lengths(lens)
+        shape = dict(ctx_len=max(lens), seq_lens=lens)
     w = DecodeWorkload(kind="mla", batch=B, num_q_heads=H, num_kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv,
-                       ctx_len=max(ctx, 1), page_size=page_size, dtype=TORCH_DTYPE_NAMES[kv_cache.dtype])
+                       page_size=page_size, dtype=TORCH_DTYPE_NAMES[kv_cache.dtype], **shape)
     device = resolve_device(like=q) if num_splits is None else None
     f = mla_launch_facts(w, num_splits=num_splits, block_n=block_n, block_h=block_h, num_warps=num_warps,
                          num_stages=num_stages, device=device)
