@@ -25,6 +25,62 @@ MAX_WORKERS = 256
 MAX_ROWS = 1_000_000
 
 
+def lengths_type(text: str) -> tuple[str, int]:
+    """``--lengths DIST[:SEED]``: a named length distribution (``workloads.LENGTH_DISTS``) and its seed (default 0;
+    ``uniform`` takes none)."""
+    dists = ", ".join(workloads.LENGTH_DISTS)
+    allowed = f"DIST[:SEED], DIST one of {dists}, SEED an integer in [0, {workloads.MAX_LENGTH_SEED}] (none for " \
+              "uniform)"
+    dist, sep, seed = (part.strip() for part in str(text).partition(":"))
+    if dist not in workloads.LENGTH_DISTS:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected {allowed}")
+    if not sep:
+        return dist, 0
+    if dist == workloads.UNIFORM:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed: uniform lengths are not drawn, so take no "
+                                         f"seed; expected {allowed}")
+    digits = seed.isascii() and seed.isdigit() and len(seed) <= 12  # (a 5000-digit seed: no int() of it)
+    if not digits or int(seed) > workloads.MAX_LENGTH_SEED:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected {allowed}")
+    return dist, int(seed)
+
+
+def seq_lens_type(text: str) -> tuple[int, ...]:
+    """``--seq-lens L1,L2,...``: every request's key count, in ``[0, ctx limit]`` (sizes like 32k allowed), at most
+    ``LIMITS['batch']`` of them, at least one >= 1."""
+    lens = tuple(int_list_type(0, LIMITS["ctx_len"], sizes=True)(text))
+    if len(lens) > LIMITS["batch"]:
+        raise argparse.ArgumentTypeError(f"{len(lens)} lengths are not allowed; expected at most {LIMITS['batch']} "
+                                         "(one per request)")
+    if max(lens) < 1:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected at least one length >= 1 (a batch "
+                                         "of empty requests has nothing to plan)")
+    return lens
+
+
+def _batch_shape(args: argparse.Namespace, kind: str) -> tuple[list[int], list[int], dict]:
+    """``--batch`` and ``--ctx`` (their defaults filled in) and the length fields every workload takes: ``seq_lens``
+    (from ``--seq-lens``, which sets the batch and the longest request) or ``length_dist`` and ``length_seed``
+    (``--lengths``)."""
+    if args.seq_lens is None:
+        dist, seed = args.lengths or (workloads.UNIFORM, 0)
+        return args.batch or [1], args.ctx or [8192], dict(length_dist=dist, length_seed=seed)
+    lens = args.seq_lens
+    if args.lengths is not None:
+        raise SplitlabError(f"--lengths={args.lengths[0]} is not allowed with --seq-lens; expected one of them "
+                            "(--seq-lens gives the lengths, --lengths draws them)")
+    if args.ctx is not None:
+        raise SplitlabError(f"--ctx={','.join(map(str, args.ctx))} is not allowed with --seq-lens; expected one of "
+                            "them (the longest of --seq-lens is the context)")
+    if args.batch is not None and args.batch != [len(lens)]:
+        raise SplitlabError(f"--batch={','.join(map(str, args.batch))} is not allowed with --seq-lens of "
+                            f"{len(lens)} lengths; expected --batch {len(lens)} or no --batch")
+    if kind == "sparse_mla":
+        raise SplitlabError("--seq-lens is not allowed for kind sparse_mla; expected --lengths DIST[:SEED] (a sparse "
+                            "batch's valid top-k per token is drawn)")
+    return [len(lens)], [max(lens)], dict(seq_lens=lens)
+
+
 def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]:
     if args.workload and args.kind:
         raise SplitlabError(f"--kind={args.kind} is not allowed with --workload={args.workload}; expected one of "
@@ -39,16 +95,17 @@ def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]
     def given(value: int | None, default: int) -> int:  # a flag given as 0 is refused, never replaced
         return default if value is None else value
 
+    batches, ctxs, lengths = _batch_shape(args, kind)
     out = []
-    for batch in args.batch:
-        for ctx in args.ctx:
+    for batch in batches:
+        for ctx in ctxs:
             if args.workload:
                 w = workloads.get(args.workload, batch=batch, ctx_len=ctx, dtype=args.dtype,
                                   page_size=args.page_size, topk=args.topk)
                 changes = {k: v for k, v in (("num_q_heads", args.heads), ("num_kv_heads", args.kv_heads),
                                              ("head_dim_qk", args.head_dim), ("head_dim_v", args.head_dim_v))
                            if v is not None}
-                out.append(w.with_(**changes) if changes else w)
+                out.append(w.with_(**changes, **lengths))
                 continue
             head_dim = given(args.head_dim, 576 if mla else 128)
             out.append(workloads.DecodeWorkload(
@@ -56,7 +113,7 @@ def _build_workloads(args: argparse.Namespace) -> list[workloads.DecodeWorkload]
                 num_kv_heads=given(args.kv_heads, 1 if mla else 8), head_dim_qk=head_dim,
                 head_dim_v=given(args.head_dim_v, 512 if mla else head_dim), ctx_len=ctx,
                 page_size=given(args.page_size, 1 if kind == "sparse_mla" else 16),
-                topk=given(args.topk, 2048 if kind == "sparse_mla" else 0), dtype=args.dtype))
+                topk=given(args.topk, 2048 if kind == "sparse_mla" else 0), dtype=args.dtype, **lengths))
     return out
 
 
@@ -75,7 +132,8 @@ def plan_rows(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.Dev
             for name in names:
                 row = dict(device=dev.name, sms=dev.sm_count, planner=name, kind=w.kind, batch=w.batch,
                            heads=w.num_q_heads, kv_heads=w.num_kv_heads, ctx_len=w.ctx_len, topk=w.topk,
-                           fitted_range=None)
+                           length_dist=w.length_dist, length_seed=w.length_seed, seq_lens=w.seq_lens,
+                           **workloads.length_columns(w), fitted_range=None)
                 if w.kind not in planners.entry(name).kinds:
                     rows.append(row | dict(num_splits=None, note=f"does not cover {w.kind}"))
                     continue
@@ -174,7 +232,7 @@ def _plan(args: argparse.Namespace, given=None) -> int:
     every = args.planner == "all"
     names = planners.names() if every else [planners.entry(p).name
                                             for p in split_list("--planner", args.planner, "planner names or all")]
-    n_rows = len(args.batch) * len(args.ctx) * len(devs) * len(names)
+    n_rows = len(args.batch or [1]) * len(args.ctx or [1]) * len(devs) * len(names)
     if n_rows > MAX_PLAN_ROWS:
         raise SplitlabError(f"--batch, --ctx, --device and --planner make {n_rows} rows; expected at most "
                             f"{MAX_PLAN_ROWS} (give shorter lists)")
@@ -196,8 +254,11 @@ def _plan(args: argparse.Namespace, given=None) -> int:
         return 0
     print("# ctas, waves, last_wave_fill: splitlab's kernel launched at the plan (modelled, 1 CTA per SM)")
     fitted = any(r["fitted_range"] is not None for r in rows)
-    _print_table(rows, ["device", "sms", "planner", "kind", "batch", "heads", "ctx_len", "num_splits",
-                        "block_k", "block_h", "ctas", "waves", "last_wave_fill"]
+    ragged = any(r["ctx_mean"] != r["ctx_max"] for r in rows)  # then the lengths' mean and longest (sparse: top-k)
+    _print_table([r | dict(ctx_mean=round(r["ctx_mean"], 1)) for r in rows],
+                 ["device", "sms", "planner", "kind", "batch", "heads", "ctx_len"]
+                 + (["ctx_mean", "ctx_max"] if ragged else [])
+                 + ["num_splits", "block_k", "block_h", "ctas", "waves", "last_wave_fill"]
                  + (["fitted_range"] if fitted else []) + (["note"] if args.notes or refused else []))
     _print_constants(ws, devs, names)
     if any(str(r["fitted_range"]).startswith("outside") for r in rows):
@@ -366,10 +427,17 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="what each planner picks for a workload on each device")
     pl.add_argument("--workload", help="model preset: " + ", ".join(workloads.names()))
     pl.add_argument("--kind", choices=workloads.KINDS)
-    pl.add_argument("--batch", type=int_list_type(1, LIMITS["batch"]), default=[1],
-                    help=f"requests (sparse: query tokens), 1..{LIMITS['batch']}; list: 1,2,8")
-    pl.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"], sizes=True), default=[8192],
-                    help=f"keys per request (sparse: pool size), 1..{LIMITS['ctx_len']}; list; sizes: 32k,128K,1M")
+    pl.add_argument("--batch", type=int_list_type(1, LIMITS["batch"]),
+                    help=f"requests (sparse: query tokens), 1..{LIMITS['batch']}; list: 1,2,8 (default 1)")
+    pl.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"], sizes=True),
+                    help="keys per request, the longest of a ragged batch (sparse: pool size), "
+                    f"1..{LIMITS['ctx_len']}; list; sizes: 32k,128K,1M (default 8192)")
+    pl.add_argument("--lengths", type=lengths_type, metavar="DIST[:SEED]",
+                    help="a ragged batch: each request's keys (sparse: valid top-k) drawn from a named distribution "
+                    f"({', '.join(workloads.LENGTH_DISTS)}) with SEED (default 0), the longest exactly --ctx")
+    pl.add_argument("--seq-lens", type=seq_lens_type, metavar="L1,L2,...",
+                    help="a ragged batch given request by request (keys each, 0 allowed; sizes: 32k); sets --batch "
+                    "(give none or the same count) and the context (its longest); not for sparse_mla")
     pl.add_argument("--heads", type=int_type(1, LIMITS["num_q_heads"]), help="query heads (overrides the preset)")
     pl.add_argument("--kv-heads", type=int_type(1, LIMITS["num_kv_heads"]))
     pl.add_argument("--head-dim", type=int_type(1, LIMITS["head_dim_qk"]), help="head dim of q/k")

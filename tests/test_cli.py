@@ -59,6 +59,25 @@ LONG = "x" * 300  # longer than a file name may be (255 bytes)
     (["plan", "--workload", "llama-3-8b", "--ctx", "1.5"], "--ctx: '1.5' is not an integer"),
     (["plan", "--workload", "llama-3-8b", "--ctx", str(1 << 40)], "--ctx"),
     (["plan", "--workload", "llama-3-8b", "--heads", "12"], "num_q_heads=12"),
+    # Ragged batches: a named distribution (and seed), or the lengths themselves.
+    (["plan", "--kind", "gqa", "--lengths", "gauss"], "--lengths: 'gauss' is not allowed; expected DIST[:SEED], "
+     "DIST one of uniform, spread4, "),
+    (["plan", "--kind", "gqa", "--lengths", "uniform:3"], "--lengths: 'uniform:3' is not allowed: uniform lengths"),
+    (["plan", "--kind", "gqa", "--lengths", "spread16:-1"], "--lengths: 'spread16:-1' is not allowed"),
+    (["plan", "--kind", "gqa", "--lengths", "spread16:x"], "SEED an integer in [0, 2147483647]"),
+    (["plan", "--kind", "gqa", "--lengths", "spread16:" + "9" * 5000], "(5009 characters) is not allowed"),
+    (["plan", "--kind", "gqa", "--seq-lens", "-5"], "--seq-lens: '-5' is not allowed; expected an integer in [0, "),
+    (["plan", "--kind", "gqa", "--seq-lens=40,-5"], "--seq-lens: '-5' is not allowed"),
+    (["plan", "--kind", "gqa", "--seq-lens", "40,x"], "--seq-lens: 'x' is not an integer"),
+    (["plan", "--kind", "gqa", "--seq-lens", "40,,2"], "--seq-lens: '40,,2' is not allowed"),
+    (["plan", "--kind", "gqa", "--seq-lens", "0,0"], "--seq-lens: '0,0' is not allowed; expected at least one length"),
+    (["plan", "--kind", "gqa", "--seq-lens", "40,5", "--batch", "3"],
+     "--batch=3 is not allowed with --seq-lens of 2 lengths; expected --batch 2 or no --batch"),
+    (["plan", "--kind", "gqa", "--seq-lens", "40,5", "--batch", "2,4"], "--batch=2,4 is not allowed with --seq-lens"),
+    (["plan", "--kind", "gqa", "--seq-lens", "40,5", "--ctx", "40"], "--ctx=40 is not allowed with --seq-lens"),
+    (["plan", "--kind", "gqa", "--seq-lens", "40,5", "--lengths", "spread4"],
+     "--lengths=spread4 is not allowed with --seq-lens; expected one of them"),
+    (["plan", "--kind", "sparse_mla", "--seq-lens", "40,5"], "--seq-lens is not allowed for kind sparse_mla"),
     # A flag given as 0 was replaced by the preset's value; now refused.
     (["plan", "--kind", "gqa", "--heads", "0"], "--heads: '0' is not allowed"),
     (["plan", "--kind", "gqa", "--kv-heads", "0"], "--kv-heads: '0' is not allowed"),
@@ -372,6 +391,48 @@ def test_ctx_takes_sizes(capsys, given, keys):
     code, out, _ = run(capsys, "plan", "--workload", "llama-3-8b", "--ctx", given, "--planner", "flashinfer",
                        "--json")
     assert code == 0 and [r["ctx_len"] for r in json.loads(out)] == keys
+
+
+def test_plan_takes_a_named_length_distribution(capsys):
+    from splitlab import workloads
+
+    argv = ["plan", "--workload", "llama-3-8b", "--batch", "8", "--ctx", "32k", "--device", "h200"]
+    code, out, _ = run(capsys, *argv, "--lengths", "spread16:3", "--json")
+    rows = json.loads(out)
+    w = workloads.get("llama-3-8b", batch=8, ctx_len=32768).with_(length_dist="spread16", length_seed=3)
+    assert code == 0 and rows and len(set(w.lengths)) > 1
+    for r in rows:
+        assert (r["length_dist"], r["length_seed"], r["seq_lens"], r["ctx_len"]) == ("spread16", 3, None, 32768)
+        assert (r["ctx_mean"], r["ctx_max"]) == (sum(w.lengths) / 8, 32768) and r["ctx_mean"] < 32768
+    from splitlab import planners
+
+    assert {r["planner"]: r["num_splits"] for r in rows}["splitlab"] == planners.plan(w, "h200", "splitlab").num_splits
+    code, out, _ = run(capsys, *argv, "--lengths", "spread16", "--json")  # seed 0 by default
+    assert code == 0 and json.loads(out)[0]["length_seed"] == 0
+    code, out, _ = run(capsys, *argv, "--json")  # uniform: every request the longest
+    assert code == 0 and all((r["length_dist"], r["ctx_mean"]) == ("uniform", 32768) for r in json.loads(out))
+    code, out, _ = run(capsys, *argv, "--lengths", "spread16:3")
+    header = next(x for x in out.splitlines() if x.lstrip().startswith("device "))
+    assert code == 0 and "ctx_mean" in header.split() and f"{sum(w.lengths) / 8:.1f}" in out
+
+
+def test_plan_takes_the_lengths_of_a_batch(capsys):
+    from splitlab import planners
+    from splitlab.workloads import DecodeWorkload
+
+    code, out, _ = run(capsys, "plan", "--kind", "mla", "--seq-lens", "0,100k,3000,64k", "--device", "h200",
+                       "--planner", "splitlab,flashmla", "--json")
+    rows = json.loads(out)
+    lens = (0, 100 * 1024, 3000, 64 * 1024)
+    assert code == 0 and len(rows) == 2
+    for r in rows:
+        assert (r["batch"], r["ctx_len"], r["seq_lens"], r["ctx_max"]) == (4, 100 * 1024, list(lens), 100 * 1024)
+        assert r["ctx_mean"] == sum(lens) / 4
+    w = DecodeWorkload("mla", 4, 128, 1, 576, 512, 100 * 1024, seq_lens=lens)
+    assert {r["planner"]: r["num_splits"] for r in rows} == {p: planners.plan(w, "h200", p).num_splits
+                                                             for p in ("splitlab", "flashmla")}
+    code, out, _ = run(capsys, "plan", "--kind", "gqa", "--seq-lens", "40,5", "--batch", "2", "--json")
+    assert code == 0 and {(r["batch"], r["ctx_len"]) for r in json.loads(out)} == {(2, 40)}
 
 
 def test_topk_and_page_size_take_sizes(capsys):

@@ -1,6 +1,7 @@
-"""Fuzz ``splitlab plan``'s arguments: whatever the values, the command answers (exit 0, a table or JSON on stdout)
-or refuses in one line on stderr (exit 2); never a traceback, another exception or another exit code. The
-workload bounds (``workloads.LIMITS``) keep every planner fast, so no example can hang."""
+"""Fuzz ``splitlab plan``'s arguments (ragged batches too: ``--lengths``, ``--seq-lens``): whatever the values, the
+command answers (exit 0, a table or JSON on stdout) or refuses in one line on stderr (exit 2); never a traceback,
+another exception or another exit code. The workload bounds (``workloads.LIMITS``) keep every planner fast, so no
+example can hang."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ _planners = st.one_of(st.just("all"), st.lists(st.sampled_from(planners.names())
 _INTS = {"--heads": "num_q_heads", "--kv-heads": "num_kv_heads", "--head-dim": "head_dim_qk",
          "--head-dim-v": "head_dim_v", "--topk": "topk", "--page-size": "page_size"}
 
+_DRAWN = [d for d, spread in workloads.LENGTH_DISTS.items() if spread is not None]
+_seeded = st.tuples(st.sampled_from(_DRAWN), st.integers(0, workloads.MAX_LENGTH_SEED)).map("{0[0]}:{0[1]}".format)
+_lengths = st.one_of(st.sampled_from(list(workloads.LENGTH_DISTS)), _seeded)
+_seq_lens = st.lists(st.one_of(st.integers(0, 300), st.integers(0, LIMITS["ctx_len"])), min_size=1, max_size=6) \
+    .filter(lambda lens: max(lens) > 0).map(lambda lens: ",".join(map(str, lens)))
+
 # Each flag's values: (valid ones, hostile ones).
 FLAGS = {
     "--workload": (st.sampled_from(workloads.names()), st.sampled_from(["gpt-5", "", "LLAMA-3-8B", "llama-3-8b "])),
@@ -52,6 +59,13 @@ FLAGS = {
     "--dtype": (st.sampled_from(workloads.DTYPES), st.sampled_from(["int4", "", "BF16"])),
     "--device": (_devices, st.sampled_from(["tpu", "", "h200,", ",", "all", "h200,,b200"])),
     "--planner": (_planners, st.sampled_from(["magic", "", "modular,", "ALL", "all,modular"])),
+    "--lengths": (_lengths, st.one_of(
+        st.sampled_from(["spread3", "gauss", "", ":", "uniform:1", "spread16:", "spread16:-1", "spread16:x", "SPREAD16",
+                         "spread4:1:2", "spread16:1e3", f"spread16:{workloads.MAX_LENGTH_SEED + 1}",
+                         "spread16:" + "9" * 5000]),
+        st.text(max_size=8))),
+    "--seq-lens": (_seq_lens, st.one_of(_list(_hostile_int(LIMITS["ctx_len"])),
+                                        st.sampled_from(["0", "0,0", "-1", "5,-1"]))),
 }
 
 
@@ -82,7 +96,8 @@ def valid_plan_argv(draw) -> list[str]:
         flags.append("--kv-heads")
     for flag in flags:
         argv += [flag, str(num[flag])]
-    for flag in draw(st.lists(st.sampled_from(["--batch", "--ctx", "--dtype", "--planner"]), unique=True)):
+    shape = ["--batch", "--ctx", "--lengths"] if kind == "sparse_mla" or draw(st.booleans()) else ["--seq-lens"]
+    for flag in draw(st.lists(st.sampled_from([*shape, "--dtype", "--planner"]), unique=True)):
         argv += [flag, draw(FLAGS[flag][0])]
     return argv + draw(st.lists(st.sampled_from(["--json", "--notes"]), max_size=2, unique=True))
 
@@ -128,6 +143,8 @@ def test_the_fuzzer_reaches_both_outcomes():
     # The strategy is not all refusals: a plain kind answers, a zero head count is refused.
     assert _run(["plan", "--kind", "gqa", "--batch", "1,2"])[0] == 0
     assert _run(["plan", "--kind", "gqa", "--heads", "0"])[0] == 2
+    assert _run(["plan", "--kind", "mla", "--batch", "3", "--lengths", "spread16:4"])[0] == 0
+    assert _run(["plan", "--kind", "gqa", "--seq-lens", "0,70,9"])[0] == 0
 
 
 def test_every_planner_answers_or_refuses_at_the_corners_of_the_limits():
