@@ -187,6 +187,22 @@ def test_a_ragged_batch_is_planned_with_its_lengths(planned, monkeypatch):
     assert grids == [mla_launch_facts(w, device="h200").grid]
 
 
+def test_the_plans_head_tile_is_launched(monkeypatch):
+    """A plan that names a head tile (the fitted rule may weigh MLA's 32- and 64-row tiles) is the launch's, unless
+    block_h is given; an explicit num_splits asks no planner."""
+    import splitlab.planners as planners
+    from splitlab.planners import Plan
+
+    monkeypatch.setattr(planners, "default_plan", lambda w, device=None: Plan("fake", 2, block_h=32))
+    w = DecodeWorkload("mla", 3, 5, 1, 48, 32, 90, page_size=16, dtype="fp32", seq_lens=(90, 0, 41))
+    f = mla_launch_facts(w, device="h200")
+    assert (f.num_splits, f.block_h, f.ctas) == (2, 32, waves.ctas(w, 2, block_h=32))
+    assert mla_launch_facts(w, device="h200", block_h=16).block_h == 16
+    assert mla_launch_facts(w, num_splits=2).block_h == mla_defaults(5, 48, "fp32").block_h == 16
+    inp = mla_inputs(3, 5, 48, [90, 0, 41], page_size=16, dtype=torch.float32, seed=9)
+    _check(inp, torch.float32, 32)  # planned: 2 splits of the 32-row tile
+
+
 def test_a_uniform_batch_plans_as_before(planned):
     from splitlab.planners import plan
 

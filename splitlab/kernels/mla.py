@@ -495,14 +495,22 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
     """The launch ``mla_decode`` makes for ``w`` with these knobs (no launch): knobs checked, defaults
     resolved as the launcher resolves them (``mla_defaults``; ``num_splits=None`` asks the default
     planner on ``device``: a ``DeviceSpec``, a preset name, or None for the GPU torch sees, else the
-    ``h200`` preset). ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
+    ``h200`` preset, for the split count and, unless ``block_h`` is given, the head tile: the kernel's default
+    where the plan names none). ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
     check_kind(w, "mla")
     bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
     bn = None if block_n is None else check_pow2("block_n", block_n, lo=16, hi=256)
+    if num_splits is None:  # the default planner's split count, and its head tile unless given
+        from splitlab.planners import default_plan  # lazy: the planner package imports every port
+
+        plan = default_plan(w, resolve_device(device))
+        s = plan.num_splits
+        bh = plan.block_h if bh is None else bh
+    else:
+        s = plan_num_splits(w, num_splits, device)
     d = mla_defaults(w.num_q_heads, w.head_dim_qk, w.dtype, head_dim_v=w.head_dim_v, block_h=bh, block_n=bn)
     nw = d.num_warps if num_warps is None else check_num_warps(num_warps)
     ns = d.num_stages if num_stages is None else check_knob("num_stages", num_stages, lo=1, hi=8)
-    s = plan_num_splits(w, num_splits, device)
     return LaunchFacts(kernel="mla_decode", grid=(ctas(w, s, block_h=d.block_h),), num_splits=s,
                        num_warps=nw, num_stages=ns, block_n=d.block_n, block_h=d.block_h,
                        combine_grid=combine_grid(w.batch, w.num_q_heads, s, w.head_dim_v) if s > 1 else None)
@@ -561,7 +569,8 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
 
     Knobs (None = default): ``num_splits`` (None: the default planner on this GPU, or the ``h200``
     preset when q is on the CPU; one host sync over seq_lens), ``block_n`` (keys per tile, power of two
-    16..256), ``block_h`` (query heads per program, power of two 16..64), ``num_warps``, ``num_stages``.
+    16..256), ``block_h`` (query heads per program, power of two 16..64; None with ``num_splits=None``: the
+    plan's head tile where it names one), ``num_warps``, ``num_stages``.
     ``sm_scale`` defaults to ``1/sqrt(Dqk)``. An fp8 cache (``torch.float8_e4m3fn``, beside a bf16/fp16
     q) holds ``K / kv_scale`` (``kv_scale`` default 1.0): 64-row head tiles compute QK as an fp8 x fp8 dot
     with q quantised in-kernel to e4m3 (one scale per head row, ``fp8_qk``) and PV on the V part widened to
