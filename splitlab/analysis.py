@@ -256,11 +256,11 @@ class MeasuredIndex:
         return t, knobs
 
     def workload(self, shape: tuple):
-        from splitlab.results import WORKLOAD_COLUMNS
-        from splitlab.workloads import DecodeWorkload
+        """The ``DecodeWorkload`` of ``shape``, its lengths included (``results.workload``): a rule replayed on a
+        ragged batch sees the batch, not its longest request repeated."""
+        from splitlab.results import workload
 
-        row = self.rows[shape]
-        return DecodeWorkload(**{c: row[c] for c in WORKLOAD_COLUMNS})
+        return workload(self.rows[shape])
 
     def lookup(self, shape: tuple, plan, device) -> tuple[dict, float | None]:
         """(the resolved knobs of ``plan`` on ``shape``, the measured p50 at exactly those knobs or None)."""

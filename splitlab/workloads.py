@@ -29,7 +29,7 @@ LIMITS: dict[str, int] = dict(batch=1 << 16, num_q_heads=4096, num_kv_heads=4096
 #: ``uniform`` (every request the longest: the default, and every batch swept before ragged batches existed).
 #: ``spreadN``: each request's length drawn uniformly from the integers in ``[ceil(longest / N), longest]``, then
 #: one request (drawn too) set to exactly the longest.
-LENGTH_DISTS: dict[str, int | None] = {"uniform": None, "spread4": 4, "spread16": 16}
+LENGTH_DISTS: dict[str, int | None] = {"uniform": None, "spread4": 4, "spread8": 8, "spread16": 16, "spread64": 64}
 UNIFORM = "uniform"
 #: The largest ``length_seed``.
 MAX_LENGTH_SEED = (1 << 31) - 1

@@ -209,3 +209,14 @@ def test_a_ragged_batch_and_a_uniform_one_are_two_shapes():
     best = analysis.oracle(df)
     assert len(best) == 2 and sorted(best["p50_us"]) == [5.0, 10.0]
     assert isinstance(df, pd.DataFrame)
+
+
+def test_the_planner_schedules_ragged_launches_in_the_kernels_grid_order():
+    """``native.REQUEST_MAJOR`` (the planner imports no torch) restates each kernel's ``GRID_ORDER``."""
+    from splitlab.kernels import gqa, mla, mla_sm90, sparse_mla
+    from splitlab.planners.native import REQUEST_MAJOR
+
+    orders = {"gqa": {gqa.GRID_ORDER}, "mla": {mla.GRID_ORDER, mla_sm90.GRID_ORDER},
+              "sparse_mla": {sparse_mla.GRID_ORDER, mla_sm90.GRID_ORDER}}
+    assert {k: v == {"request-major"} for k, v in orders.items()} == REQUEST_MAJOR
+    assert all(len(v) == 1 for v in orders.values())

@@ -56,6 +56,9 @@ LOG2E = 1.4426950408889634  # log2(e): scores are kept in the log2 domain so the
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2), back to a natural-log lse (a jit global must be constexpr)
 FLT_MAX = tl.constexpr(3.4028234663852886e38)  # the largest finite fp32: the running max's start
 MAX_SPLITS = 65535  # the grid's y dimension holds the splits (CUDA limit)
+#: The order the grid issues its programs in: (request x kv head) fastest, then split, so every request's CTAs of
+#: split 0 go first (``planners.native.REQUEST_MAJOR`` restates it for the planner's schedule of a ragged batch).
+GRID_ORDER = "split-major"
 
 
 @triton.jit

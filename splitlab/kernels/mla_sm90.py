@@ -409,6 +409,9 @@ ENABLED = True
 #: fp32 partials: their 64-row tile spills with 16-bit ones, and their 16-row tile gained only 0.95-1.0x.
 #: Off: fp32 partials here too (A/B runs).
 PARTIALS_16BIT = True
+#: The order its programs are issued in: head tile fastest, then split, then request or token, as ``mla`` and
+#: ``sparse_mla`` issue theirs.
+GRID_ORDER = "request-major"
 
 
 def partial_dtype(dtype: torch.dtype, sm90: bool) -> torch.dtype:

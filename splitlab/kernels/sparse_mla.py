@@ -95,6 +95,9 @@ BLOCK_K_SMALL, BLOCK_K_LARGE = 32, 64
 #: (sm_90a, triton 3.6: 255 registers, 224 KB shared at 2 stages) since ``mla.isolate_qk`` stopped the two
 #: warpgroups computing the same scores; before that it spilled.
 BLOCK_K_LARGE_MAX_DQK = 576
+#: The order the one-axis grid issues its programs in: head tile fastest, then split, then token, so all of a
+#: token's CTAs go together (``planners.native.REQUEST_MAJOR`` restates it for the planner).
+GRID_ORDER = "request-major"
 
 
 def sparse_block_k(head_dim_qk: int, dtype: str = "bf16") -> int:

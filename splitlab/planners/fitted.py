@@ -71,6 +71,10 @@ class CostConstants:
     narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
     sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
+    drain: float = -1.0  # ragged batches: a narrow CTA's time alone as the launch drains, in its time in a full
+    #                     wave (``native.ragged_launch_time``'s CAP); < 0: LONE's (no floor: 1)
+    tile32: float = 0.0  # MLA: the tl 32-row head tile's cost per key tile, in 16-row tiles; 0: the rule weighs
+    #                      MLA's default head tile only (and it costs 1)
 
 
 _INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "max_splits")

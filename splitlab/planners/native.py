@@ -23,6 +23,7 @@ measured data (``splitlab.fit``). Source: splitlab (this repository), no upstrea
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import warnings
 from collections.abc import Iterator
@@ -294,11 +295,25 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     ``num_splits`` may be an int or a numpy integer array, and the constants numpy arrays (``splitlab.fit``
     evaluates many settings at once); plain Python otherwise."""
     c0 = waves.ctas(w, 1, block_h=block_h)
-    keys = w.keys_per_request
     rows = tile_rows(w, block_h)
     wide = wide_tile(w, rows)
     per_sm = c.ctas_per_sm if wide else c.ctas_per_sm_narrow
     slots = sm_count * per_sm
+    rate = _tile_rate(w, rows, arch, block_k, c)
+    key_tile = SMALL_TILE_KEYS if block_k is not None and block_k < TILE_KEYS else TILE_KEYS
+    p = partial_tiles(w, block_h, arch, block_k)
+    split = num_splits > 1
+    busiest = -(-(c0 * num_splits) // sm_count)  # CTAs on the busiest SM: each writes its split's partial rows
+    merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
+    writes = split * c.partial * p * busiest + merge
+    if len(set(w.lengths)) > 1:  # a ragged batch: its CTAs differ, so price the launch's schedule (below)
+        # a narrow CTA left alone streams up to 1 / CAP times faster (its SM's other CTAs done); a wide one, alone
+        # on its SM already, does not speed up
+        cap = 1.0 if wide else c.drain if c.drain >= 0 else c.lone if c.lone >= 0 else 1.0
+        tiles = [cdiv(cdiv(n, num_splits), key_tile) for n in w.lengths]
+        return ragged_launch_time(tiles, c0 // w.batch, num_splits, slots, rate, c.fixed, cap,
+                                  request_major=REQUEST_MAJOR[w.kind]) + writes
+    tiles = cdiv(cdiv(w.keys_per_request, num_splits), key_tile) * rate  # ceil(ceil(L / s) / KEYS) key tiles
     full, rem = (c0 * num_splits) // slots, (c0 * num_splits) % slots
     n_waves = full + (rem > 0) * (c.tail + (1 - c.tail) * rem / slots)  # tail 1: ceil(c0 * s / slots)
     n_waves = n_waves + (n_waves < 1) * (1 - n_waves)  # at least one wave (no np.maximum: plain stays plain)
@@ -309,21 +324,91 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     fill = rem / slots
     lone = (c.lone > fill) * c.lone + (c.lone <= fill) * fill  # max(LONE, fill) (plain stays plain)
     n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
-    per_split = -(-keys // num_splits)  # ceil(L / s)
-    small = block_k is not None and block_k < TILE_KEYS
-    tiles = -(-per_split // (SMALL_TILE_KEYS if small else TILE_KEYS))
-    if small:  # sparse MLA's BLOCK_K 32: a 32-key tile costs SMALL_KEY_TILE of a 64-key one; 0: never taken
-        tiles = tiles * c.small_key_tile + (c.small_key_tile <= 0) * 1e30
+    return n_waves * (tiles + c.fixed) + writes
+
+
+def _tile_rate(w: DecodeWorkload, rows: int, arch: str, block_k: int | None, c: CostConstants):
+    """What one key tile of the launch costs, in 64-key tiles of the tl kernel: SMALL_KEY_TILE for sparse MLA's
+    32-key tile, NARROW for its 16-row tile in place of a wider default, SM90_TILE where the Gluon tile runs, 1
+    otherwise; a rate of 0 (never weighed) prices the tile out (1e30)."""
+    rate = 1.0
+    if block_k is not None and block_k < TILE_KEYS:  # a 32-key tile costs SMALL_KEY_TILE of a 64-key one
+        rate = rate * c.small_key_tile + (c.small_key_tile <= 0) * 1e30
     if w.kind == "sparse_mla" and rows <= 16 and rows < tile_rows(w):  # a narrower tile than the default
-        # a 16-row tile (4 warps) streams a key tile in NARROW of a 32/64-row tl tile's time; NARROW 0: never taken
-        tiles = tiles * c.narrow_tile + (c.narrow_tile <= 0) * 1e30
+        # a 16-row tile (4 warps) streams a key tile in NARROW of a 32/64-row tl tile's time
+        rate = rate * c.narrow_tile + (c.narrow_tile <= 0) * 1e30
+    if w.kind == "mla":  # MLA's tl 32-row tile streams a key tile in TILE32 of its 16-row tile's time; TILE32 0
+        # (the head-tile rates not fitted): the same, and a head tile other than the default is never taken
+        rate = rate * (c.tile32 + (c.tile32 <= 0)) if rows == 32 else rate
+        rate = rate + (rows != tile_rows(w)) * (c.tile32 <= 0) * 1e30
     if sm90_tile_runs(w, rows, arch, block_k):
-        tiles = tiles * c.sm90_tile  # the Gluon tile streams a key tile in SM90_TILE of the tl kernel's time
-    p = partial_tiles(w, block_h, arch, block_k)
-    split = num_splits > 1
-    busiest = -(-(c0 * num_splits) // sm_count)  # CTAs on the busiest SM: each writes its split's partial rows
-    merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
-    return n_waves * (tiles + c.fixed) + split * c.partial * p * busiest + merge
+        rate = rate * c.sm90_tile  # the Gluon tile streams a key tile in SM90_TILE of the tl kernel's time
+    return rate
+
+
+#: The order in which each family's partial kernel issues its CTAs (its grid's fastest index last): GQA split-major
+#: (grid (request x kv head, split): every request's CTAs of split 0 first), MLA and sparse MLA request-major (one
+#: axis, head tile fastest, then split, then request: all of a request's splits together). Restated from the kernels
+#: (``kernels.gqa``, ``kernels.mla``, ``kernels.mla_sm90``, ``kernels.sparse_mla``: ``GRID_ORDER``) for the
+#: planner, which imports no torch; ``tests/test_ragged.py`` holds them equal.
+REQUEST_MAJOR = {"gqa": False, "mla": True, "sparse_mla": True}
+
+
+#: A ragged launch of this many waves of CTAs or more is priced in closed form (``ragged_launch_time``).
+SCHEDULE_WAVES = 8
+
+
+def ragged_launch_time(tiles: list[int], ctas_per_request: int, num_splits: int, slots: int, rate: float,
+                       fixed: float, cap: float, *, request_major: bool = False) -> float:
+    """The time of one partial launch whose CTAs differ in length, in key tiles of one CTA: a schedule of the
+    launch on ``slots`` CTA slots (SMs x CTAs per SM), as the GPU runs it.
+
+    Request i's ``ctas_per_request`` CTAs (kv heads, or head tiles) of each split stream ``tiles[i]`` key tiles
+    (its own keys cut in ``num_splits``) at ``rate`` each after ``fixed`` of start-up: d_i = tiles[i] * RATE +
+    FIXED. They are issued in the kernel's grid order (``request_major``: all of a request's CTAs together, as
+    MLA and sparse MLA issue them; else split-major, GQA's: every request's CTAs of split 0, then of split 1),
+    each into the first slot that frees. The resident CTAs share the bandwidth: each streams at
+    ``min(1 / cap, slots / resident)`` (one tile per unit of time with every slot busy, up to 1 / CAP times
+    faster as the launch drains and the other CTAs of its SM are done: ``fitted_cost`` passes DRAIN, else LONE,
+    for a narrow tile and 1 for a wide one, alone on its SM already). The launch ends with its last CTA. CTAs of
+    one length issued together are one event, and a launch of ``SCHEDULE_WAVES`` waves or more is priced in
+    closed form, so a plan costs milliseconds at any batch."""
+    if any(getattr(v, "ndim", 0) for v in (cap, fixed, rate)):  # numpy arrays: splitlab.fit's settings at once
+        raise SplitlabError("ragged_launch_time prices one setting of the constants at a time (splitlab.fit "
+                            "scores ragged batches setting by setting)")
+    durations = [t * rate + fixed for t in tiles]
+    if ctas_per_request * num_splits * len(tiles) >= SCHEDULE_WAVES * slots:
+        # Many waves: the order no longer shows. The work spread over the slots, and the last CTAs' drain (half a
+        # mean CTA at the drain speed), but never less than the longest CTA alone (within 5% of the schedule on
+        # every ragged fit batch of 8 waves or more; the schedule's cost grows with the batch, this does not).
+        work = sum(durations) * ctas_per_request * num_splits / slots
+        return max(work + cap * sum(durations) / len(durations) / 2, cap * max(durations))
+    queue = ([(d, ctas_per_request * num_splits) for d in durations] if request_major else
+             [(d, ctas_per_request) for _ in range(num_splits) for d in durations])
+    pending = []  # heap of (the virtual work at which a group of CTAs ends, its CTAs)
+    done = 0.0  # virtual work: what each resident CTA has streamed since the launch began, in key tiles
+    now, resident, head, left = 0.0, 0, 0, queue[0][1]
+
+    def issue(n: int) -> None:
+        nonlocal resident, head, left
+        while n > 0 and head < len(queue):
+            k = min(n, left)
+            heapq.heappush(pending, (done + queue[head][0], k))
+            resident, n, left = resident + k, n - k, left - k
+            if left == 0:
+                head += 1
+                left = queue[head][1] if head < len(queue) else 0
+
+    issue(slots)
+    while pending:
+        end, n = heapq.heappop(pending)
+        while pending and pending[0][0] == end:
+            n += heapq.heappop(pending)[1]
+        speed = min(1 / cap, slots / resident) if cap > 0 else slots / resident
+        now += (end - done) / speed
+        done, resident = end, resident - n
+        issue(n)
+    return now
 
 
 def wide_tile(w: DecodeWorkload, rows: int) -> bool:
@@ -394,9 +479,23 @@ def _weighed(rate) -> bool:
     return getattr(rate, "max", lambda: rate)() > 0
 
 
-def head_tiles(w: DecodeWorkload, c: CostConstants) -> tuple[int | None, ...]:
-    """The head tiles the rule weighs: the kernel's default (None) and, where the 16-row tile has a cost
-    (``narrow_tile > 0``), the ``narrow_head_tiles``."""
+#: MLA's head tiles (BLOCK_H): the tl kernel's 16 and 32 rows, and 64 rows (the Gluon tile where it runs).
+MLA_HEAD_TILES = (16, 32, 64)
+
+
+def head_tiles(w: DecodeWorkload, c: CostConstants, arch: str = "") -> tuple[int | None, ...]:
+    """The head tiles the rule weighs: the kernel's default (None) and, sparse MLA, where the 16-row tile has a
+    cost (``narrow_tile > 0``), the ``narrow_head_tiles``; MLA, where the head-tile rates were fitted
+    (``tile32 > 0``), every tile of ``MLA_HEAD_TILES`` wider than the default that has a rate: the tl 32-row
+    tile (TILE32) and, on ``arch`` where it runs, the Gluon 64-row tile (SM90_TILE). So 8-16 heads may run 32 or
+    64 rows and 17-32 heads 64 (a tl 64-row tile was never timed against the others). A narrower tile is never
+    weighed: each extra head tile reads the whole latent cache once more, and splits fill the SMs instead (on
+    the H200, 8-128 heads at batch 1-64, the best head tile of the card's ``tiles`` grid was the default or a
+    wider one at every shape)."""
+    if w.kind == "mla":
+        default = waves.default_block_h(w.num_q_heads)
+        wider = (bh for bh in MLA_HEAD_TILES if bh > default and (bh == 32 or sm90_tile_runs(w, bh, arch)))
+        return (None, *wider) if _weighed(c.tile32) else (None,)
     return (None, *narrow_head_tiles(w)) if _weighed(c.narrow_tile) else (None,)
 
 
@@ -431,10 +530,11 @@ def key_tiles(w: DecodeWorkload, c: CostConstants, block_h: int | None = None) -
     return (TILE_KEYS, SMALL_TILE_KEYS) if small else (TILE_KEYS,)
 
 
-def candidates(w: DecodeWorkload, c: CostConstants, sm_count: int) -> list[tuple[int | None, int | None, int]]:
+def candidates(w: DecodeWorkload, c: CostConstants, sm_count: int,
+               arch: str = "") -> list[tuple[int | None, int | None, int]]:
     """Every (head tile, key tile, split count) the rule weighs, in its tie order: the default head tile first,
     then the 64-key tile, then fewer splits."""
-    return [(bh, bk, s) for bh in head_tiles(w, c) for bk in key_tiles(w, c, bh)
+    return [(bh, bk, s) for bh in head_tiles(w, c, arch) for bk in key_tiles(w, c, bh)
             for s in split_candidates(w, c.max_splits, sm_count, bh, bk)]
 
 
@@ -447,7 +547,7 @@ def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | N
     choice = constants_for(dev, w.kind) if constants is None else None
     c = choice.constants if choice is not None else constants
     best, best_cost = (None, None, 1), None
-    for bh, bk, s in candidates(w, c, dev.sm_count):
+    for bh, bk, s in candidates(w, c, dev.sm_count, dev.arch):
         cost = fitted_cost(w, s, dev.sm_count, c, bh, dev.arch, bk)
         if best_cost is None or cost < best_cost:
             best, best_cost = (bh, bk, s), cost
