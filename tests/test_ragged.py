@@ -220,3 +220,62 @@ def test_the_planner_schedules_ragged_launches_in_the_kernels_grid_order():
               "sparse_mla": {sparse_mla.GRID_ORDER, mla_sm90.GRID_ORDER}}
     assert {k: v == {"request-major"} for k, v in orders.items()} == REQUEST_MAJOR
     assert all(len(v) == 1 for v in orders.values())
+
+
+# --- the planner's cost per request ----------------------------------------------------------------------------------
+
+def test_a_ragged_batch_takes_the_splits_its_longest_requests_need():
+    """The issue's batch (24 requests of 2 kv heads, up to 100K keys, lengths spread over 1/16 to 1 of the
+    longest): the H200 ran it in 331 us at 64 splits and 543 us at 5, the split the rule took when it priced one
+    length per batch. Priced per request, the rule takes 64; the same batch at one length keeps 5 (its CTAs
+    all stream as long, so fewer, longer splits fill the SMs as well)."""
+    from splitlab.planners.native import fitted_plan
+
+    h200 = get_device("h200")
+    for seed in range(3):
+        w = DecodeWorkload("gqa", 24, 16, 2, 128, 128, 100_000, length_dist="spread16", length_seed=seed)
+        assert fitted_plan(w, h200).num_splits == 64
+        assert fitted_plan(w.with_(length_dist="uniform"), h200).num_splits == 5
+
+
+def test_a_ragged_launch_costs_its_work_spread_over_the_slots_but_no_less_than_its_longest_cta():
+    from splitlab.planners.native import ragged_launch_time
+
+    # 4 requests of 1 CTA: 3 short ones and a long one on 2 slots. Every CTA alone runs at full speed (cap 1).
+    assert ragged_launch_time([10, 10, 10, 100], 1, 1, 2, 1.0, 0.0, 1.0) == pytest.approx(110.0)
+    assert ragged_launch_time([100, 10, 10, 10], 1, 1, 2, 1.0, 0.0, 1.0) == pytest.approx(100.0)
+    # with the slots to spare, the long CTA speeds up as the others end (cap 0.5: twice as fast alone)
+    assert ragged_launch_time([10, 100], 1, 1, 4, 1.0, 0.0, 0.5) == pytest.approx(10 / 2 + 90 / 2)
+    # rate and fixed: each CTA streams tiles * RATE after FIXED
+    assert ragged_launch_time([4, 8], 1, 1, 2, 0.5, 1.0, 1.0) == pytest.approx(8 * 0.5 + 1.0)
+
+
+def test_the_schedule_issues_ctas_in_the_kernels_grid_order():
+    """Split-major (GQA): split 0 of every request, then split 1. Request-major (MLA): all of request 0's splits
+    first. Two requests of 2 splits on 2 slots, request 1 long: request-major runs its two CTAs side by side."""
+    from splitlab.planners.native import ragged_launch_time
+
+    request_major = ragged_launch_time([1, 50], 1, 2, 2, 1.0, 0.0, 1.0, request_major=True)
+    split_major = ragged_launch_time([1, 50], 1, 2, 2, 1.0, 0.0, 1.0)
+    assert request_major == pytest.approx(51.0)  # (1, 1), then (50, 50)
+    assert split_major == pytest.approx(52.0)  # (1, 50), then split 1's 1 at 1 and its 50 at 2
+
+
+def test_a_launch_of_many_waves_is_priced_in_closed_form_near_its_schedule(monkeypatch):
+    from splitlab.planners import native
+
+    tiles = [1 + (37 * i) % 97 for i in range(64)]  # 64 requests of 1-97 tiles
+    args = (tiles, 8, 16, 396, 1.0, 0.5, 0.6)  # 8192 CTAs, 20 waves of 396 slots
+    closed = native.ragged_launch_time(*args)
+    monkeypatch.setattr(native, "SCHEDULE_WAVES", 10 ** 9)
+    scheduled = native.ragged_launch_time(*args)
+    assert closed == pytest.approx(scheduled, rel=0.05) and closed != scheduled
+
+
+def test_ragged_batches_are_priced_one_setting_at_a_time():
+    import numpy as np
+
+    from splitlab.planners.native import ragged_launch_time
+
+    with pytest.raises(SplitlabError, match="one setting"):
+        ragged_launch_time([1, 2], 1, 1, 2, 1.0, np.array([0.0, 1.0]), 1.0)
