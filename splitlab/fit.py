@@ -109,6 +109,9 @@ LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
 #: The ragged pass (``_joint_search``): a CTA's fixed cost, a split's partial write and a narrow CTA's time alone as a
 #: ragged launch drains (``CostConstants.drain``; -1: LONE's), refitted on same-length and ragged fit shapes together.
 JOINT_GRID = dict(fixed=(0.0, 0.5, 1.0, 2.0, 4.0), partial=(0.5, 1.0, 2.0, 3.0), drain=(-1.0, 0.6, 0.8, 0.9, 1.0))
+#: The ragged passes per family, in order: GQA first fits the wave width of its 32- and 64-row tiles
+#: (``CostConstants.ctas_per_sm_mid``; 0: the narrow width), which only its groups 17-64 price.
+JOINT_PASSES = {"gqa": (dict(ctas_per_sm_mid=(0, 1, 2, 3, 4)), JOINT_GRID), "mla": (JOINT_GRID,)}
 #: The families whose floor under one wave is fitted: GQA (MLA's fit prefers none: its narrow tiles, two to an SM,
 #: cost a whole wave under one, ``tail`` 1).
 LONE_KINDS = ("gqa",)
@@ -272,18 +275,18 @@ def _ragged(idx: analysis.MeasuredIndex) -> analysis.MeasuredIndex:
     return idx.only(sh for sh in idx.shapes() if idx.workload(sh).ragged)
 
 
-def _joint_search(idx: analysis.MeasuredIndex, kind: str, values: dict, dev: DeviceSpec
-                  ) -> tuple[dict, pd.DataFrame]:
-    """The ragged pass: ``JOINT_GRID`` (a CTA's fixed cost, a split's partial write, a narrow CTA's speed as a
-    ragged launch drains) with every other constant held, scored setting by setting on every fit shape of
-    ``idx``, same-length and ragged (a ragged launch's schedule is priced one setting at a time): the mean of the
-    two classes' log geomean regrets, so that each counts as much as the other whatever their shape counts. The
-    earlier passes' values (and ``drain`` -1) win near-ties (0.1%), then the lower worst case."""
+def _joint_search(idx: analysis.MeasuredIndex, kind: str, values: dict, dev: DeviceSpec,
+                  grid: dict[str, tuple]) -> tuple[dict, pd.DataFrame]:
+    """A ragged pass: ``grid``'s constants (``JOINT_PASSES``) with every other constant held, scored setting by
+    setting on every fit shape of ``idx``, same-length and ragged (a ragged launch's schedule is priced one setting
+    at a time): the mean of the two classes' log geomean regrets, so that each counts as much as the other whatever
+    their shape counts. The values held so far (``drain`` -1, ``ctas_per_sm_mid`` 0 where not yet fitted) win
+    near-ties (0.1%), then the lower worst case."""
     shapes = {False: [], True: []}
     for sh in idx.shapes():
         shapes[idx.workload(sh).ragged].append(sh)
-    keep = dict(values, drain=-1.0)
-    grid = {k: tuple(dict.fromkeys((keep[k], *v))) for k, v in JOINT_GRID.items()}  # the held value first
+    keep = dict(dict(drain=-1.0, ctas_per_sm_mid=0), **values)
+    grid = {k: tuple(dict.fromkeys((keep[k], *v))) for k, v in grid.items()}  # the held value first
     rows = []
     for combo in itertools.product(*grid.values()):
         # at the default head tiles, as the first pass (the fit shapes measure other head tiles on the tiles grid
@@ -361,7 +364,8 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
             values, score = _grid_search(covered, kind, settings, dev, prefer=("tile32", 0.0))
     every = analysis.MeasuredIndex(rows, allow_fake=allow_fake)
     if kind in JOINT_KINDS and _ragged(every).shapes():
-        values, _ = _joint_search(every, kind, values, dev)
+        for grid in JOINT_PASSES[kind]:
+            values, _ = _joint_search(every, kind, values, dev, grid)
     fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(v) for k, v in values.items()}, kind)
     return fitted, score
 
@@ -500,6 +504,7 @@ def _fmt(c: CostConstants) -> str:
     s += f", lone={c.lone:g}" if c.lone >= 0 else ""
     s += f", sm90_tile={c.sm90_tile:g}" if c.sm90_tile != 1.0 else ""
     s += f", tile32={c.tile32:g}" if c.tile32 else ""
+    s += f", ctas_per_sm_mid={c.ctas_per_sm_mid}" if c.ctas_per_sm_mid else ""
     s += f", drain={c.drain:g}" if c.drain >= 0 else ""
     return s + (f", small_key_tile={c.small_key_tile:g}" if c.small_key_tile else "")
 

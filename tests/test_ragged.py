@@ -279,3 +279,16 @@ def test_ragged_batches_are_priced_one_setting_at_a_time():
 
     with pytest.raises(SplitlabError, match="one setting"):
         ragged_launch_time([1, 2], 1, 1, 2, 1.0, np.array([0.0, 1.0]), 1.0)
+
+
+def test_the_planner_knows_which_gqa_tiles_run_eight_warps():
+    """``native.wide_tile`` (GQA: ``GQA_WIDE_ELEMENTS``) restates the GQA kernel's 8-warp tiles; the 4-warp ones of
+    32 or 64 rows are ``mid_tile``s."""
+    from splitlab.kernels.gqa import gqa_launch_facts
+    from splitlab.planners.native import mid_tile, tile_rows, wide_tile
+
+    for hq, hkv, d in [(32, 8, 128), (64, 2, 128), (128, 2, 128), (128, 1, 128), (64, 1, 256), (16, 1, 64)]:
+        w = DecodeWorkload("gqa", 2, hq, hkv, d, d, 4096)
+        rows = tile_rows(w)
+        assert wide_tile(w, rows) == (gqa_launch_facts(w, num_splits=2).num_warps == 8), (hq, hkv, d)
+        assert mid_tile(w, rows) == (not wide_tile(w, rows) and rows >= 32)

@@ -71,13 +71,16 @@ class CostConstants:
     narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
     sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
+    ctas_per_sm_mid: int = 0  # GQA's 32- and 64-row tiles (4 warps; ``native.mid_tile``); 0: the narrow width
     drain: float = -1.0  # ragged batches: a narrow CTA's time alone as the launch drains, in its time in a full
     #                     wave (``native.ragged_launch_time``'s CAP); < 0: LONE's (no floor: 1)
     tile32: float = 0.0  # MLA: the tl 32-row head tile's cost per key tile, in 16-row tiles; 0: the rule weighs
     #                      MLA's default head tile only (and it costs 1)
 
 
-_INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "max_splits")
+_INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "ctas_per_sm_mid", "max_splits")
+#: The integer constants that must be at least 1 (``ctas_per_sm_mid`` may be 0: not fitted, the narrow width).
+_POSITIVE_INT = ("ctas_per_sm", "ctas_per_sm_narrow", "max_splits")
 _REQUIRED = tuple(f.name for f in fields(CostConstants) if f.default is MISSING)
 #: The largest integer constant a file may hold (CTAs per SM, splits).
 _MAX_INT = 1 << 16
@@ -114,12 +117,12 @@ def _bad(path: Path, key: str, value: object, allowed: str) -> SplitlabError:
     return SplitlabError(f"{path}: {key}={value!r} is not allowed; expected {allowed}")
 
 
-def _number(path: Path, key: str, v: object, *, integer: bool) -> int | float:
+def _number(path: Path, key: str, v: object, *, integer: bool, lowest: int = 1) -> int | float:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _bad(path, key, v, "an integer" if integer else "a number")
     if integer:
-        if not isinstance(v, int) or not 1 <= v <= _MAX_INT:
-            raise _bad(path, key, v, f"an integer in [1, {_MAX_INT}]")
+        if not isinstance(v, int) or not lowest <= v <= _MAX_INT:
+            raise _bad(path, key, v, f"an integer in [{lowest}, {_MAX_INT}]")
         return v
     if not math.isfinite(v) or abs(v) > 1e6:
         raise _bad(path, key, v, "a finite number (|x| <= 1e6)")
@@ -135,7 +138,7 @@ def _constants(path: Path, kind: str, table: dict) -> CostConstants:
         if k not in known:
             raise SplitlabError(f"{path}: key '{kind}.{k}' is not allowed; expected the constants "
                                 f"{', '.join(sorted(known))} (and the tables {', '.join(_RECORD_KEYS)})")
-        values[k] = _number(path, f"{kind}.{k}", v, integer=k in _INT_FIELDS)
+        values[k] = _number(path, f"{kind}.{k}", v, integer=k in _INT_FIELDS, lowest=k in _POSITIVE_INT)
     missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise SplitlabError(f"{path}: [{kind}] lacks {', '.join(missing)}; expected every constant the rule "

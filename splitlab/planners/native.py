@@ -35,7 +35,7 @@ from splitlab import waves  # module import: waves itself imports splitlab.plann
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
 from splitlab.planners import fitted
-from splitlab.planners._math import cdiv
+from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.planners.fitted import CostConstants, FittedConstants
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
@@ -297,8 +297,15 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     c0 = waves.ctas(w, 1, block_h=block_h)
     rows = tile_rows(w, block_h)
     wide = wide_tile(w, rows)
-    per_sm = c.ctas_per_sm if wide else c.ctas_per_sm_narrow
+    mid = mid_tile(w, rows) * (c.ctas_per_sm_mid > 0)  # (0: the narrow width; plain stays plain)
+    per_sm = c.ctas_per_sm if wide else mid * c.ctas_per_sm_mid + (1 - mid) * c.ctas_per_sm_narrow
     slots = sm_count * per_sm
+    # LONE and DRAIN are fitted in waves of the narrow tile: LONE x CTAS_PER_SM_NARROW CTAs on an SM keep its share
+    # of the bandwidth busy (1.8 on the H200), whatever their rows (each streams the same K/V tiles). A mid tile's
+    # floor is that count over its own slots (0.9 at two to an SM), at most one wave.
+    scale = mid * c.ctas_per_sm_narrow / (mid * c.ctas_per_sm_mid + (1 - mid)) + (1 - mid)
+    lone_w = c.lone * scale
+    lone_w = lone_w + (lone_w > 1) * (1 - lone_w)  # min(1, ...) (plain stays plain)
     rate = _tile_rate(w, rows, arch, block_k, c)
     key_tile = SMALL_TILE_KEYS if block_k is not None and block_k < TILE_KEYS else TILE_KEYS
     p = partial_tiles(w, block_h, arch, block_k)
@@ -306,10 +313,12 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     busiest = -(-(c0 * num_splits) // sm_count)  # CTAs on the busiest SM: each writes its split's partial rows
     merge = split * (c.combine + c.combine_per_split * num_splits * c0 * p / sm_count)
     writes = split * c.partial * p * busiest + merge
-    if len(set(w.lengths)) > 1:  # a ragged batch: its CTAs differ, so price the launch's schedule (below)
+    # A ragged batch: its CTAs differ, so price the launch's schedule (below). Not sparse MLA's: its kernel walks
+    # every top-k slot of a token (an invalid one a masked index), so a token's CTAs last as its slots do.
+    if w.kind != "sparse_mla" and len(set(w.lengths)) > 1:
         # a narrow CTA left alone streams up to 1 / CAP times faster (its SM's other CTAs done); a wide one, alone
         # on its SM already, does not speed up
-        cap = 1.0 if wide else c.drain if c.drain >= 0 else c.lone if c.lone >= 0 else 1.0
+        cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone_w if c.lone >= 0 else 1.0
         tiles = [cdiv(cdiv(n, num_splits), key_tile) for n in w.lengths]
         return ragged_launch_time(tiles, c0 // w.batch, num_splits, slots, rate, c.fixed, cap,
                                   request_major=REQUEST_MAJOR[w.kind]) + writes
@@ -322,7 +331,7 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     # costs its filled fraction of a wave, but no less than LONE (below it too few CTAs per SM are resident to keep
     # HBM busy, so each streams at its latency-bound rate). A wide tile (one CTA per SM) keeps the ceil / tail form.
     fill = rem / slots
-    lone = (c.lone > fill) * c.lone + (c.lone <= fill) * fill  # max(LONE, fill) (plain stays plain)
+    lone = (lone_w > fill) * lone_w + (lone_w <= fill) * fill  # max(LONE, fill) (plain stays plain)
     n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
     return n_waves * (tiles + c.fixed) + writes
 
@@ -422,8 +431,27 @@ def wide_tile(w: DecodeWorkload, rows: int) -> bool:
     would be modelled with twice the slots it has, so the rule would split it to fill a wave that is already full
     and keep it against the 16-row tile, which is faster at equal splits on 217 of the 221 (32-head shape, split)
     pairs swept at both (median 0.92x the 32-row time, down to 0.67x; the 4 others within 6%, at 16-64 splits of
-    2-8 tokens). MLA keeps its 32-row tile narrow (2 CTAs per SM fitted on MLA-32)."""
+    2-8 tokens). MLA keeps its 32-row tile narrow (2 CTAs per SM fitted on MLA-32).
+
+    GQA's tile is wide where the kernel gives it 8 warps (rows x padded head dim >= ``GQA_WIDE_ELEMENTS``: MQA-128's
+    128 rows at D 128); its 4-warp 32- and 64-row tiles are ``mid_tile``s."""
+    if w.kind == "gqa":
+        return rows * next_power_of_two(w.head_dim_v) >= GQA_WIDE_ELEMENTS
     return rows >= 64 or (w.kind == "sparse_mla" and rows >= 32)
+
+
+#: GQA's kernel runs a tile of rows x padded head dim of at least this many elements with 8 warps (``kernels.gqa``'s
+#: launch facts; ``tests/test_ragged.py`` holds the two equal): the wide tile.
+GQA_WIDE_ELEMENTS = 128 * 128
+
+
+def mid_tile(w: DecodeWorkload, rows: int) -> bool:
+    """Whether a tile takes the mid wave width (``ctas_per_sm_mid``, where fitted): GQA's 4-warp tiles of 32 or 64
+    rows (groups 17-64 at D 128). Measured on the H200 (the GQA card's ``groups`` grid), they run two to an SM: at
+    128 heads, 16 requests, 8K keys the best split fills 264 slots (group 32: 4 splits, 256 CTAs; 6 splits, 384, run
+    1.29x slower; group 64: 8 splits, 256 CTAs), where the 16-row tile runs three (72 KiB of shared memory each)
+    and MQA-128's 8-warp tile one."""
+    return w.kind == "gqa" and not wide_tile(w, rows) and rows >= 32
 
 
 def tile_rows(w: DecodeWorkload, block_h: int | None = None) -> int:
@@ -479,23 +507,20 @@ def _weighed(rate) -> bool:
     return getattr(rate, "max", lambda: rate)() > 0
 
 
-#: MLA's head tiles (BLOCK_H): the tl kernel's 16 and 32 rows, and 64 rows (the Gluon tile where it runs).
-MLA_HEAD_TILES = (16, 32, 64)
-
-
 def head_tiles(w: DecodeWorkload, c: CostConstants, arch: str = "") -> tuple[int | None, ...]:
     """The head tiles the rule weighs: the kernel's default (None) and, sparse MLA, where the 16-row tile has a
     cost (``narrow_tile > 0``), the ``narrow_head_tiles``; MLA, where the head-tile rates were fitted
-    (``tile32 > 0``), every tile of ``MLA_HEAD_TILES`` wider than the default that has a rate: the tl 32-row
-    tile (TILE32) and, on ``arch`` where it runs, the Gluon 64-row tile (SM90_TILE). So 8-16 heads may run 32 or
-    64 rows and 17-32 heads 64 (a tl 64-row tile was never timed against the others). A narrower tile is never
-    weighed: each extra head tile reads the whole latent cache once more, and splits fill the SMs instead (on
-    the H200, 8-128 heads at batch 1-64, the best head tile of the card's ``tiles`` grid was the default or a
-    wider one at every shape)."""
+    (``tile32 > 0``) and the default is the tl 32-row tile (17-32 heads), the Gluon 64-row tile on ``arch``
+    where it runs. Measured on the H200 (the MLA card's ``tiles`` grid: 8-128 heads, batch 1-64, every split at
+    BLOCK_H 16, 32 and 64), the best head tile was the 16-row one at 8-16 heads (the 64-row tile ties it at
+    batch 4-16 and is 1.03-1.11x slower at batch 1 and 64; 32 rows 1.15-1.38x slower) and the 64-row tile from 24
+    heads up (1.07-1.36x faster than the default 32 rows at 24-32 heads); a narrower tile than the default reads
+    the latent cache once more per extra head tile and was never faster. So the one choice the rule makes is
+    the 64-row tile against the 32-row default, by TILE32 (the 32-row tile's key-tile cost) against SM90_TILE."""
     if w.kind == "mla":
         default = waves.default_block_h(w.num_q_heads)
-        wider = (bh for bh in MLA_HEAD_TILES if bh > default and (bh == 32 or sm90_tile_runs(w, bh, arch)))
-        return (None, *wider) if _weighed(c.tile32) else (None,)
+        gluon = default == 32 and sm90_tile_runs(w, SM90_TILE_ROWS, arch)
+        return (None, SM90_TILE_ROWS) if gluon and _weighed(c.tile32) else (None,)
     return (None, *narrow_head_tiles(w)) if _weighed(c.narrow_tile) else (None,)
 
 
