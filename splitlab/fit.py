@@ -44,6 +44,12 @@ every tile and split the rule weighs was measured (``_covered``), ties to the mi
 (``_depth``). Free to fit its merge costs, with the head tiles refitted in turn, the grid found 1.006 on the
 fit shapes and 1.030 (worst 1.59) on the held-out ones: 67 shapes do not pin nine constants.
 
+MLA adds a head-tile pass (``TILE32_GRID``, ``MLA_SM90_GRID``: the 32-row and the Gluon 64-row tiles' key-tile
+costs) on the shapes where both tiles were timed at every split, near-ties to the rule that keeps the default tile
+most. The grid searches score same-length batches only; GQA and MLA then take *ragged passes* (``JOINT_PASSES``:
+GQA's mid-tile wave width, then ``JOINT_GRID``'s fixed cost, partial write and drain) scored setting by setting on
+every fit shape, same-length and ragged, each class counting half (``_joint_search``).
+
 **Devices and kernel versions.** The cost model knows where the Gluon tile runs (``native.sm90_tile_runs``: its
 bf16 partials, its own key-tile cost), so one set of constants serves devices with and without it. Given several
 sets, the first is read with the later ones layered over it (``layered``: a re-sweep of some kernels on a later

@@ -119,11 +119,18 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # c0)``, m = 1..8: ``waves.wave_fill_splits``) and the limit itself, s <= min(MAX_SPLITS, ceil(L / min(KEYS,
 # MIN_KEYS_PER_SPLIT))) (one key tile a split: top-k 384 has 6 tiles, and 6 splits beat 4 by 1.3x on the H200),
 # ties to fewer splits. CTAS_PER_SM is how many CTAs an SM runs at once (the wave width), one value for a
-# *wide* tile (64 or more query-head rows per program: MLA/sparse BLOCK_H 64, GQA's padded group of MQA-128;
-# and sparse MLA's 32-row tile, 8 warps like its 64-row one: ``wide_tile``) and one for a *narrow* tile (16/32
-# rows: MLA-16/32, sparse BLOCK_H 16, GQA 32/8 and 64/8), FIXED a CTA's
+# *wide* tile (MLA/sparse BLOCK_H 64, sparse MLA's 32-row tile, 8 warps like its 64-row one, GQA's 8-warp tile of
+# MQA-128: ``wide_tile``), one for a *narrow* tile (16/32 rows: MLA-16/32, sparse BLOCK_H 16, GQA's 16-row tile)
+# and, where fitted, one for GQA's 4-warp 32- and 64-row tiles (``mid_tile``, CTAS_PER_SM_MID); FIXED a CTA's
 # start-up and epilogue, COMBINE the second launch, COMBINE_PER_SPLIT reading one split's partial rows per
 # SM: every constant is a time in tiles of one CTA, so the rule needs no device bandwidth.
+#
+# A ragged batch (requests of different lengths; not sparse MLA, whose kernel walks every top-k slot of a token)
+# replaces waves(s) * (tiles + FIXED) by a schedule of its CTAs (``ragged_launch_time``): request i's CTAs stream
+# ceil(ceil(L_i / s) / KEYS) tiles, are issued in the kernel's grid order (``REQUEST_MAJOR``) into the slots and
+# stream at their share of the bandwidth, a narrow one up to 1 / DRAIN times faster as the launch drains; the
+# launch ends with its last CTA. LONE and DRAIN are in waves of the narrow tile; a mid tile takes them over its own
+# slots (LONE x CTAS_PER_SM_NARROW CTAs on an SM keep its bandwidth busy, whatever their rows).
 #
 # Sparse MLA also picks the head tile: its default (BLOCK_H 32/64) or 16, whichever has the lower T(s) over
 # its own split candidates, where a 16-row tile's key tiles cost NARROW (``narrow_tile``, fitted 0.8 of the tl
@@ -136,15 +143,18 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # one. Twice the tiles at 0.6 each never pay in full waves; they pay where one 64-key tile a split still leaves
 # the launch under a wave, by halving the tile and doubling the splits (1-4 tokens: 1.06-1.17x). Seed 003's
 # "BLOCK_K 32 once CTAs exceed the SMs" is the opposite rule: it does not carry over (README).
-# Tiles are otherwise the kernels' defaults: the data measure other BLOCK_N / MLA BLOCK_H only on a few
-# shapes, where replay could not score a rule that picks them.
+# MLA picks the head tile at 17-32 heads: the tl 32-row default, whose key tiles cost TILE32 (fitted 2, in 16-row
+# tiles), or the Gluon 64-row tile at SM90_TILE (``head_tiles`` says why no other). Tiles are otherwise the
+# kernels' defaults: the data measure other BLOCK_N only on a few shapes, where replay could not score them.
 #
 # The constants are data: ``splitlab fit --out FILE`` writes them (grid searches minimising the geomean regret of
 # ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), one file per device. The shipped
 # ``constants/h200-sxm.toml`` is that command's output on the catalog's fit set (``data/catalog.toml``: ``h200``, the
 # sixth kernel version of all three families on the H200, sparse MLA timed over input sets rotated by the rows a
-# call reads; ``tests/test_fit.py`` holds the two equal). GQA's and MLA's first pass and sparse MLA's head- and
-# key-tile passes are ``splitlab.fit``'s; sparse MLA's merge costs are held physical (``fit.PHYSICAL``). Held-out
+# call reads; ``tests/test_fit.py`` holds the two equal). GQA's and MLA's first pass, MLA's and sparse MLA's head-
+# tile passes, sparse MLA's key-tile pass and GQA's and MLA's ragged passes (CTAS_PER_SM_MID, then FIXED, PARTIAL
+# and DRAIN on same-length and ragged shapes) are ``splitlab.fit``'s; sparse MLA's merge costs are held physical
+# (``fit.PHYSICAL``). Held-out
 # shapes never entered the fit; the catalog's confirm set (``h200-confirm``: shapes in no fit and no held-out set,
 # chosen and swept after the rule was final) scores it afterwards; the file records both scores.
 
@@ -162,14 +172,17 @@ ENV_CONSTANTS = "SPLITLAB_CONSTANTS"
 
 # What the H200's constants (constants/h200-sxm.toml) say, family by family:
 # - GQA/MQA (memory-bound): the wave width is what the kernel's resources allow: one MQA-128 CTA per SM (8 warps, a
-#   128 x 128 fp32 accumulator), three 16-row CTAs (72 KiB of shared memory each at 3 stages). A launch under one
+#   128 x 128 fp32 accumulator), two 4-warp 32/64-row CTAs, three 16-row CTAs (72 KiB of shared memory each at 3
+#   stages); a narrow CTA alone in a draining ragged launch streams up to 1 / ``drain`` faster. A launch under one
 #   wave of 16-row CTAs costs its fill, but at least ``lone`` of a wave (the bandwidth is not saturated below about
 #   two CTAs per SM); a partly filled last wave after full ones costs ``tail`` of a wave plus its filled part. A
 #   CTA costs ``fixed`` key tiles of start-up, a split ``partial`` times its partial-row write (P: 0.06 tiles for
 #   32/8, 2 for MQA-128's 128 rows), the merge ``combine_per_split`` P per split and SM.
 # - MLA: BLOCK_H 64 (64/128 heads) aims at one wave, BLOCK_H 16/32 at two (seed 000's two-wave target for few
-#   heads); a split costs twice its partial-row write (written, then read back by the merge), the merge a share of
-#   P per split and SM (P in the partials' own bytes: bf16 where the Gluon tile runs).
+#   heads); a split costs ``partial`` times its partial-row write (written, then read back by the merge), the merge
+#   a share of P per split and SM (P in the partials' own bytes: bf16 where the Gluon tile runs). The 32-row tile
+#   streams a key tile in twice the 16-row tile's time and the Gluon tile in the same, so 17-32 heads take the
+#   64-row tile.
 # - Sparse MLA: the same wave widths (its 32-row tile, 8 warps, takes the wide one: ``wide_tile``); a split writes
 #   its partial rows once (P) and the merge reads them back once at full bandwidth (1 P per split and SM): both held
 #   at these physical values, not fitted (``fit.PHYSICAL``). The head tile: a 16-row tile streams a key tile in
