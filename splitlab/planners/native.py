@@ -306,7 +306,8 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     kernel's defaults) on a device of ``sm_count`` SMs and architecture ``arch`` (where the Gluon tile runs: its
     rate and bf16 partials).
     ``num_splits`` may be an int or a numpy integer array, and the constants numpy arrays (``splitlab.fit``
-    evaluates many settings at once); plain Python otherwise."""
+    evaluates many settings at once); plain Python otherwise. A ragged batch (``w.lengths`` not all equal, dense
+    families) is priced by ``ragged_launch_time``, one setting of plain constants at a time."""
     c0 = waves.ctas(w, 1, block_h=block_h)
     rows = tile_rows(w, block_h)
     wide = wide_tile(w, rows)
@@ -351,8 +352,9 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
 
 def _tile_rate(w: DecodeWorkload, rows: int, arch: str, block_k: int | None, c: CostConstants):
     """What one key tile of the launch costs, in 64-key tiles of the tl kernel: SMALL_KEY_TILE for sparse MLA's
-    32-key tile, NARROW for its 16-row tile in place of a wider default, SM90_TILE where the Gluon tile runs, 1
-    otherwise; a rate of 0 (never weighed) prices the tile out (1e30)."""
+    32-key tile, NARROW for its 16-row tile in place of a wider default, TILE32 for MLA's 32-row tile (in 16-row
+    tiles), SM90_TILE where the Gluon tile runs, 1 otherwise; a rate of 0 (never weighed) prices the tile out
+    (1e30), and so does MLA's TILE32 0 a head tile other than the default."""
     rate = 1.0
     if block_k is not None and block_k < TILE_KEYS:  # a 32-key tile costs SMALL_KEY_TILE of a 64-key one
         rate = rate * c.small_key_tile + (c.small_key_tile <= 0) * 1e30
