@@ -116,13 +116,12 @@ LONE_GRID = (-1.0, 0.25, 0.4, 0.5, 0.6, 0.75)
 #: ragged launch drains (``CostConstants.drain``; -1: LONE's), refitted on same-length and ragged fit shapes together.
 JOINT_GRID = dict(fixed=(0.0, 0.5, 1.0, 2.0, 4.0), partial=(0.5, 1.0, 2.0, 3.0), drain=(-1.0, 0.6, 0.8, 0.9, 1.0))
 #: The ragged passes per family, in order: GQA first fits the wave width of its 32- and 64-row tiles
-#: (``CostConstants.ctas_per_sm_mid``; 0: the narrow width), which only its groups 17-64 price.
+#: (``CostConstants.ctas_per_sm_mid``; 0: the narrow width), which only its groups 17-64 price. Sparse MLA has none
+#: (its merge costs are held physical, and its ragged tokens are priced by their top-k slots: scored only).
 JOINT_PASSES = {"gqa": (dict(ctas_per_sm_mid=(0, 1, 2, 3, 4)), JOINT_GRID), "mla": (JOINT_GRID,)}
 #: The families whose floor under one wave is fitted: GQA (MLA's fit prefers none: its narrow tiles, two to an SM,
 #: cost a whole wave under one, ``tail`` 1).
 LONE_KINDS = ("gqa",)
-#: The families with a ragged pass (sparse MLA's physical merge costs are held; its ragged batches are scored only).
-JOINT_KINDS = ("gqa", "mla")
 #: sparse MLA: a 16-row head tile's cost per key tile in the tl kernel's; 0 (the 16-row tile never weighed) wins
 #: near-ties: the narrow tile must earn its place.
 NARROW_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
@@ -339,8 +338,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     dev = analysis.data_device(analysis.measured(rows, allow_fake=allow_fake)) if device is None else (
         device if isinstance(device, DeviceSpec) else get_device(device))
     # The grid searches score same-length batches, every setting at once; ragged batches are priced by a schedule
-    # of their CTAs with the same constants (``native.ragged_launch_time``), one setting at a time, so they are
-    # scored by the fitted rule afterwards (``shootout``), not searched over.
+    # of their CTAs (``native.ragged_launch_time``), one setting at a time, so they enter the ragged passes below.
     idx = _uniform(analysis.MeasuredIndex(rows, allow_fake=allow_fake))
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
     values, score = _grid_search(idx, kind, _settings(kind), dev, prefer=("tail", 1.0))
@@ -369,7 +367,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
             settings = [values | dict(tile32=t, sm90_tile=g) for g in MLA_SM90_GRID for t in TILE32_GRID]
             values, score = _grid_search(covered, kind, settings, dev, prefer=("tile32", 0.0))
     every = analysis.MeasuredIndex(rows, allow_fake=allow_fake)
-    if kind in JOINT_KINDS and _ragged(every).shapes():
+    if kind in JOINT_PASSES and _ragged(every).shapes():
         for grid in JOINT_PASSES[kind]:
             values, _ = _joint_search(every, kind, values, dev, grid)
     fitted = _constants({k: (int if k.startswith("ctas_per_sm") else float)(v) for k, v in values.items()}, kind)
