@@ -434,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
                     f"1..{LIMITS['ctx_len']}; list; sizes: 32k,128K,1M (default 8192)")
     pl.add_argument("--lengths", type=lengths_type, metavar="DIST[:SEED]",
                     help="a ragged batch: each request's keys (sparse: valid top-k) drawn from a named distribution "
-                    f"({', '.join(workloads.LENGTH_DISTS)}) with SEED (default 0), the longest exactly --ctx")
+                    f"({', '.join(workloads.LENGTH_DISTS)}) with SEED (default 0), the longest exactly --ctx "
+                    "(sparse: --topk)")
     pl.add_argument("--seq-lens", type=seq_lens_type, metavar="L1,L2,...",
                     help="a ragged batch given request by request (keys each, 0 allowed; sizes: 32k); sets --batch "
                     "(give none or the same count) and the context (its longest); not for sparse_mla")

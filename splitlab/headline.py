@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from splitlab.errors import SplitlabError
+from splitlab.fit import LENGTHS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,8 +48,7 @@ COLOUR_MAX = 2.0
 #: The rule the headline scores, and the rules that are not "ported" (splitlab's own first rule).
 NEW, NOT_PORTED = "splitlab", ("splitlab-v0",)
 #: The lengths of a row's batches (``fit.LENGTHS``), in the order the rows go: uniform, then ragged.
-UNIFORM, RAGGED = "uniform", "ragged"
-LENGTHS = (UNIFORM, RAGGED)
+UNIFORM, RAGGED = LENGTHS
 #: A headline row: (splitlab's kernel, the lengths of its batches).
 Row = tuple[str, str]
 
@@ -61,8 +61,8 @@ def family_label(kernel: str, lengths: str, split: bool) -> str:
 
 
 def _lengths(t: pd.DataFrame) -> pd.Series:
-    """A ``shootout`` table's (or summary's) ``lengths`` column; uniform where it has none (a table from before
-    ragged batches)."""
+    """A ``shootout`` table's (or summary's) ``lengths`` column; uniform where it has none (a table of uniform
+    batches only, written without the column)."""
     import pandas as pd
 
     return t["lengths"] if "lengths" in t else pd.Series(UNIFORM, index=t.index, dtype=object)

@@ -156,19 +156,19 @@ def test_a_ragged_batch_is_planned_with_its_lengths(planned, monkeypatch, how):
     assert spy.grids == [gqa_launch_facts(w, device="h200").grid]
 
 
-def test_a_uniform_batch_plans_as_before(planned, monkeypatch):
-    """A batch of one length is planned as the workload of that one length (no seq_lens) always was."""
+def test_a_uniform_batch_plans_as_its_one_length(planned, monkeypatch):
+    """A batch of one length is planned as the workload of that one length without seq_lens."""
     from splitlab.planners import plan
 
     spy = _Spy(gqa._gqa_partial_kernel)
     monkeypatch.setattr(gqa, "_gqa_partial_kernel", spy)
     inp = gqa_inputs(3, 8, 2, 32, 200, page_size=16, dtype=torch.float16, seed=3)
     _check(inp, torch.float16)
-    before = DecodeWorkload(kind="gqa", batch=3, num_q_heads=8, num_kv_heads=2, head_dim_qk=32, head_dim_v=32,
-                            ctx_len=200, page_size=16, dtype="fp16")
+    plain = DecodeWorkload(kind="gqa", batch=3, num_q_heads=8, num_kv_heads=2, head_dim_qk=32, head_dim_v=32,
+                           ctx_len=200, page_size=16, dtype="fp16")
     [w] = planned
-    assert w.lengths == before.lengths and plan(w, "h200", "splitlab") == plan(before, "h200", "splitlab")
-    assert spy.grids == [gqa_launch_facts(before, device="h200").grid]
+    assert w.lengths == plain.lengths and plan(w, "h200", "splitlab") == plan(plain, "h200", "splitlab")
+    assert spy.grids == [gqa_launch_facts(plain, device="h200").grid]
 
 
 def test_a_batch_of_empty_requests_is_planned_as_one_key_each(planned):

@@ -199,19 +199,32 @@ def test_the_plans_head_tile_is_launched(monkeypatch):
     assert (f.num_splits, f.block_h, f.ctas) == (2, 32, waves.ctas(w, 2, block_h=32))
     assert mla_launch_facts(w, device="h200", block_h=16).block_h == 16
     assert mla_launch_facts(w, num_splits=2).block_h == mla_defaults(5, 48, "fp32").block_h == 16
+    launched = []
+    kernel = mla._mla_decode_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((grid, kwargs["BLOCK_H"]))
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(mla, "_mla_decode_kernel", Spy())
     inp = mla_inputs(3, 5, 48, [90, 0, 41], page_size=16, dtype=torch.float32, seed=9)
     _check(inp, torch.float32, 32)  # planned: 2 splits of the 32-row tile
+    _check(inp, torch.float32, 32, block_h=16)  # the plan's split count, the given head tile
+    assert launched == [((waves.ctas(w, 2, block_h=32),), 32), ((waves.ctas(w, 2, block_h=16),), 16)]
 
 
-def test_a_uniform_batch_plans_as_before(planned):
+def test_a_uniform_batch_plans_as_its_one_length(planned):
     from splitlab.planners import plan
 
     inp = mla_inputs(3, 16, 48, 130, page_size=16, dtype=torch.bfloat16, seed=7)
     _check(inp, torch.bfloat16, 32)
     [w] = planned
-    before = DecodeWorkload("mla", 3, 16, 1, 48, 32, 130, page_size=16)
-    assert w.lengths == before.lengths and plan(w, "h200", "splitlab") == plan(before, "h200", "splitlab")
-    assert mla_launch_facts(w, device="h200") == mla_launch_facts(before, device="h200")
+    plain = DecodeWorkload("mla", 3, 16, 1, 48, 32, 130, page_size=16)
+    assert w.lengths == plain.lengths and plan(w, "h200", "splitlab") == plan(plain, "h200", "splitlab")
+    assert mla_launch_facts(w, device="h200") == mla_launch_facts(plain, device="h200")
 
 
 def test_an_explicit_split_count_neither_reads_the_lengths_nor_plans(planned, monkeypatch):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import triton
@@ -66,6 +67,9 @@ from splitlab.kernels.paging import any_bad, checked_len, num_tiles, poison, til
 from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
+
+if TYPE_CHECKING:
+    from splitlab.planners.registry import Plan
 
 LOG2E = math.log2(math.e)
 MAX_SPLITS = 65535
@@ -478,13 +482,18 @@ def check_num_warps(num_warps: object) -> int:
     return v
 
 
+def launch_plan(w: DecodeWorkload, device: object) -> Plan:
+    """The default planner's plan for ``w`` on ``device`` (``resolve_device``): what ``num_splits=None`` launches."""
+    from splitlab.planners import default_plan  # lazy: the planner package imports every port
+
+    return default_plan(w, resolve_device(device))
+
+
 def plan_num_splits(w: DecodeWorkload, num_splits: object, device: object) -> int:
     """``num_splits`` checked, or the default planner's choice for ``w`` on ``device`` when None."""
     if num_splits is not None:
         return check_knob("num_splits", num_splits, lo=1, hi=MAX_SPLITS)
-    from splitlab.planners import default_plan  # lazy: the planner package imports every port
-
-    return default_plan(w, resolve_device(device)).num_splits
+    return launch_plan(w, device).num_splits
 
 
 def check_kind(w: DecodeWorkload, kind: str) -> None:
@@ -499,14 +508,12 @@ def mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
     resolved as the launcher resolves them (``mla_defaults``; ``num_splits=None`` asks the default
     planner on ``device``: a ``DeviceSpec``, a preset name, or None for the GPU torch sees, else the
     ``h200`` preset, for the split count and, unless ``block_h`` is given, the head tile: the kernel's default
-    where the plan names none). ``facts.ctas == waves.ctas(w, num_splits, block_h=block_h)``."""
+    where the plan names none). ``facts.ctas == waves.ctas(w, facts.num_splits, block_h=facts.block_h)``."""
     check_kind(w, "mla")
     bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
     bn = None if block_n is None else check_pow2("block_n", block_n, lo=16, hi=256)
     if num_splits is None:  # the default planner's split count, and its head tile unless given
-        from splitlab.planners import default_plan  # lazy: the planner package imports every port
-
-        plan = default_plan(w, resolve_device(device))
+        plan = launch_plan(w, device)
         s = plan.num_splits
         bh = plan.block_h if bh is None else bh
     else:

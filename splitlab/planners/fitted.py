@@ -138,7 +138,8 @@ def _constants(path: Path, kind: str, table: dict) -> CostConstants:
         if k not in known:
             raise SplitlabError(f"{path}: key '{kind}.{k}' is not allowed; expected the constants "
                                 f"{', '.join(sorted(known))} (and the tables {', '.join(_RECORD_KEYS)})")
-        values[k] = _number(path, f"{kind}.{k}", v, integer=k in _INT_FIELDS, lowest=k in _POSITIVE_INT)
+        values[k] = _number(path, f"{kind}.{k}", v, integer=k in _INT_FIELDS,
+                            lowest=1 if k in _POSITIVE_INT else 0)
     missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise SplitlabError(f"{path}: [{kind}] lacks {', '.join(missing)}; expected every constant the rule "
