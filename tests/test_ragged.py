@@ -225,10 +225,11 @@ def test_the_planner_schedules_ragged_launches_in_the_kernels_grid_order():
 # --- the planner's cost per request ----------------------------------------------------------------------------------
 
 def test_a_ragged_batch_takes_the_splits_its_longest_requests_need():
-    """The issue's batch (24 requests of 2 kv heads, up to 100K keys, lengths spread over 1/16 to 1 of the
-    longest): the H200 ran it in 331 us at 64 splits and 543 us at 5, the split the rule took when it priced one
-    length per batch. Priced per request, the rule takes 64; the same batch at one length keeps 5 (its CTAs
-    all stream as long, so fewer, longer splits fill the SMs as well)."""
+    """A server's batch (24 requests of 2 kv heads, up to 100K keys, lengths spread over 1/16 to 1 of the
+    longest), which the H200 ran in 331 us at 64 splits and 543 us at 5 (the measurement that opened the per-request
+    work), 5 being the split the rule took when it priced one length per batch. Priced per request, the rule takes
+    64; the same batch at one length keeps 5 (its CTAs all stream as long, so fewer, longer splits fill the SMs as
+    well)."""
     from splitlab.planners.native import fitted_plan
 
     h200 = get_device("h200")
