@@ -249,6 +249,14 @@ def resolve_device(device: object = None, *, cuda: bool | None = None, like: tor
     return detect() if cuda else get_device("h200")
 
 
+def launch_plan(w, device: object = None):
+    """The default planner's ``Plan`` for workload ``w`` on ``device`` (``resolve_device``): what a launcher's
+    ``num_splits=None`` launches (its split count, and any tile the plan names that the caller did not give)."""
+    from splitlab.planners import default_plan  # lazy: the planner package imports every port
+
+    return default_plan(w, resolve_device(device))
+
+
 def device_guard(t: torch.Tensor):
     """A context that makes ``t``'s GPU current for a launch (a no-op on the CPU)."""
     import contextlib

@@ -40,6 +40,7 @@ from splitlab.kernels._launch import (
     check_spans,
     check_tensor,
     interpret_upcast,
+    launch_plan,
     planning_lengths,
     resolve_device,
     resolve_sm_scale,
@@ -205,9 +206,7 @@ def gqa_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None, block_
         raise SplitlabError(f"head_dim_v={w.head_dim_v} is not allowed; expected head_dim_qk={w.head_dim_qk}")
     d = default_knobs(w.group, w.head_dim_qk, w.dtype)
     if num_splits is None:
-        from splitlab.planners import default_plan  # lazy: the planners import many ports
-
-        p = default_plan(w, resolve_device(device))
+        p = launch_plan(w, device)
         num_splits = p.num_splits
         if block_n is None and p.block_n is not None:
             block_n = p.block_n

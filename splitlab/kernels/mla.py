@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import triton
@@ -57,6 +56,7 @@ from splitlab.kernels._launch import (
     device_guard,
     dot_input_precision,
     interpret_upcast,
+    launch_plan,
     planning_lengths,
     resolve_device,
     resolve_sm_scale,
@@ -67,9 +67,6 @@ from splitlab.kernels.paging import any_bad, checked_len, num_tiles, poison, til
 from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
-
-if TYPE_CHECKING:
-    from splitlab.planners.registry import Plan
 
 LOG2E = math.log2(math.e)
 MAX_SPLITS = 65535
@@ -480,13 +477,6 @@ def check_num_warps(num_warps: object) -> int:
     if v not in NUM_WARPS:
         raise bad("num_warps", num_warps, "one of " + ", ".join(map(str, NUM_WARPS)))
     return v
-
-
-def launch_plan(w: DecodeWorkload, device: object) -> Plan:
-    """The default planner's plan for ``w`` on ``device`` (``resolve_device``): what ``num_splits=None`` launches."""
-    from splitlab.planners import default_plan  # lazy: the planner package imports every port
-
-    return default_plan(w, resolve_device(device))
 
 
 def plan_num_splits(w: DecodeWorkload, num_splits: object, device: object) -> int:

@@ -44,6 +44,7 @@ from splitlab.kernels._launch import (
     device_guard,
     dot_input_precision,
     interpret_upcast,
+    launch_plan,
     no_validation_under_capture,
     resolve_device,
     resolve_sm_scale,
@@ -199,9 +200,7 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
     bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
     nw = None if num_warps is None else check_num_warps(num_warps)
     if num_splits is None:  # the default planner's split count, and its BLOCK_K / BLOCK_H unless given
-        from splitlab.planners import default_plan  # lazy: the planner package imports every port
-
-        plan = default_plan(w, resolve_device(device))
+        plan = launch_plan(w, device)
         s = plan.num_splits
         bk = plan.block_k if bk is None else bk
         bh = plan.block_h if bh is None else bh
