@@ -339,14 +339,15 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
         device if isinstance(device, DeviceSpec) else get_device(device))
     # The grid searches score same-length batches, every setting at once; ragged batches are priced by a schedule
     # of their CTAs (``native.ragged_launch_time``), one setting at a time, so they enter the ragged passes below.
-    idx = _uniform(analysis.MeasuredIndex(rows, allow_fake=allow_fake))
+    every = analysis.MeasuredIndex(rows, allow_fake=allow_fake)
+    idx = _uniform(every)
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.
     values, score = _grid_search(idx, kind, _settings(kind), dev, prefer=("tail", 1.0))
+    ht_idx = idx  # the head-tile passes' data: a later kernel version's head-tile sweep where given
+    if head_tile_rows is not None and kind in ("sparse_mla", "mla"):
+        ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
+        ht_idx = _uniform(analysis.MeasuredIndex(ht, allow_fake=allow_fake))
     if kind == "sparse_mla":
-        ht_idx = idx
-        if head_tile_rows is not None:
-            ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
-            ht_idx = _uniform(analysis.MeasuredIndex(ht, allow_fake=allow_fake))
         settings = [values | dict(narrow_tile=r, ctas_per_sm_narrow=n, sm90_tile=g)
                     for r in NARROW_GRID for n in GRID["ctas_per_sm_narrow"] for g in SM90_GRID]
         values, score = _grid_search(_covered(ht_idx, kind, dev), kind, settings, dev, prefer=("narrow_tile", 0.0),
@@ -355,10 +356,6 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
         values, score = _grid_search(_covered(idx, kind, dev, "key"), kind, settings, dev,
                                      prefer=("small_key_tile", 0.0), centre=dict(small_key_tile=KEY_TILE_GRID))
     if kind == "mla":
-        ht_idx = idx
-        if head_tile_rows is not None:
-            ht = head_tile_rows[(head_tile_rows["kind"] == kind) & head_tile_rows["kernel"].isin(kernel)]
-            ht_idx = _uniform(analysis.MeasuredIndex(ht, allow_fake=allow_fake))
         covered = _covered(ht_idx, kind, dev)
         if covered.shapes():  # data with every head tile at every split the rule weighs (the card's tiles grid)
             # Near-ties go to the rule that keeps the default tile most: not weighing the others (tile32 0), then
@@ -366,7 +363,6 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
             # their breakpoints; at 8-16 heads the 16-row and 64-row tiles tie within a few percent).
             settings = [values | dict(tile32=t, sm90_tile=g) for g in MLA_SM90_GRID for t in TILE32_GRID]
             values, score = _grid_search(covered, kind, settings, dev, prefer=("tile32", 0.0))
-    every = analysis.MeasuredIndex(rows, allow_fake=allow_fake)
     if kind in JOINT_PASSES and _ragged(every).shapes():
         for grid in JOINT_PASSES[kind]:
             values, _ = _joint_search(every, kind, values, dev, grid)
