@@ -34,11 +34,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from splitlab.errors import SplitlabError, check_int
 from splitlab.planners._math import cdiv
+
+if TYPE_CHECKING:
+    from splitlab.planners.registry import Plan
+    from splitlab.workloads import DecodeWorkload
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: The fp8 cache dtype the MLA kernels take beside 16-bit queries (dequantised in-kernel by ``kv_scale``).
@@ -249,7 +254,7 @@ def resolve_device(device: object = None, *, cuda: bool | None = None, like: tor
     return detect() if cuda else get_device("h200")
 
 
-def launch_plan(w, device: object = None):
+def launch_plan(w: DecodeWorkload, device: object = None) -> Plan:
     """The default planner's ``Plan`` for workload ``w`` on ``device`` (``resolve_device``): what a launcher's
     ``num_splits=None`` launches (its split count, and any tile the plan names that the caller did not give)."""
     from splitlab.planners import default_plan  # lazy: the planner package imports every port
