@@ -301,6 +301,23 @@ def test_the_lone_floor_prices_a_narrow_launch_under_one_wave():
     assert fitted_plan(w, devices.get("h200-sxm")).num_splits in (5, 8)  # one wave, not 11 (1.33 real waves)
 
 
+def test_a_narrow_launch_under_one_wave_costs_at_least_its_busiest_sm():
+    """GQA 48/8 (16-row tiles, three CTAs per SM), 9 requests: 4 splits put three CTAs on 24 SMs (fill 0.73 of a
+    wave), which stream at most 1 / DRAIN times their full-wave share: DRAIN x 3 / 3 of a wave, not the fill; drain
+    < 0 (not fitted) keeps max(lone, fill); mid tiles keep it too."""
+    from splitlab.planners.native import fitted_cost
+
+    c = replace(FITTED["gqa"], fixed=0.0, partial=0.0, combine_per_split=0.0, lone=0.6, drain=0.8)
+    w = replace(workloads.get("llama-3-8b", batch=9, ctx_len=81920), num_q_heads=48)  # c0 = 72 CTAs; wave 396
+    tiles = lambda s: math.ceil(math.ceil(81920 / s) / 64)  # noqa: E731
+    assert fitted_cost(w, 4, 132, c) == pytest.approx(0.8 * tiles(4))  # 288 CTAs: three on the busiest SM
+    assert fitted_cost(w, 4, 132, replace(c, drain=-1.0)) == pytest.approx(288 / 396 * tiles(4))  # the fill
+    assert fitted_cost(w, 3, 132, c) == pytest.approx(0.6 * tiles(3))  # two a SM: 0.53 < the floor
+    assert fitted_plan(w, devices.get("h200-sxm")).num_splits != 4  # 1.13x the best on the H200
+    mid = replace(workloads.get("mqa-128", batch=20, ctx_len=20480), num_q_heads=96, num_kv_heads=3)  # 32 rows
+    assert fitted_cost(mid, 4, 132, c) == fitted_cost(mid, 4, 132, replace(c, drain=-1.0))
+
+
 def test_the_split_limits_are_the_cards_ranges():
     """``native.MAX_SPLITS`` is the split range the cards sweep (what the fit and the fitted rule search); the
     first rule keeps its own GQA cap, the card's range when it was written."""

@@ -346,6 +346,14 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     # HBM busy, so each streams at its latency-bound rate). A wide tile (one CTA per SM) keeps the ceil / tail form.
     fill = rem / slots
     lone = (lone_w > fill) * lone_w + (lone_w <= fill) * fill  # max(LONE, fill) (plain stays plain)
+    # ... and no less than its busiest SM takes (narrow tiles, DRAIN fitted): an SM streams at most 1 / DRAIN times
+    # its share of a full wave, so the ceil(c0 * s / SMs) CTAs on it need DRAIN x busiest / CTAS_PER_SM_NARROW of a
+    # wave. On the H200 (GQA 48/8, 9 requests, 80K keys) 4 splits put three 16-row CTAs on 24 SMs and two on the
+    # rest: 771 us, against 704 at 5 splits (three on 96 SMs) and 697 at 3 (two on every SM); the three-CTA SMs
+    # stream 41 GB/s, 1.2x their 34 GB/s share of the best launch (11 splits, 681 us). (Not the mid tiles: two to an SM, their cap is
+    # unmeasured.)
+    busy = (c.drain >= 0) * (1 - mid) * c.drain * busiest / per_sm
+    lone = (busy > lone) * busy + (busy <= lone) * lone  # max (plain stays plain)
     n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
     return n_waves * (tiles + c.fixed) + writes
 
