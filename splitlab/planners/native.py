@@ -98,7 +98,8 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 #
 #     waves(s)   = ceil(c0 * s / (sm_count * CTAS_PER_SM[tile]))    # c0: CTAs of the unsplit launch; with
 #                  TAIL < 1 a partly filled last wave costs TAIL + (1 - TAIL) x its filled fraction (>= 1 wave);
-#                  with LONE >= 0 a narrow-tile launch under one wave costs max(LONE, its filled fraction)
+#                  with LONE >= 0 a narrow-tile launch under one wave costs max(LONE, its filled fraction,
+#                  DRAIN x ceil(c0 * s / sm_count) / CTAS_PER_SM_NARROW: its busiest SM, where DRAIN >= 0)
 #     T(s)       = waves(s) * (ceil(ceil(L / s) / KEYS) * RATE + FIXED)  # each wave streams its split's tiles
 #                  + (s > 1) * PARTIAL * P * ceil(c0 * s / sm_count)    # the busiest SM's CTAs write their partials
 #                  + (s > 1) * (COMBINE + COMBINE_PER_SPLIT * s * c0 * P / sm_count)   # the merge launch
@@ -350,8 +351,8 @@ def fitted_cost(w: DecodeWorkload, num_splits, sm_count: int, c: CostConstants, 
     # its share of a full wave, so the ceil(c0 * s / SMs) CTAs on it need DRAIN x busiest / CTAS_PER_SM_NARROW of a
     # wave. On the H200 (GQA 48/8, 9 requests, 80K keys) 4 splits put three 16-row CTAs on 24 SMs and two on the
     # rest: 771 us, against 704 at 5 splits (three on 96 SMs) and 697 at 3 (two on every SM); the three-CTA SMs
-    # stream 41 GB/s, 1.2x their 34 GB/s share of the best launch (11 splits, 681 us). (Not the mid tiles: two to an SM, their cap is
-    # unmeasured.)
+    # stream 41 GB/s, 1.2x their 34 GB/s share of the best launch (11 splits, 681 us). Not the mid tiles (two to an
+    # SM): their cap is unmeasured.
     busy = (c.drain >= 0) * (1 - mid) * c.drain * busiest / per_sm
     lone = (busy > lone) * busy + (busy <= lone) * lone  # max (plain stays plain)
     n_waves = n_waves + (not wide) * (c.lone >= 0) * (full == 0) * (lone - n_waves)
