@@ -1,13 +1,13 @@
 """The Gluon 128-row tile (``gqa_wide_gluon.py``) against ``gqa_decode``'s tl kernel on MQA-128: fp64-reference checks,
 then graph-replay timings. ``PYTHONPATH=<repo>:<this folder> python gluon_ab.py OUT.jsonl`` on an sm_90 GPU."""
 
-import json
 import sys
 
 import gqa_wide_gluon as wide
 import torch
+from ab import emit, floor_us, sets_for
 
-from splitlab.bench.timing import rotations, time_graph
+from splitlab.bench.timing import time_graph
 from splitlab.kernels import reference
 from splitlab.kernels.gqa import gqa_decode
 from splitlab.kernels.testing import gqa_inputs, rel_err
@@ -19,17 +19,6 @@ CHECKS = [  # (batch, query heads, kv heads, lengths, page size, splits): empty,
 SHAPES = [(8, 8192), (16, 8192), (16, 32768), (32, 8192), (32, 65536), (64, 8192), (64, 32768), (128, 16384)]
 
 
-def emit(path: str, **row) -> None:
-    print(json.dumps(row), flush=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-def floor_us(batch: int, n: int) -> float:
-    """MQA-128 at D 128: max(K/V bytes / 4.5 TB/s, FLOPs / 790 TFLOP/s), in us."""
-    return max(batch * n * 512 / 4.5e12, 4 * batch * 128 * n * 128 / 790e12) * 1e6
-
-
 def main(path: str) -> None:
     for batch, hq, hkv, lens, page, s in CHECKS:
         x = gqa_inputs(batch, hq, hkv, 128, lens, page_size=page, device="cuda", seed=3)
@@ -38,11 +27,9 @@ def main(path: str) -> None:
         tl = gqa_decode(**x, num_splits=s)
         emit(path, check=True, B=batch, hq=hq, lens=lens, page=page, s=s, err_wide=rel_err(out, ref),
              err_tl=rel_err(tl, ref), nan=bool(torch.isnan(out).any()))
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for batch, n in SHAPES:
-        sets = max(1, min(rotations(batch * n * 512, l2), 16))
         ins = [gqa_inputs(batch, 128, 1, 128, n, page_size=16, device="cuda", seed=i, draw_on="device")
-               for i in range(sets)]
+               for i in range(sets_for(batch * n * 512))]
         for s in sorted({1, 2, 3, 4, 6, 8, 12, 16} | {max(1, 132 // batch), max(1, 264 // batch)}):
             if batch * s > 1100 or n // s < 256:
                 continue
@@ -53,7 +40,7 @@ def main(path: str) -> None:
                     return lambda: wide.gqa_wide(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
                                                  x["seq_lens"], s)
                 t = time_graph([make(x) for x in ins], replays=20)
-                emit(path, B=batch, n=n, s=s, impl=name, us=t.p50_us, roof=floor_us(batch, n) / t.p50_us)
+                emit(path, B=batch, n=n, s=s, impl=name, us=t.p50_us, roof=floor_us(batch, 128, 1, n) / t.p50_us)
         del ins
         torch.cuda.empty_cache()
 
