@@ -92,6 +92,17 @@ def test_non_contiguous_views():
     _check(inp, torch.float16, num_splits=3, block_n=16)
 
 
+def test_an_hnd_page_layout_is_read_through_its_strides():
+    """A cache stored [num_pages, Hkv, page_size, D] (FlashInfer's HND: each kv head's page one contiguous block)
+    passed as its [num_pages, page_size, Hkv, D] view: the kernel reads it through the strides, no copy (on the
+    H200 it runs at the NHD layout's speed: BENCHMARKS.md, "Toward the frontier")."""
+    inp = gqa_inputs(3, 8, 2, 32, [45, 0, 70], page_size=16, dtype=torch.bfloat16, seed=9)
+    for name in ("k_cache", "v_cache"):
+        inp[name] = inp[name].permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+        assert inp[name].stride()[1:3] == (32, 16 * 32)
+    _check(inp, torch.bfloat16, num_splits=2, block_n=32)
+
+
 def test_zero_length_batch():
     inp = gqa_inputs(2, 4, 2, 16, [1, 1], dtype=torch.float32)
     inp["seq_lens"].zero_()

@@ -163,11 +163,16 @@ def _gqa_wide_kernel(
     gl.store(lse_ptr + b64 * lse_stride_b + split * lse_stride_s + h * lse_stride_h, lse, mask=rows < group)
 
 
-def gqa_wide(q, k_cache, v_cache, block_table, seq_lens, num_splits, *, stages=4, block_n=64):
+def gqa_wide(q, k_cache, v_cache, block_table, seq_lens, num_splits, *, stages=4, block_n=64, block_g=128,
+             num_warps=8):
+    """The tile at ``block_g`` rows (64 or 128: one warpgroup a 64 rows, ``num_warps`` 4 or 8) for groups up to
+    ``block_g``; ``kernel_ab.py`` runs it at 64 rows on GQA 32/8 and 64/8."""
     from splitlab.kernels.combine import launch_combine
     B, Hq, D = q.shape
     num_pages, page_size, Hkv, _ = k_cache.shape
     group = Hq // Hkv
+    if group > block_g:
+        raise ValueError(f"group {group} does not fit block_g={block_g}")
     scale = D ** -0.5 * LOG2E
     lse = torch.empty(B, Hq, dtype=torch.float32, device=q.device)
     if num_splits == 1:
@@ -188,7 +193,7 @@ def gqa_wide(q, k_cache, v_cache, block_table, seq_lens, num_splits, *, stages=4
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_table.stride(0), block_table.stride(1),
         *ds, *ls,
-        PAGE_SIZE=page_size, BLOCK_G=128, BLOCK_N=block_n, BLOCK_D=D, STAGES=stages, num_warps=8,
+        PAGE_SIZE=page_size, BLOCK_G=block_g, BLOCK_N=block_n, BLOCK_D=D, STAGES=stages, num_warps=num_warps,
     )
     if num_splits > 1:
         out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
