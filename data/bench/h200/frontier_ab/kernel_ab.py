@@ -17,14 +17,11 @@ import types
 from pathlib import Path
 
 import torch
-from ab import D, emit, floor_us, sets_for
-from layout_ab import HEADS, SHAPES, bench_sdpa, shape_setup
+from layout_ab import HEADS, SHAPES, bench_paged, bench_sdpa, shape_setup
 
 import splitlab.kernels.gqa as shipped
-from splitlab.bench.timing import time_graph
 from splitlab.kernels.combine import launch_combine
 from splitlab.kernels.gqa import gqa_decode
-from splitlab.kernels.testing import gqa_inputs, rel_err
 
 
 def rebuilt() -> types.ModuleType:
@@ -140,28 +137,12 @@ def variants(part: str):
 
 def main(path: str, part: str) -> None:
     t0 = time.time()
-    impls = list(variants(part))
+    impls = [(name, "nhd", fn, knobs) for name, fn, knobs in variants(part)]
     for hq, hkv in HEADS:
         for batch, n in SHAPES:
             planned, splits = shape_setup(batch, hq, hkv, n)
             for page in (16, 64):
-                ins = [gqa_inputs(batch, hq, hkv, D, n, page_size=page, device="cuda", seed=i, draw_on="device")
-                       for i in range(sets_for(batch * hkv * n * D * 4))]
-                base = None
-                for name, fn, knobs in impls:
-                    for s in splits:
-                        def make(x, s=s, fn=fn, knobs=knobs):
-                            return lambda: fn(x["q"], x["k_cache"], x["v_cache"], x["block_table"], x["seq_lens"],
-                                              num_splits=s, **knobs)
-                        out = make(ins[0])()
-                        torch.cuda.synchronize()
-                        base = out.float() if base is None else base
-                        t = time_graph([make(x) for x in ins], replays=20)
-                        emit(path, impl=name, B=batch, hq=hq, hkv=hkv, n=n, page=page, s=s, planned=planned,
-                             us=t.p50_us, err=rel_err(out, base), nan=bool(torch.isnan(out).any()),
-                             roof=floor_us(batch, hq, hkv, n) / t.p50_us)
-                del ins
-                torch.cuda.empty_cache()
+                bench_paged(path, batch, hq, hkv, n, page, splits, planned, impls)
             bench_sdpa(path, batch, hq, hkv, n)
             print("elapsed", time.time() - t0, flush=True)
 

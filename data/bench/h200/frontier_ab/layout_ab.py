@@ -18,8 +18,9 @@ from splitlab.workloads import DecodeWorkload
 
 HEADS = [(32, 8), (64, 8)]
 SHAPES = [(1, 8192), (4, 65536), (16, 1024), (16, 8192), (64, 1024), (64, 8192), (8, 32768), (32, 4096)]
-TILES = [("bn64w4s3", "nhd", {}), ("bn64w4s3", "hnd", {}), ("bn64w4s2", "nhd", dict(num_stages=2)),
-         ("bn64w4s2", "hnd", dict(num_stages=2)), ("bn128w8s3", "hnd", dict(block_n=128, num_warps=8))]
+TILES = [("bn64w4s3", "nhd", gqa_decode, {}), ("bn64w4s3", "hnd", gqa_decode, {}),
+         ("bn64w4s2", "nhd", gqa_decode, dict(num_stages=2)), ("bn64w4s2", "hnd", gqa_decode, dict(num_stages=2)),
+         ("bn128w8s3", "hnd", gqa_decode, dict(block_n=128, num_warps=8))]
 
 
 def hnd(t: torch.Tensor) -> torch.Tensor:
@@ -36,23 +37,27 @@ def shape_setup(batch: int, hq: int, hkv: int, n: int) -> tuple[int, list[int]]:
                                         if n // s >= 256 and batch * hkv * s <= 1600})
 
 
-def bench_paged(path, batch, hq, hkv, n, page, splits, planned) -> None:
+def bench_paged(path, batch, hq, hkv, n, page, splits, planned, variants) -> None:
+    """Each (name, layout, launcher, knobs) variant at each split count on the shape's input sets (the launcher
+    takes ``gqa_decode``'s arguments); ``err`` is against the first variant's output at the first split."""
     ins = [gqa_inputs(batch, hq, hkv, D, n, page_size=page, device="cuda", seed=i, draw_on="device")
            for i in range(sets_for(batch * hkv * n * D * 4))]
-    lay = {"nhd": ins, "hnd": [dict(x, k_cache=hnd(x["k_cache"]), v_cache=hnd(x["v_cache"])) for x in ins]}
+    lay = {"nhd": ins}
+    if any(layout == "hnd" for _, layout, _, _ in variants):
+        lay["hnd"] = [dict(x, k_cache=hnd(x["k_cache"]), v_cache=hnd(x["v_cache"])) for x in ins]
     ref = None
-    for name, layout, knobs in TILES:
+    for name, layout, fn, knobs in variants:
         for s in splits:
-            def make(x, s=s, knobs=knobs):
-                return lambda: gqa_decode(x["q"], x["k_cache"], x["v_cache"], x["block_table"], x["seq_lens"],
-                                          num_splits=s, **knobs)
+            def make(x, s=s, fn=fn, knobs=knobs):
+                return lambda: fn(x["q"], x["k_cache"], x["v_cache"], x["block_table"], x["seq_lens"],
+                                  num_splits=s, **knobs)
             row = dict(impl=name, layout=layout, B=batch, hq=hq, hkv=hkv, n=n, page=page, s=s, planned=planned)
             out = make(lay[layout][0])()
             torch.cuda.synchronize()
             ref = out.float() if ref is None else ref
             t = time_graph([make(x) for x in lay[layout]], replays=20)
-            emit(path, **row, us=t.p50_us, err=rel_err(out, ref), roof=floor_us(batch, hq, hkv, n) / t.p50_us,
-                 sets=len(ins))
+            emit(path, **row, us=t.p50_us, err=rel_err(out, ref), nan=bool(torch.isnan(out).any()),
+                 roof=floor_us(batch, hq, hkv, n) / t.p50_us, sets=len(ins))
     del ins, lay
     torch.cuda.empty_cache()
 
@@ -81,7 +86,7 @@ def main(path: str) -> None:
         for batch, n in SHAPES:
             planned, splits = shape_setup(batch, hq, hkv, n)
             for page in (16, 64):
-                bench_paged(path, batch, hq, hkv, n, page, splits, planned)
+                bench_paged(path, batch, hq, hkv, n, page, splits, planned, TILES)
             bench_sdpa(path, batch, hq, hkv, n)
             print("elapsed", time.time() - t0, flush=True)
 
