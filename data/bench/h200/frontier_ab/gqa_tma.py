@@ -11,6 +11,10 @@ kernel. Compiled for sm_90a (triton 3.6), the loop then keeps ``num_stages - 1``
 memory at BLOCK_N 64 and 3 stages, 104 at 4, 137 at 5; at 16 keys a tile, 62 KiB at 8 stages, 95 at 12. Without
 it, ``num_stages - 2`` (72 KiB at 5).
 
+With ``wsplit`` a box's keys are split over the warps as in ``gqa_wsplit.py`` (one online softmax a warp, merged
+once after the loop; at page 64, 64 keys a box, 4 warps: per 64 keys the loop has 5 CTA barriers and no shared
+stores against 11 and 6 without, 128 registers, 64 KiB at 3 stages).
+
 Full tiles run unmasked. The split's last, partial tile (if any) runs once after the loop with its rows past the
 split masked (a score of -inf, a V row of 0: the box reads other slots of the page, whatever they hold).
 Everything else is ``splitlab.kernels.gqa``'s kernel: the same split of each request's keys, the same block-table
@@ -64,6 +68,85 @@ def _tile(q, k_desc, v_desc, row, tile_start, end, col, m_i, l_i, acc, qk_scale,
 
 
 @triton.jit
+def _loop(q, k_desc, v_desc, bt_row, bt_stride_p, start, end, full, col, num_pages, qk_scale, BLOCK_G: tl.constexpr,
+          HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+          AHEAD: tl.constexpr):
+    """The split's keys, one [BLOCK_G, BLOCK_N] online-softmax step a box: (m, l, acc)."""
+    m_i = tl.full([BLOCK_G], -FLT_MAX, tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
+    if AHEAD:
+        # The next tile's row is loaded an iteration ahead and carried, so a tile's copies depend on no load of
+        # their own iteration (the last iteration reads the tail's entry, or none).
+        row_next = _row(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+        for t in tl.range(0, full, num_stages=STAGES):
+            row = row_next
+            row_next = _row(bt_row, bt_stride_p, start + (t + 1) * BLOCK_N, end, num_pages, PAGE_SIZE)
+            m_i, l_i, acc = _tile(q, k_desc, v_desc, row, start + t * BLOCK_N, end, col, m_i, l_i, acc, qk_scale,
+                                  BLOCK_N, False)
+    else:
+        for t in tl.range(0, full, num_stages=STAGES):
+            row = _row(bt_row, bt_stride_p, start + t * BLOCK_N, end, num_pages, PAGE_SIZE)
+            m_i, l_i, acc = _tile(q, k_desc, v_desc, row, start + t * BLOCK_N, end, col, m_i, l_i, acc, qk_scale,
+                                  BLOCK_N, False)
+    tail = start + full * BLOCK_N
+    if tail < end:
+        row = _row(bt_row, bt_stride_p, tail, end, num_pages, PAGE_SIZE)
+        m_i, l_i, acc = _tile(q, k_desc, v_desc, row, tail, end, col, m_i, l_i, acc, qk_scale, BLOCK_N, True)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _tile_wsplit(q, k_desc, v_desc, row, tile_start, end, col, m_i, l_i, acc, qk_scale, NW: tl.constexpr,
+                 SLICE: tl.constexpr, MASKED: tl.constexpr):
+    """``_tile`` with the box's NW * SLICE keys as NW slices of SLICE, one a warp (``gqa_wsplit.py``'s tile):
+    q [NW, G, D], state [NW, G] and [NW, G, D]."""
+    D: tl.constexpr = q.shape[2]
+    # K tile [NW * SLICE, D]: one TMA box, read by the batched dot as [NW, SLICE, D].
+    k = k_desc.load([row, col]).reshape(NW, SLICE, D)
+    s = tl.dot(q, tl.trans(k, 0, 2, 1)) * qk_scale
+    if MASKED:
+        live = (tile_start + tl.arange(0, NW)[:, None] * SLICE + tl.arange(0, SLICE)[None, :]) < end
+        s = tl.where(live[:, None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=2))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, :, None])
+    l_i = l_i * alpha + tl.sum(p, axis=2)
+    # V tile [NW * SLICE, D]: one TMA box.
+    v = v_desc.load([row, col]).reshape(NW, SLICE, D)
+    if MASKED:
+        v = tl.where(live[:, :, None], v, 0.0)
+    acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _loop_wsplit(q, k_desc, v_desc, bt_row, bt_stride_p, start, end, full, col, num_pages, qk_scale,
+                 BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 STAGES: tl.constexpr, NW: tl.constexpr):
+    """``_loop`` (table entries an iteration ahead) with each box split over the NW warps, their states merged once
+    after the loop (``gqa_wsplit.py``): (m, l, acc)."""
+    q = tl.broadcast_to(q[None, :, :], [NW, BLOCK_G, HEAD_DIM])
+    m_w = tl.full([NW, BLOCK_G], -FLT_MAX, tl.float32)
+    l_w = tl.zeros([NW, BLOCK_G], tl.float32)
+    acc_w = tl.zeros([NW, BLOCK_G, HEAD_DIM], tl.float32)
+    row_next = _row(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+    for t in tl.range(0, full, num_stages=STAGES):
+        row = row_next
+        row_next = _row(bt_row, bt_stride_p, start + (t + 1) * BLOCK_N, end, num_pages, PAGE_SIZE)
+        m_w, l_w, acc_w = _tile_wsplit(q, k_desc, v_desc, row, start + t * BLOCK_N, end, col, m_w, l_w, acc_w,
+                                       qk_scale, NW, BLOCK_N // NW, False)
+    tail = start + full * BLOCK_N
+    if tail < end:
+        row = _row(bt_row, bt_stride_p, tail, end, num_pages, PAGE_SIZE)
+        m_w, l_w, acc_w = _tile_wsplit(q, k_desc, v_desc, row, tail, end, col, m_w, l_w, acc_w, qk_scale, NW,
+                                       BLOCK_N // NW, True)
+    m_i = tl.max(m_w, axis=0)
+    w = tl.exp2(m_w - m_i[None, :])
+    return m_i, tl.sum(l_w * w, axis=0), tl.sum(acc_w * w[:, :, None], axis=0)
+
+
+@triton.jit
 def _gqa_tma_kernel(
     q_ptr, k_desc, v_desc, bt_ptr, seq_lens_ptr, out_ptr, lse_ptr,
     qk_scale, num_kv_heads, group, num_splits, num_pages, max_keys,
@@ -72,7 +155,7 @@ def _gqa_tma_kernel(
     out_stride_b, out_stride_h, out_stride_s,
     lse_stride_b, lse_stride_h, lse_stride_s,
     PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    STAGES: tl.constexpr, AHEAD: tl.constexpr,
+    STAGES: tl.constexpr, AHEAD: tl.constexpr, NW: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
@@ -95,28 +178,13 @@ def _gqa_tma_kernel(
     bt_row = bt_ptr + b64 * bt_stride_b
     col = kvh * HEAD_DIM
 
-    m_i = tl.full([BLOCK_G], -FLT_MAX, tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
     seen = scan_pages(bt_row, bt_stride_p, start, end, PAGE_SIZE)
-    if AHEAD:
-        # The next tile's row is loaded an iteration ahead and carried, so a tile's copies depend on no load of
-        # their own iteration (the last iteration reads the tail's entry, or none).
-        row_next = _row(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
-        for t in tl.range(0, full, num_stages=STAGES):
-            row = row_next
-            row_next = _row(bt_row, bt_stride_p, start + (t + 1) * BLOCK_N, end, num_pages, PAGE_SIZE)
-            m_i, l_i, acc = _tile(q, k_desc, v_desc, row, start + t * BLOCK_N, end, col, m_i, l_i, acc, qk_scale,
-                                  BLOCK_N, False)
+    if NW > 1:
+        m_i, l_i, acc = _loop_wsplit(q, k_desc, v_desc, bt_row, bt_stride_p, start, end, full, col, num_pages,
+                                     qk_scale, BLOCK_G, HEAD_DIM, PAGE_SIZE, BLOCK_N, STAGES, NW)
     else:
-        for t in tl.range(0, full, num_stages=STAGES):
-            row = _row(bt_row, bt_stride_p, start + t * BLOCK_N, end, num_pages, PAGE_SIZE)
-            m_i, l_i, acc = _tile(q, k_desc, v_desc, row, start + t * BLOCK_N, end, col, m_i, l_i, acc, qk_scale,
-                                  BLOCK_N, False)
-    tail = start + full * BLOCK_N
-    if tail < end:
-        row = _row(bt_row, bt_stride_p, tail, end, num_pages, PAGE_SIZE)
-        m_i, l_i, acc = _tile(q, k_desc, v_desc, row, tail, end, col, m_i, l_i, acc, qk_scale, BLOCK_N, True)
+        m_i, l_i, acc = _loop(q, k_desc, v_desc, bt_row, bt_stride_p, start, end, full, col, num_pages, qk_scale,
+                              BLOCK_G, HEAD_DIM, PAGE_SIZE, BLOCK_N, STAGES, AHEAD)
 
     l_i = poison(l_i, bad_len | any_bad(seen, num_pages, True))
     empty = l_i == 0.0
@@ -127,20 +195,18 @@ def _gqa_tma_kernel(
     tl.store(lse_ptr + b64 * lse_stride_b + split * lse_stride_s + heads * lse_stride_h, lse, mask=mask_g)
 
 
-def _alloc(size, align=None, stream=None):  # scratch for device-side descriptors (none made here)
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 def gqa_tma(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, block_n: int | None = None,
-            num_warps: int = 4, num_stages: int = 3, ahead: bool = True,
+            num_warps: int = 4, num_stages: int = 3, ahead: bool = True, wsplit: bool = False,
             return_lse: bool = False):
     """``gqa_decode``'s arguments (NHD pages with contiguous rows; D a power of two), no planner, no checks
-    beyond the layout the descriptors need. ``block_n`` defaults to min(64, page_size)."""
+    beyond the layout the descriptors need. ``block_n`` defaults to min(64, page_size). ``wsplit``: each box's keys
+    split over the ``num_warps`` warps (``_loop_wsplit``; its slices at least 16 keys)."""
     B, Hq, D = q.shape
     num_pages, page_size, Hkv, _ = k_cache.shape
     block_n = block_n or min(64, page_size)
-    if page_size % block_n or D & (D - 1):
-        raise ValueError(f"block_n={block_n} must divide page_size={page_size}; D={D} a power of two")
+    if page_size % block_n or D & (D - 1) or (wsplit and block_n // num_warps < 16):
+        raise ValueError(f"block_n={block_n} must divide page_size={page_size} (and give each of num_warps="
+                         f"{num_warps} warps 16 keys or more with wsplit); D={D} a power of two")
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         if c.stride(3) != 1 or c.stride(2) != D or c.stride(1) != Hkv * D or c.stride(0) != page_size * Hkv * D:
             raise ValueError(f"{name} must be NHD pages with contiguous rows; strides {c.stride()}")
@@ -156,13 +222,13 @@ def gqa_tma(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, bloc
         dst = torch.empty(B, Hq, S, D, dtype=torch.float32, device=q.device)
         dst_lse = torch.empty(B, Hq, S, dtype=torch.float32, device=q.device)
         dst_strides, lse_strides = tuple(dst.stride())[:3], tuple(dst_lse.stride())
-    assert q.stride(2) == 1 and dst.stride(-1) == 1
+    assert q.stride(2) == 1 and dst.stride(-1) == 1 and seq_lens.stride(0) == 1
     _gqa_tma_kernel[(B * Hkv, S)](
         q, *descs, block_table, seq_lens, dst, dst_lse,
         D ** -0.5 * LOG2E, Hkv, group, S, num_pages, block_table.shape[1] * page_size,
         q.stride(0), q.stride(1), *block_table.stride(), *dst_strides, *lse_strides,
         PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=default_knobs(group, D)["block_g"], BLOCK_N=block_n,
-        STAGES=num_stages, AHEAD=ahead, num_warps=num_warps, num_stages=num_stages,
+        STAGES=num_stages, AHEAD=ahead, NW=num_warps if wsplit else 1, num_warps=num_warps, num_stages=num_stages,
     )
     if S > 1:
         out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)

@@ -12,8 +12,9 @@ Everything else is ``splitlab.kernels.gqa``'s kernel: the split of each request'
 being NW * BLOCK_N keys), the table entries carried an iteration ahead and clamped, the pre-loop scan
 (``paging.scan_pages``), masked loads (other=0), the epilogue and the shipped merge.
 
-Bytes moved per program: as the shipped kernel's (K and V 2 * n * D * elt; the table one int32 a key when the
-page is shorter than the slice, else one a slice).
+Bytes moved per program: K and V 2 * n * D * elt; the table one int32 a key (the repeats of a page hit L1; the
+shipped kernel reads one a tile where a page holds whole tiles) plus the pre-loop scan's n / PAGE_SIZE * 4; q
+G * D * elt; writes as the shipped kernel's.
 """
 
 from __future__ import annotations

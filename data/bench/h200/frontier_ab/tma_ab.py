@@ -4,8 +4,9 @@
 
 First an fp64 check of every variant on ragged batches whose unread slots and pages hold NaN (``CHECK.jsonl``),
 then the timings through ``layout_ab.bench_paged`` at every split listed.
-- ``gqa``: ``gqa_tma.py`` (K/V tiles as TMA boxes of one page, Triton's pipelined loop) and ``gqa_wsplit.py`` (a
-  tile's keys split over the warps) on the layout A/B's shapes (GQA 32/8 and 64/8, NHD pages 16 and 64);
+- ``gqa``: ``gqa_tma.py`` (K/V tiles as TMA boxes of one page, Triton's pipelined loop; at page 64 also with each
+  box split over the warps) and ``gqa_wsplit.py`` (a tile's keys split over the warps) on the layout A/B's shapes
+  (GQA 32/8 and 64/8, NHD pages 16 and 64);
 - ``mqa``: ``gqa_tma.py`` on MQA-128 at batch 8-64 and 8K-64K keys (the roofline goal's shapes);
 - ``ws``: ``gqa_ws_gluon.py`` (the boxes from a copy warp of their own) on ``gqa``'s shapes, a part of its own so
   that a hang in it costs only itself."""
@@ -36,7 +37,9 @@ VARIANTS = {
     "gqa": {16: SHIPPED + [(f"tma-bn16w{w}s{s}", gqa_tma, dict(block_n=16, num_warps=w, num_stages=s))
                            for w, s in ((4, 4), (4, 8), (4, 12), (2, 8), (2, 12), (1, 8))] + WSPLIT,
             64: SHIPPED + [(f"tma-bn64w4s{s}", gqa_tma, dict(block_n=64, num_stages=s)) for s in (2, 3, 4)]
-            + [(f"tma-bn32w4s{s}", gqa_tma, dict(block_n=32, num_stages=s)) for s in (4, 6)] + WSPLIT},
+            + [(f"tma-bn32w4s{s}", gqa_tma, dict(block_n=32, num_stages=s)) for s in (4, 6)] + WSPLIT
+            + [(f"tma-wsplit-bn{n}w{w}s{s}", gqa_tma, dict(block_n=n, num_warps=w, num_stages=s, wsplit=True))
+               for n, w, s in ((64, 4, 3), (64, 4, 4), (32, 2, 6))]},
     "ws": {16: SHIPPED[:1] + [(f"ws-bn16s{s}r{r}", gqa_ws, dict(block_n=16, num_stages=s, maxnreg=r))
                               for s, r in ((8, 80), (12, 128))],
            64: SHIPPED[:1] + [(f"ws-bn{n}s{s}r{r}", gqa_ws, dict(block_n=n, num_stages=s, maxnreg=r))
