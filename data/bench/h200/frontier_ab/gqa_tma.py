@@ -26,12 +26,11 @@ pre-loop scan's n / PAGE_SIZE * 4; q G * D * elt; writes as the shipped kernel's
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
+from partials import partials
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from splitlab.kernels.combine import launch_combine
 from splitlab.kernels.gqa import FLT_MAX, LN2, LOG2E, default_knobs
 from splitlab.kernels.paging import any_bad, checked_len, poison, scan_pages
 
@@ -214,23 +213,13 @@ def gqa_tma(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, bloc
              for c in (k_cache, v_cache)]
     S = num_splits
     group = Hq // Hkv
-    lse = torch.empty(B, Hq, dtype=torch.float32, device=q.device)
-    if S == 1:
-        out = dst = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-        dst_lse, dst_strides, lse_strides = lse, (out.stride(0), out.stride(1), 0), (*lse.stride(), 0)
-    else:
-        dst = torch.empty(B, Hq, S, D, dtype=torch.float32, device=q.device)
-        dst_lse = torch.empty(B, Hq, S, dtype=torch.float32, device=q.device)
-        dst_strides, lse_strides = tuple(dst.stride())[:3], tuple(dst_lse.stride())
-    assert q.stride(2) == 1 and dst.stride(-1) == 1 and seq_lens.stride(0) == 1
+    dst = partials(q, S)
+    assert q.stride(2) == 1 and seq_lens.stride(0) == 1
     _gqa_tma_kernel[(B * Hkv, S)](
-        q, *descs, block_table, seq_lens, dst, dst_lse,
+        q, *descs, block_table, seq_lens, dst.out, dst.lse,
         D ** -0.5 * LOG2E, Hkv, group, S, num_pages, block_table.shape[1] * page_size,
-        q.stride(0), q.stride(1), *block_table.stride(), *dst_strides, *lse_strides,
+        q.stride(0), q.stride(1), *block_table.stride(), *dst.out_strides[:3], *dst.lse_strides,
         PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=default_knobs(group, D)["block_g"], BLOCK_N=block_n,
         STAGES=num_stages, AHEAD=ahead, NW=num_warps if wsplit else 1, num_warps=num_warps, num_stages=num_stages,
     )
-    if S > 1:
-        out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-        launch_combine(dst, dst_lse, out, lse)
-    return (out, lse) if return_lse else out
+    return dst.merged(q.dtype, return_lse)

@@ -16,13 +16,12 @@ n / PAGE_SIZE * 4; q G * D * elt; writes as the shipped kernel's.
 from __future__ import annotations
 
 import torch
+from partials import partials
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-from splitlab.kernels.combine import launch_combine
 
 LOG2E = 1.4426950408889634
 FLT_MAX = gl.constexpr(3.4028234663852886e38)
@@ -197,23 +196,13 @@ def gqa_ws(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, block
     descs = [TensorDescriptor(c, [num_pages * page_size, Hkv * D], [Hkv * D, 1], [block_n, D], layout)
              for c in (k_cache, v_cache)]
     S = num_splits
-    lse = torch.empty(B, Hq, dtype=torch.float32, device=q.device)
-    if S == 1:
-        out = dst = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-        dst_lse, dst_strides, lse_strides = lse, (out.stride(0), out.stride(1), 0), (*lse.stride(), 0)
-    else:
-        dst = torch.empty(B, Hq, S, D, dtype=torch.float32, device=q.device)
-        dst_lse = torch.empty(B, Hq, S, dtype=torch.float32, device=q.device)
-        dst_strides, lse_strides = tuple(dst.stride())[:3], tuple(dst_lse.stride())
+    dst = partials(q, S)
     assert q.stride(2) == 1 and seq_lens.stride(0) == 1
     _gqa_ws_kernel[(B * Hkv, S)](
-        q, *descs, block_table, seq_lens, dst, dst_lse,
+        q, *descs, block_table, seq_lens, dst.out, dst.lse,
         D ** -0.5 * LOG2E, Hkv, group, S, num_pages, block_table.shape[1] * page_size,
-        q.stride(0), q.stride(1), *block_table.stride(), *dst_strides, *lse_strides,
+        q.stride(0), q.stride(1), *block_table.stride(), *dst.out_strides[:3], *dst.lse_strides,
         PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=16, BLOCK_N=block_n, STAGES=num_stages, num_warps=4,
         maxnreg=maxnreg,
     )
-    if S > 1:
-        out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-        launch_combine(dst, dst_lse, out, lse)
-    return (out, lse) if return_lse else out
+    return dst.merged(q.dtype, return_lse)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from partials import partials
 
-from splitlab.kernels.combine import launch_combine
 from splitlab.kernels.gqa import FLT_MAX, LN2, LOG2E, default_knobs
 from splitlab.kernels.paging import any_bad, checked_len, poison, scan_pages
 
@@ -144,27 +144,16 @@ def gqa_wsplit(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, b
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n={block_n}: expected a power of two >= 16 (the PV dot's K)")
     S = num_splits
-    lse = torch.empty(B, Hq, dtype=torch.float32, device=q.device)
-    if S == 1:
-        out = dst = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-        dst_lse = lse
-        dst_strides, lse_strides = (out.stride(0), out.stride(1), 0, out.stride(2)), (*lse.stride(), 0)
-    else:
-        dst = torch.empty(B, Hq, S, D, dtype=torch.float32, device=q.device)
-        dst_lse = torch.empty(B, Hq, S, dtype=torch.float32, device=q.device)
-        dst_strides, lse_strides = tuple(dst.stride()), tuple(dst_lse.stride())
+    dst = partials(q, S)
     interpret = q.device.type == "cpu"
     upcast = interpret and q.dtype == torch.bfloat16
     knobs = default_knobs(group, D)
     _gqa_wsplit_kernel[(B * Hkv, S)](
-        q, k_cache, v_cache, block_table, seq_lens, dst, dst_lse,
+        q, k_cache, v_cache, block_table, seq_lens, dst.out, dst.lse,
         D ** -0.5 * LOG2E, Hkv, group, S, seq_lens.stride(0), num_pages, block_table.shape[1] * page_size,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(), *dst_strides, *lse_strides,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(), *dst.out_strides, *dst.lse_strides,
         PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=knobs["block_g"], BLOCK_N=block_n, BLOCK_D=knobs["block_d"],
         NW=num_warps, UPCAST=upcast, DOT_PRECISION="ieee" if upcast or q.dtype == torch.float32 else None,
         num_warps=num_warps, num_stages=num_stages, **({} if maxnreg is None else dict(maxnreg=maxnreg)),
     )
-    if S > 1:
-        out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-        launch_combine(dst, dst_lse, out, lse)
-    return (out, lse) if return_lse else out
+    return dst.merged(q.dtype, return_lse)
