@@ -194,6 +194,21 @@ def _gqa_tma_kernel(
     tl.store(lse_ptr + b64 * lse_stride_b + split * lse_stride_s + heads * lse_stride_h, lse, mask=mask_g)
 
 
+def page_rows(q, k_cache, v_cache, seq_lens, block_n: int) -> tuple[list[int], list[int]]:
+    """The 2-D tensor (shape, strides) a cache's TMA descriptor reads, [pages * page, Hkv * D], for NHD pages with
+    contiguous rows; a layout or tile it cannot describe is refused (ValueError)."""
+    D = q.shape[2]
+    num_pages, page_size, Hkv, _ = k_cache.shape
+    if page_size % block_n or D & (D - 1):
+        raise ValueError(f"block_n={block_n} must divide page_size={page_size}; D={D} a power of two")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if c.stride(3) != 1 or c.stride(2) != D or c.stride(1) != Hkv * D or c.stride(0) != page_size * Hkv * D:
+            raise ValueError(f"{name} must be NHD pages with contiguous rows; strides {c.stride()}")
+    if q.stride(2) != 1 or seq_lens.stride(0) != 1:
+        raise ValueError("q's head dim and seq_lens must be contiguous")
+    return [num_pages * page_size, Hkv * D], [Hkv * D, 1]
+
+
 def gqa_tma(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, block_n: int | None = None,
             num_warps: int = 4, num_stages: int = 3, ahead: bool = True, wsplit: bool = False,
             return_lse: bool = False):
@@ -203,18 +218,13 @@ def gqa_tma(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, bloc
     B, Hq, D = q.shape
     num_pages, page_size, Hkv, _ = k_cache.shape
     block_n = block_n or min(64, page_size)
-    if page_size % block_n or D & (D - 1) or (wsplit and block_n // num_warps < 16):
-        raise ValueError(f"block_n={block_n} must divide page_size={page_size} (and give each of num_warps="
-                         f"{num_warps} warps 16 keys or more with wsplit); D={D} a power of two")
-    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if c.stride(3) != 1 or c.stride(2) != D or c.stride(1) != Hkv * D or c.stride(0) != page_size * Hkv * D:
-            raise ValueError(f"{name} must be NHD pages with contiguous rows; strides {c.stride()}")
-    descs = [TensorDescriptor(c, [num_pages * page_size, Hkv * D], [Hkv * D, 1], [block_n, D])
-             for c in (k_cache, v_cache)]
+    if wsplit and block_n // num_warps < 16:
+        raise ValueError(f"block_n={block_n} gives each of num_warps={num_warps} warps fewer than 16 keys (wsplit)")
+    shape, strides = page_rows(q, k_cache, v_cache, seq_lens, block_n)
+    descs = [TensorDescriptor(c, shape, strides, [block_n, D]) for c in (k_cache, v_cache)]
     S = num_splits
     group = Hq // Hkv
     dst = partials(q, S)
-    assert q.stride(2) == 1 and seq_lens.stride(0) == 1
     _gqa_tma_kernel[(B * Hkv, S)](
         q, *descs, block_table, seq_lens, dst.out, dst.lse,
         D ** -0.5 * LOG2E, Hkv, group, S, num_pages, block_table.shape[1] * page_size,

@@ -16,6 +16,7 @@ n / PAGE_SIZE * 4; q G * D * elt; writes as the shipped kernel's.
 from __future__ import annotations
 
 import torch
+from gqa_tma import page_rows
 from partials import partials
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -23,7 +24,8 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-LOG2E = 1.4426950408889634
+from splitlab.kernels.gqa import LOG2E
+
 FLT_MAX = gl.constexpr(3.4028234663852886e38)
 SCAN = gl.constexpr(1024)  # block-table entries the scan reads a chunk
 
@@ -186,18 +188,14 @@ def gqa_ws(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, block
     num_pages, page_size, Hkv, _ = k_cache.shape
     group = Hq // Hkv
     block_n = block_n or min(64, page_size)
-    if page_size % block_n or D & (D - 1) or group > 16:
-        raise ValueError(f"block_n={block_n} must divide page_size={page_size}; D={D} a power of two; group <= 16")
-    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if c.stride(3) != 1 or c.stride(2) != D or c.stride(1) != Hkv * D or c.stride(0) != page_size * Hkv * D:
-            raise ValueError(f"{name} must be NHD pages with contiguous rows; strides {c.stride()}")
+    if group > 16:
+        raise ValueError(f"group={group}: this tile takes groups up to 16")
+    shape, strides = page_rows(q, k_cache, v_cache, seq_lens, block_n)
     layout = gl.NVMMASharedLayout.get_default_for([block_n, D], gl.bfloat16 if q.dtype == torch.bfloat16 else
                                                   gl.float16)
-    descs = [TensorDescriptor(c, [num_pages * page_size, Hkv * D], [Hkv * D, 1], [block_n, D], layout)
-             for c in (k_cache, v_cache)]
+    descs = [TensorDescriptor(c, shape, strides, [block_n, D], layout) for c in (k_cache, v_cache)]
     S = num_splits
     dst = partials(q, S)
-    assert q.stride(2) == 1 and seq_lens.stride(0) == 1
     _gqa_ws_kernel[(B * Hkv, S)](
         q, *descs, block_table, seq_lens, dst.out, dst.lse,
         D ** -0.5 * LOG2E, Hkv, group, S, num_pages, block_table.shape[1] * page_size,

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 from partials import partials
 
+from splitlab.kernels._launch import interpret_upcast
 from splitlab.kernels.gqa import FLT_MAX, LN2, LOG2E, default_knobs
 from splitlab.kernels.paging import any_bad, checked_len, poison, scan_pages
 
@@ -145,8 +146,7 @@ def gqa_wsplit(q, k_cache, v_cache, block_table, seq_lens, *, num_splits: int, b
         raise ValueError(f"block_n={block_n}: expected a power of two >= 16 (the PV dot's K)")
     S = num_splits
     dst = partials(q, S)
-    interpret = q.device.type == "cpu"
-    upcast = interpret and q.dtype == torch.bfloat16
+    upcast = interpret_upcast(q.dtype)
     knobs = default_knobs(group, D)
     _gqa_wsplit_kernel[(B * Hkv, S)](
         q, k_cache, v_cache, block_table, seq_lens, dst.out, dst.lse,
