@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from splitlab.errors import SplitlabError, check_int
-from splitlab.planners._math import cdiv, next_power_of_two
+from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.workloads import DecodeWorkload
 
 MAX_BLOCK_H = 64  # the MLA kernels pack at most this many query heads per program

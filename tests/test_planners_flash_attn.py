@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from splitlab import workloads
 from splitlab.devices import DeviceSpec
+from splitlab.intmath import cdiv
 from splitlab.planners import plan
-from splitlab.planners._math import cdiv
 from splitlab.planners.flash_attn import (
     num_splits_heuristic,
     num_splits_heuristic_fa3,

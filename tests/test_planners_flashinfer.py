@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from splitlab import workloads
 from splitlab.errors import SplitlabError
+from splitlab.intmath import cdiv
 from splitlab.planners import names, plan
-from splitlab.planners._math import cdiv
 from splitlab.planners.flashinfer import (
     BatchDecodeWithPagedKVCacheWorkEstimationDispatched,
     PartitionPagedKVCacheBinarySearchMinNumPagePerBatch,

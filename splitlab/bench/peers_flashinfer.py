@@ -28,7 +28,7 @@ from typing import NamedTuple
 from splitlab.bench.peers import gpu_missing, library_missing
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError, bad
-from splitlab.planners._math import cdiv
+from splitlab.intmath import cdiv
 from splitlab.workloads import DecodeWorkload
 
 LIBRARY = "flashinfer"

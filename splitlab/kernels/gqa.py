@@ -28,6 +28,7 @@ import triton.language as tl
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError, bad
+from splitlab.intmath import next_power_of_two
 from splitlab.kernels import _launch
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -48,7 +49,6 @@ from splitlab.kernels._launch import (
 )
 from splitlab.kernels.combine import combine_grid, launch_combine
 from splitlab.kernels.paging import any_bad, checked_len, num_tiles, poison, scan_pages, tile_pages
-from splitlab.planners._math import next_power_of_two
 from splitlab.workloads import DecodeWorkload
 
 __all__ = ["gqa_decode", "gqa_launch_facts", "default_knobs"]

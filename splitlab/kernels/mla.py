@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError, bad, check_int
+from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.kernels import _launch, mla_sm90
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -64,7 +65,6 @@ from splitlab.kernels._launch import (
 )
 from splitlab.kernels.combine import combine_grid, launch_combine
 from splitlab.kernels.paging import any_bad, checked_len, num_tiles, poison, tile_pages
-from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 

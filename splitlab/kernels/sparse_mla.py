@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError
+from splitlab.intmath import cdiv
 from splitlab.kernels import _launch, mla_sm90
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -74,7 +75,6 @@ from splitlab.kernels.mla import (
     store_head_tile,
 )
 from splitlab.kernels.paging import key_masks
-from splitlab.planners._math import cdiv
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 

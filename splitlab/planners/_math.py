@@ -1,24 +1,6 @@
-"""Integer helpers with the exact semantics of the upstream languages (C++, Mojo, Python).
+"""The integer helpers under their former name, for code that still imports them from here (the work-list kernels
+and ``kernels/_launch.py``); they live in ``splitlab.intmath``, below the wave model and the planners."""
 
-Every port imports these instead of re-deriving them, so that one definition of ``cdiv`` and
-``next_power_of_two`` is diffed against upstream once.
-"""
+from splitlab.intmath import cdiv, clamp, next_power_of_two
 
-from __future__ import annotations
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division ``(a + b - 1) // b`` for positive ``b`` (C++ ``cdiv``, Mojo ``ceildiv``)."""
-    return -(-a // b)
-
-
-def next_power_of_two(n: int) -> int:
-    """Smallest power of two ``>= n``; 1 for ``n <= 1`` (Mojo ``next_power_of_two``, ``triton.next_power_of_2``)."""
-    if n <= 1:
-        return 1
-    return 1 << (n - 1).bit_length()
-
-
-def clamp(v: int, lo: int, hi: int) -> int:
-    """Mojo ``clamp(v, lo, hi) = max(min(v, hi), lo)``."""
-    return max(min(v, hi), lo)
+__all__ = ["cdiv", "clamp", "next_power_of_two"]

@@ -26,7 +26,7 @@ import math
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import bad, check_int
-from splitlab.planners._math import cdiv
+from splitlab.intmath import cdiv
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 

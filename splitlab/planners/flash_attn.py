@@ -28,7 +28,7 @@ import numpy as np
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import check_int
-from splitlab.planners._math import cdiv
+from splitlab.intmath import cdiv
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 

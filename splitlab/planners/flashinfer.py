@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
-from splitlab.planners._math import cdiv
+from splitlab.intmath import cdiv
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import check_int
-from splitlab.planners._math import next_power_of_two
+from splitlab.intmath import next_power_of_two
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 

@@ -24,7 +24,7 @@ from math import gcd
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
-from splitlab.planners._math import cdiv, clamp, next_power_of_two
+from splitlab.intmath import cdiv, clamp, next_power_of_two
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 

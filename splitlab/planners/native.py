@@ -31,11 +31,11 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from splitlab import waves  # module import: waves itself imports splitlab.planners._math
+from splitlab import waves
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
+from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.planners import fitted
-from splitlab.planners._math import cdiv, next_power_of_two
 from splitlab.planners.fitted import CostConstants, FittedConstants
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload

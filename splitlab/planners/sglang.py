@@ -22,7 +22,7 @@ import numpy as np
 
 from splitlab.devices import DeviceSpec
 from splitlab.errors import bad, check_int
-from splitlab.planners._math import cdiv, next_power_of_two
+from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.planners.registry import Plan, register
 from splitlab.workloads import DecodeWorkload
 
