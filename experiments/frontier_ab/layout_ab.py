@@ -1,7 +1,7 @@
 """Cache layout A/B (README.md): splitlab's paged GQA decode on an NHD page ([pages, page, Hkv, D], the kv heads
 interleaved every D values: ``gqa_inputs``) and on an HND page ([pages, Hkv, page, D] storage passed as its strided
 [pages, page, Hkv, D] view), at three tiles, beside SDPA cuDNN and flash on BHND ([B, Hkv, N, D] contiguous) and
-BNHD ([B, N, Hkv, D] viewed as BHND). ``PYTHONPATH=<repo>:<this folder> python layout_ab.py OUT.jsonl`` on one GPU."""
+BNHD ([B, N, Hkv, D] viewed as BHND). ``python experiments/frontier_ab/layout_ab.py OUT.jsonl`` on one GPU."""
 
 import sys
 import time

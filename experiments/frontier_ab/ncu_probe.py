@@ -1,5 +1,6 @@
 """One decode under Nsight Compute (``ncu.sh``): warm it up, then profile one call between cudaProfilerStart/Stop.
-``python ncu_probe.py IMPL:HQ:HKV:BATCH:KEYS:SPLITS``; IMPL ``tl`` (page 16), ``tl64`` (page 64) or an SDPA backend."""
+``python experiments/frontier_ab/ncu_probe.py IMPL:HQ:HKV:BATCH:KEYS:SPLITS``; IMPL ``tl`` (page 16), ``tl64`` (page
+64) or an SDPA backend."""
 
 import sys
 

@@ -1,5 +1,5 @@
 """The Gluon 128-row tile (``gqa_wide_gluon.py``) against ``gqa_decode``'s tl kernel on MQA-128: fp64-reference checks,
-then graph-replay timings. ``PYTHONPATH=<repo>:<this folder> python gluon_ab.py OUT.jsonl`` on an sm_90 GPU."""
+then graph-replay timings. ``python experiments/frontier_ab/gluon_ab.py OUT.jsonl`` on an sm_90 GPU."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """TMA A/B (README.md): three experimental kernels against the shipped GQA kernel, beside SDPA:
-``PYTHONPATH=<repo>:<this folder> python tma_ab.py OUT.jsonl CHECK.jsonl {gqa,mqa,ws}`` on one GPU;
-``python tma_ab.py summary OUT.jsonl CHECK.jsonl`` prints the reading (no GPU).
+``python experiments/frontier_ab/tma_ab.py OUT.jsonl CHECK.jsonl {gqa,mqa,ws}`` on one GPU;
+``python experiments/frontier_ab/tma_ab.py summary OUT.jsonl CHECK.jsonl`` prints the reading (no GPU).
 
 First an fp64 check of every variant on ragged batches whose unread slots and pages hold NaN (``CHECK.jsonl``),
 then the timings through ``layout_ab.bench_paged`` at every split listed.

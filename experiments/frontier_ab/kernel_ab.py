@@ -1,5 +1,5 @@
 """Kernel A/B (README.md): the shipped GQA kernel against two experiments on the layout A/B's shapes (NHD pages 16
-and 64), beside SDPA: ``PYTHONPATH=<repo>:<this folder> python kernel_ab.py OUT.jsonl {table,gluon64}`` on one GPU.
+and 64), beside SDPA: ``python experiments/frontier_ab/kernel_ab.py OUT.jsonl {table,gluon64}`` on one GPU.
 
 - ``table``: the shipped partial kernel with its block-table entries loaded in the iteration that uses them
   (``rebuilt``). Compiled for sm_90a (triton 3.6) the shipped loop carries no entries either: the pipeliner loads

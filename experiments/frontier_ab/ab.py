@@ -1,5 +1,6 @@
-"""The A/B behind this folder's CSVs (README.md): ``PYTHONPATH=<repo> python ab.py OUT.jsonl {mqa,gqa,tiles}`` on
-one GPU. One JSON row per (variant, shape, split count); a variant that fails is a row with ``error``."""
+"""The A/B behind this folder's CSVs (README.md): ``python experiments/frontier_ab/ab.py OUT.jsonl {mqa,gqa,tiles}``
+from the repository root, on one GPU. One JSON row per (variant, shape, split count); a variant that fails is a row
+with ``error``."""
 
 import json
 import sys
