@@ -38,13 +38,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import analysis, plots, report
+from splitlab import analysis, datasets, notebook, plots
 
 plots.setup()
-report.show_whole_tables()
+notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
-df, info = report.load_data(data, allow_fake=allow_fake)
-display(Markdown(report.describe(info, df)))
+df, info = datasets.load_data(data, allow_fake=allow_fake)
+display(Markdown(datasets.describe(info, df)))
 
 ok = analysis.measured(df, allow_fake=allow_fake)
 ok = ok[ok["ctas"].notna() & ok["num_splits"].notna() & ok["p50_us"].notna()].copy()
@@ -120,7 +120,7 @@ for kernel in todo:
     plots.title(fig, f"{kernel}: bandwidth and relative latency against CTAs", info)
     cols = ["family", *shape_cols, *[k for k in analysis.KNOBS if k in ok.columns], "ctas", "p50_us", "best_us",
             "rel", "gbps"]
-    report.show_figure(fig, kernel.lower(), pd.concat(drawn, ignore_index=True)[list(dict.fromkeys(cols))])
+    notebook.show_figure(fig, kernel.lower(), pd.concat(drawn, ignore_index=True)[list(dict.fromkeys(cols))])
 
 # %% [markdown]
 # ## Where the best BLOCK_K switches, and seed 003's rule
@@ -171,7 +171,7 @@ else:
         ax.axvline(best_t, color="#9467bd", lw=1.0, ls="-.", label=f"best threshold in hindsight: {best_t}")
     plots.legend_outside(ax)
     plots.title(fig, f"BLOCK_K 32 vs 64: the rule predicts {hit} of {len(dec)} decisive load points", info)
-    report.show_figure(fig, "block-k-rule", rule.reset_index(drop=True))
+    notebook.show_figure(fig, "block-k-rule", rule.reset_index(drop=True))
     cols = [c for c in ("kernel", "num_q_heads", "topk", "batch", "num_splits", "ctas", "p50_small", "p50_large",
                         "best", "rule", "predicted") if c in rule.columns]
     display(rule.sort_values("ctas")[cols].rename(columns={"p50_small": "p50 @32 (us)", "p50_large": "p50 @64 (us)"})
@@ -220,7 +220,7 @@ else:
     plots.mark_sm_multiples(ax, int(splits_rule["sm_count"].iloc[0]), axis="y")
     plots.legend_outside(ax)
     plots.title(fig, "Where the best split lands: CTAs at the measured optimum", info)
-    report.show_figure(fig, "best-split-ctas", splits_rule)
+    notebook.show_figure(fig, "best-split-ctas", splits_rule)
     t = splits_rule.groupby("kernel").agg(shapes=("predicted", "size"), predicted=("predicted", "sum"),
                                           geomean_regret=("rule_regret", analysis.geomean),
                                           worst_regret=("rule_regret", "max"))
@@ -238,6 +238,6 @@ else:
 if not splits_rule.empty:
     parts.append(f"the one-wave split rule is within {tol:.0%} of the best split on "
                  f"{int(splits_rule['predicted'].sum())} of {len(splits_rule)} shapes")
-report.record_finding(("MODELLED: " if info.fake else "") + "; ".join(parts) + f" ({info.device}, {info.date}).",
-                      block_k=bk_summary, split_rule_shapes=len(splits_rule),
-                      split_rule_predicted=int(splits_rule["predicted"].sum()) if len(splits_rule) else 0)
+notebook.record_finding(("MODELLED: " if info.fake else "") + "; ".join(parts) + f" ({info.device}, {info.date}).",
+                        block_k=bk_summary, split_rule_shapes=len(splits_rule),
+                        split_rule_predicted=int(splits_rule["predicted"].sum()) if len(splits_rule) else 0)

@@ -16,7 +16,7 @@
 # splitlab's GQA and MLA decode kernels against the kernels teams ship, on the same shapes, measured in the same
 # device call: FlashInfer's paged decode (its own plan and its best split), PyTorch SDPA (cuDNN, flash),
 # FlashMLA's dense decode and FlashInfer's MLA (`fa3`, `fa2`). Each card's `peers` grid is one sweep; the table
-# helpers are `splitlab.bench.peer_table`. The **roofline fraction** is the floor `max(unique bytes / read
+# helpers are `splitlab.peer_table`. The **roofline fraction** is the floor `max(unique bytes / read
 # ceiling, FLOPs / matrix ceiling)` of the H200 preset over the measured time (1.0 = at the floor). Then each
 # ported planner's regret on FlashInfer's own kernel beside its regret on splitlab's, where FlashInfer's split was
 # swept.
@@ -34,15 +34,14 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import analysis, plots, report, results
-from splitlab.bench import peer_table
+from splitlab import analysis, datasets, notebook, peer_table, plots, results
 
 plots.setup()
-report.show_whole_tables()
+notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 compared, repeat = (peers[0], peers[1] if len(peers) > 1 else "") if peers else (data, "")
-df, info = report.load_data(compared, allow_fake=allow_fake)
-display(Markdown(report.describe(info, df)))
+df, info = datasets.load_data(compared, allow_fake=allow_fake)
+display(Markdown(datasets.describe(info, df)))
 roles = peer_table.roles(df, allow_fake=allow_fake)
 cmp = peer_table.comparison(roles)
 if roles.empty:
@@ -77,7 +76,7 @@ for ax, fam in zip(axes[:, 0], fams or [None], strict=True):
     ax.set_ylabel("roofline fraction")
     plots.title(ax, f"{fam.upper()}: floor / measured time", info)
     plots.legend_outside(ax)
-report.show_figure(fig, "roofline", roles)
+notebook.show_figure(fig, "roofline", roles)
 
 # %% [markdown]
 # **splitlab against the best peer.** Per shape: the best peer's time over splitlab's (above 1: splitlab is
@@ -98,7 +97,7 @@ if not summ.empty:
     ax.set_ylabel("best peer / splitlab")
     plots.title(ax, "splitlab at its planner's default against the best peer", info)
     plots.legend_outside(ax)
-    report.show_figure(fig, "speedup", cmp)
+    notebook.show_figure(fig, "speedup", cmp)
 
 # %% [markdown]
 # **Every ported planner on FlashInfer's own kernel.** With FlashInfer's split swept (`flashinfer_decode`:
@@ -135,7 +134,7 @@ if not regrets.empty:
         plots.legend_outside(ax)
         ax.set_xlabel("geomean regret (p50 / best split of that kernel)")
         plots.title(ax, "The ported rules on FlashInfer's kernel and on splitlab's (GQA)", info)
-        report.show_figure(fig, "flashinfer-kernel", t)
+        notebook.show_figure(fig, "flashinfer-kernel", t)
 
 # %% [markdown]
 # **Run to run.** The same sweeps measured again in a later device call (another H200): each point's p50 over the
@@ -143,7 +142,7 @@ if not regrets.empty:
 
 # %%
 spread = None
-rinfo = report.data_info(repeat) if repeat else None
+rinfo = datasets.data_info(repeat) if repeat else None
 
 
 def sweeps(i) -> set:
@@ -175,5 +174,5 @@ if not regrets.empty and "FlashInfer's own plan" in set(regrets["planner"]):
 if spread is not None:
     parts.append(f"run to run {spread[0]:.3f}-{spread[1]:.3f} (5-95%, {spread[2]} points)")
 text = "; ".join(parts) if parts else "no splitlab kernel sweep with peers in these data"
-report.record_finding(("MODELLED: " if info.fake else "") + text + ".",
-                      families=len(summ), shapes=int(summ["shapes"].sum()) if not summ.empty else 0)
+notebook.record_finding(("MODELLED: " if info.fake else "") + text + ".",
+                        families=len(summ), shapes=int(summ["shapes"].sum()) if not summ.empty else 0)

@@ -16,7 +16,7 @@
 # A planner's **regret** on a shape is the p50 of its choice over the best p50 measured for that shape (1.0 = it
 # picked the optimum). First the answer across result sets: the current set's *fit* shapes (the only ones
 # `splitlab.fit` fits the rule's constants on), its *held-out* shapes (batch 2 or 32, context 4K or 64K, one or two
-# head counts per family: `splitlab.fit.held_out`) and each *confirm* set (shapes swept after the rule was final).
+# head counts per family: `splitlab.scoring.held_out`) and each *confirm* set (shapes swept after the rule was final).
 # Batches whose requests all have the longest length (*uniform*) and batches of mixed lengths (*ragged*: a
 # `length_dist` other than `uniform`) are scored apart in every set, figure and table, so that neither hides the
 # other. Then the regret distributions on the current set; the tables behind them are folded at the end (click a
@@ -42,13 +42,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from splitlab import analysis, fit, headline, plots, report
+from splitlab import analysis, datasets, headline, notebook, plots, scoring
 
 plots.setup()
-report.show_whole_tables()
+notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
-df, info = report.load_data(data, allow_fake=allow_fake)
-display(Markdown(report.describe(info, df)))
+df, info = datasets.load_data(data, allow_fake=allow_fake)
+display(Markdown(datasets.describe(info, df)))
 
 # splitlab's own rule changed while the shipped sweeps were made (first rule, then fitted), so its tags in the data
 # mix versions: the registered rule is scored by replaying it on the measured points instead.
@@ -57,9 +57,10 @@ if not include_foreign:
     reg = reg[~reg["planner"].str.contains("@", regex=False)]
 if kernels:
     reg = reg[reg["kernel"].isin(kernels)]
-reg["lengths"] = fit.lengths_of(reg)
+reg["lengths"] = scoring.lengths_of(reg)
 # (kernel, lengths) pairs: each kernel's uniform batches, then its ragged ones where the data hold any
-todo = sorted(set(zip(reg["kernel"], reg["lengths"], strict=True)), key=lambda kn: (kn[0], fit.LENGTHS.index(kn[1])))
+todo = sorted(set(zip(reg["kernel"], reg["lengths"], strict=True)),
+              key=lambda kn: (kn[0], scoring.LENGTHS.index(kn[1])))
 ragged = any(n == headline.RAGGED for _, n in todo)
 reg["shape"] = [f"{r.kind} H{r.num_q_heads}/{r.num_kv_heads} B{r.batch} N{plots.fmt_pow2(r.ctx_len)}"
                 + (f" top-k {r.topk}" if r.topk else "")
@@ -84,7 +85,7 @@ display(Markdown(f"{reg[['kernel', 'shape']].drop_duplicates().shape[0]} shapes 
 # %%
 confirm_sets, confirm_info = {}, {}
 for path in confirm:
-    cdf, cinfo = report.load_data(path, allow_fake=allow_fake)
+    cdf, cinfo = datasets.load_data(path, allow_fake=allow_fake)
     confirm_sets[cinfo.name], confirm_info[cinfo.name] = cdf, cinfo
 shootouts = headline.shootouts(df, confirm_sets, allow_fake=allow_fake) if len(reg) else {}
 scores, summary = headline.planner_scores(shootouts) if shootouts else ({}, None)
@@ -93,7 +94,7 @@ across = headline.summary_table(summary, sets) if summary is not None else pd.Da
 if len(across):
     fig = headline.figure(across, info, fig=plt.figure(), title="Each planner's regret per family and set"
                           + (" and lengths" if ragged else "") + ": geomean (colour, upper number), worst (lower)")
-    report.show_figure(fig, "summary", across)
+    notebook.show_figure(fig, "summary", across)
     if scores:
         head = headline.Headline(data=info.name, sets=[s for s in sets[1:] if (across["set"] == s).any()],
                                  planners=scores, peers={}, peers_set="", summary=summary)
@@ -125,8 +126,8 @@ if todo:
     for ax in list(axes.flat)[len(todo):]:
         ax.axis("off")
     plots.title(fig, "Regret of each planner's choice against the measured best (ECDF)", info)
-    report.show_figure(fig, "ecdf", reg[["kernel", "lengths", "shape", "planner", "num_splits", "oracle_splits",
-                                         "p50_us", "oracle_us", "regret"]].reset_index(drop=True))
+    notebook.show_figure(fig, "ecdf", reg[["kernel", "lengths", "shape", "planner", "num_splits", "oracle_splits",
+                                           "p50_us", "oracle_us", "regret"]].reset_index(drop=True))
 
 # %% [markdown]
 # ## The tables behind the figures
@@ -142,31 +143,31 @@ per_kernel = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 if len(per_kernel):
     together = [f"**All kernels together, {n} batches** (different planners cover different shapes):"
                 if ragged else "**All kernels together** (different planners cover different shapes):"
-                for n in fit.LENGTHS if (reg["lengths"] == n).any()]
-    wholes = [analysis.summary(reg[reg["lengths"] == n]) for n in fit.LENGTHS if (reg["lengths"] == n).any()]
-    report.fold(f"Geomean, p90 and worst regret per kernel{', lengths' if ragged else ''} and planner, every shape "
-                f"of {info.name}", per_kernel, *[x for pair in zip(together, wholes, strict=True) for x in pair])
+                for n in scoring.LENGTHS if (reg["lengths"] == n).any()]
+    wholes = [analysis.summary(reg[reg["lengths"] == n]) for n in scoring.LENGTHS if (reg["lengths"] == n).any()]
+    notebook.fold(f"Geomean, p90 and worst regret per kernel{', lengths' if ragged else ''} and planner, every shape "
+                  f"of {info.name}", per_kernel, *[x for pair in zip(together, wholes, strict=True) for x in pair])
 lost = (reg.dropna(subset=["regret"]).sort_values("regret", ascending=False)
         .groupby(["planner", "lengths"], group_keys=False).head(worst_n))
 lost = lost[["planner", "kernel", "lengths", "shape", "num_splits", "oracle_splits", "p50_us", "oracle_us", "regret"]]
 lost = lost.assign(_o=lost["planner"].map({p: i for i, p in enumerate(plots.planner_order(lost["planner"]))}),
-                   _l=lost["lengths"].map(fit.LENGTHS.index))
-report.fold(f"Where each planner loses most (its {worst_n} worst shapes{' per lengths' if ragged else ''})",
-            lost.sort_values(["_o", "_l", "regret"], ascending=[True, True, False]).drop(columns=["_o", "_l"])
-            .reset_index(drop=True))
+                   _l=lost["lengths"].map(scoring.LENGTHS.index))
+notebook.fold(f"Where each planner loses most (its {worst_n} worst shapes{' per lengths' if ragged else ''})",
+              lost.sort_values(["_o", "_l", "regret"], ascending=[True, True, False]).drop(columns=["_o", "_l"])
+              .reset_index(drop=True))
 if len(unmeasured):
-    report.fold(f"Choices not measured correctly ({len(unmeasured)})",
-                unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
+    notebook.fold(f"Choices not measured correctly ({len(unmeasured)})",
+                  unmeasured.groupby(["planner", "kernel", "status"]).size().rename("choices").reset_index())
 for name, table in shootouts.items():
     goal = headline.goal(table, part=name)
     if name == headline.HELD_OUT:
-        report.fold("splitlab's fitted rule on the fit and held-out shapes against every ported rule, and the goal",
-                    table, "**Goal on the held-out shapes** (`splitlab` = the fitted rule; `h2h`: compared on the "
-                    "shapes a planner plans, where it plans only some):", goal)
+        notebook.fold("splitlab's fitted rule on the fit and held-out shapes against every ported rule, and the goal",
+                      table, "**Goal on the held-out shapes** (`splitlab` = the fitted rule; `h2h`: compared on the "
+                      "shapes a planner plans, where it plans only some):", goal)
     else:
-        report.fold(f"Confirm set {name}: its sweeps, every planner, and the goal",
-                    report.describe(confirm_info[name], confirm_sets[name]), table,
-                    f"**Goal on the {name} shapes:**", goal)
+        notebook.fold(f"Confirm set {name}: its sweeps, every planner, and the goal",
+                      datasets.describe(confirm_info[name], confirm_sets[name]), table,
+                      f"**Goal on the {name} shapes:**", goal)
 
 # %%
 parts = []
@@ -176,7 +177,7 @@ for (kernel, lengths), by_set in scores.items():
                                         for s, p in by_set.items()))
 text = (("splitlab's rule, geomean regret: " + "; ".join(parts)) if parts else
         "splitlab's rule has no measured choice in these data" if len(reg) else "no planner choice was measured")
-report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
-                      geomean={f"{r.kernel}/{r.planner}" if r.lengths == headline.UNIFORM else
-                               f"{r.kernel}/{r.lengths}/{r.planner}": round(float(r.geomean), 4)
-                               for r in per_kernel.itertuples()} if len(per_kernel) else {})
+notebook.record_finding(("MODELLED: " if info.fake else "") + text + f" ({info.device}, {info.date}).",
+                        geomean={f"{r.kernel}/{r.planner}" if r.lengths == headline.UNIFORM else
+                                 f"{r.kernel}/{r.lengths}/{r.planner}": round(float(r.geomean), 4)
+                                 for r in per_kernel.itertuples()} if len(per_kernel) else {})

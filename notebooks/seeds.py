@@ -40,12 +40,12 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import analysis, devices, plots, report
+from splitlab import analysis, datasets, devices, notebook, plots
 from splitlab.errors import SplitlabError
 from splitlab.planners import aiter, flashinfer, modular, native
 
 plots.setup()
-report.show_whole_tables()
+notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 claims: dict[str, str] = {}
 
@@ -151,7 +151,7 @@ for ax, (dev, sms) in zip(axes, (("RTX PRO 6000", PRO), ("RTX 5090", R5090), ("G
 axes[0].set_ylabel("splits (top-k 2048)")
 plots.legend_outside(axes[-1])
 plots.title(fig, "Seed 001: cake's split count against tokens", device="rule text, head_tiles = 1")
-report.show_figure(fig, "seed001-cake", pd.DataFrame(cake_rows))
+notebook.show_figure(fig, "seed001-cake", pd.DataFrame(cake_rows))
 
 # %% [markdown]
 # ## Seed 003: aiter's load-dependent BLOCK_K (MI355X, 256 CUs)
@@ -189,7 +189,7 @@ for ax, dev in zip(axes, ("mi355x", "h200-sxm"), strict=True):
     ax.set_title(f"{dev} ({int(g['sms'].iloc[0])} CUs/SMs)")
 plots.legend_outside(axes[-1])
 plots.title(fig, "Seed 003: CTAs and the rule's BLOCK_K against query count", device="mi355x and h200 (rule)")
-report.show_figure(fig, "seed003-ctas", s003)
+notebook.show_figure(fig, "seed003-ctas", s003)
 
 # %% [markdown]
 # ## Each rule measured on the H200 analogue
@@ -199,8 +199,8 @@ report.show_figure(fig, "seed003-ctas", s003)
 
 # %%
 try:
-    df, info = report.load_data(data, allow_fake=allow_fake)
-    display(Markdown(report.describe(info, df)))
+    df, info = datasets.load_data(data, allow_fake=allow_fake)
+    display(Markdown(datasets.describe(info, df)))
 except SplitlabError as e:
     df, info = None, None
     display(Markdown(f"**No data:** {e}. The measured part is left out."))
@@ -279,7 +279,7 @@ if df is not None:
         ax.set_ylabel("regret (p50 / best)")
         plots.legend_outside(ax)
         plots.title(fig, "Seed 000 on the H200: Phase 0 shapes, mla_decode at 64 heads", info)
-        report.show_figure(fig, "seed000-h200", m000)
+        notebook.show_figure(fig, "seed000-h200", m000)
 
 # %% [markdown]
 # ### Seed 000 on the H200: all shapes, both kernels
@@ -319,7 +319,7 @@ if df is not None:
         plots.ecdf(ax, {p: r001.loc[r001["planner"] == p, "regret"] for p in r001["planner"].unique()})
         ax.legend(loc="lower right")
         plots.title(fig, "Seed 001 on the H200: regret of cake's choices (sparse_mla_decode)", info)
-        report.show_figure(fig, "seed001-h200", r001.reset_index(drop=True))
+        notebook.show_figure(fig, "seed001-h200", r001.reset_index(drop=True))
 
 # %% [markdown]
 # ### Seed 003 on the H200: BLOCK_K 32 vs 64 across load points
@@ -360,7 +360,7 @@ if df is not None:
         plots.mark_sm_multiples(ax, int(rule["sm_count"].iloc[0]))
         plots.legend_outside(ax)
         plots.title(fig, "Seed 003 on the H200: gain of BLOCK_K 32 against CTAs", info)
-        report.show_figure(fig, "seed003-h200", rule.reset_index(drop=True))
+        notebook.show_figure(fig, "seed003-h200", rule.reset_index(drop=True))
     ra = reg[reg["planner"].str.startswith("aiter")]
     if len(ra):
         display(Markdown("**The `aiter` planner's choices** (split count and BLOCK_K):"))
@@ -415,7 +415,7 @@ else:
                    f"time geomean {analysis.geomean(w2['one_over_two']):.2f}x (range "
                    f"{w2['one_over_two'].min():.2f}-{w2['one_over_two'].max():.2f}); geomean regret one wave "
                    f"{analysis.geomean(w2['regret_1w']):.3f}, two waves {analysis.geomean(w2['regret_2w']):.3f}")
-report.record_finding(("MODELLED: " if info is not None and info.fake else "") + text000 + ".")
+notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text000 + ".")
 
 # %% [markdown]
 # **Seed 001, sparse MLA: "grid within 80% of the SMs, at least two chunks per CTA".** While the unsplit grid
@@ -460,7 +460,7 @@ else:
                    f"the 80%-grid / two-chunk split is the measured best split on {hit}, geomean regret "
                    f"{analysis.geomean(r):.3f}, worst {r.max():.2f}x" if len(r) else
                    "seed 001 80%-grid rule: none of its plans was measured")
-report.record_finding(("MODELLED: " if info is not None and info.fake else "") + text001 + ".")
+notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text001 + ".")
 
 # %% [markdown]
 # **Seed 003, sparse MLA: "BLOCK_K 32 once CTAs exceed the SMs".** `analysis.cta_rule` counts the load points
@@ -476,7 +476,7 @@ else:
     text003 = (f"seed 003 on the H200: 'BLOCK_K 32 once CTAs > SMs' predicts {int(dec['predicted'].sum())} of "
                f"{len(dec)} decisive load points ({len(rule003) - len(dec)} ties); BLOCK_K 64 always: {always64}")
 display(Markdown(text003))
-report.record_finding(("MODELLED: " if info is not None and info.fake else "") + text003 + ".")
+notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text003 + ".")
 
 # %%
 text = "; ".join([claims["000"], claims["001"], "seed 003: " + claims["003"]])
@@ -484,5 +484,5 @@ if df is not None and measured_notes:
     text += ". Measured" + (" (MODELLED)" if info.fake else "") + f" on {info.device}: " + "; ".join(measured_notes)
 elif df is None:
     text += ". Not measured: no data"
-report.record_finding(text + ".", phase0_reproduced=int(phase0["match"].sum()),
-                      cake_examples_reproduced=int(ex001["match"].sum()))
+notebook.record_finding(text + ".", phase0_reproduced=int(phase0["match"].sum()),
+                        cake_examples_reproduced=int(ex001["match"].sum()))

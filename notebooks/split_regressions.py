@@ -41,16 +41,16 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import analysis, plots, report
+from splitlab import analysis, datasets, notebook, plots
 from splitlab.errors import SplitlabError
 
 plots.setup()
-report.show_whole_tables()
+notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
-df, info = report.load_data(data, allow_fake=allow_fake)
-cand_df = report.load_data(candidate_data, allow_fake=allow_fake)[0] if candidate_data else df
-base_df = report.load_data(baseline_data, allow_fake=allow_fake)[0] if baseline_data else df
-display(Markdown(report.describe(info, df)))
+df, info = datasets.load_data(data, allow_fake=allow_fake)
+cand_df = datasets.load_data(candidate_data, allow_fake=allow_fake)[0] if candidate_data else df
+base_df = datasets.load_data(baseline_data, allow_fake=allow_fake)[0] if baseline_data else df
+display(Markdown(datasets.describe(info, df)))
 dev_cols = [c for c in ("device", "sm_count") if c in df.columns]
 devs = df[dev_cols].drop_duplicates().to_dict("records") if dev_cols else []
 multi_device = len(devs) > 1
@@ -150,7 +150,7 @@ if len(valid):
     ax.set_ylabel(f"{candidate} / {baseline} (p50)")
     plots.legend_outside(ax)
     plots.title(fig, f"{cand_label} against {base_label}: p50 ratio per shape", info, device=where)
-    report.show_figure(fig, "ratio", valid.reset_index(drop=True))
+    notebook.show_figure(fig, "ratio", valid.reset_index(drop=True))
 
 # %% [markdown]
 # ## Over batch and context
@@ -185,7 +185,7 @@ if panels:
     plots.colorbar(hm, axes, label=f"{candidate} / {baseline} (p50)", ratio_ticks=True, location="top", shrink=0.5,
                    aspect=40)
     plots.title(fig, f"{cand_label} / {base_label} over batch and context", info, device=where)
-    report.show_figure(fig, "ratio-heatmap", pd.concat([g for _, _, g in panels], ignore_index=True))
+    notebook.show_figure(fig, "ratio-heatmap", pd.concat([g for _, _, g in panels], ignore_index=True))
 
 # %%
 if len(valid):
@@ -196,5 +196,5 @@ if len(valid):
             f"{analysis.geomean(valid['ratio']):.3f}")
 else:
     text = f"{cand_label} and {base_label} share no correctly measured shape"
-report.record_finding(("MODELLED: " if info.fake else "") + text + f" ({where or info.device}, {info.date}).",
-                      shapes=len(valid), slower=int((valid["ratio"] > 1 + tol).sum()) if len(valid) else 0)
+notebook.record_finding(("MODELLED: " if info.fake else "") + text + f" ({where or info.device}, {info.date}).",
+                        shapes=len(valid), slower=int((valid["ratio"] > 1 + tol).sum()) if len(valid) else 0)

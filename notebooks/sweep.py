@@ -57,12 +57,12 @@ if run_here:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from splitlab import analysis, plots, report, results
+    from splitlab import analysis, datasets, notebook, plots, results
     from splitlab.bench import cards, sweep
     from splitlab.errors import SplitlabError
 
     plots.setup()
-    report.show_whole_tables()
+    notebook.show_whole_tables()
     warnings.filterwarnings("ignore", category=UserWarning)
     c = cards.load(card)
     opts = sweep.SweepOptions(grid=grid, out=Path(out), resume=True, max_minutes=max_minutes, timer=timer or None,
@@ -75,7 +75,7 @@ if run_here:
 # %%
 if run_here:
     fresh = results.load(res.sweep_dir)
-    info = report.data_info(res.sweep_dir)
+    info = datasets.data_info(res.sweep_dir)
     fake = info.fake
     display(fresh["status"].value_counts().rename("points").to_frame())
     reg = analysis.regret(fresh, allow_fake=fake)
@@ -109,12 +109,12 @@ if run_here:
         plots.title(fig, f"{c.name} / {grid}: p50 against splits, planners' choices marked", info)
         drawn = [ok[(ok[shape_cols].astype(str) == pd.Series(key, index=shape_cols).astype(str)).all(axis=1)]
                  for key in shapes]
-        report.show_figure(fig, "p50-splits", pd.concat(drawn, ignore_index=True))
+        notebook.show_figure(fig, "p50-splits", pd.concat(drawn, ignore_index=True))
 
 # %%
 if run_here:
     try:
-        shipped, sinfo = report.load_data(data, allow_fake=allow_fake)
+        shipped, sinfo = datasets.load_data(data, allow_fake=allow_fake)
         m = analysis.compare(shipped[shipped["kernel"] == c.name], fresh, allow_fake=allow_fake or fake)
         if m.empty:
             display(Markdown(f"The shipped data ({sinfo.label}) hold none of these shapes."))
@@ -126,10 +126,10 @@ if run_here:
         display(Markdown(f"No comparison with the shipped data: {e}"))
 
 # %%
-from splitlab import report as _report  # noqa: E402  (also without a GPU)
+from splitlab import notebook as _notebook  # noqa: E402  (also without a GPU)
 
 if not run_here:
-    _report.record_finding(f"Not run: no GPU on {os.uname().nodename} (the quick sweep needs a CUDA device).")
+    _notebook.record_finding(f"Not run: no GPU on {os.uname().nodename} (the quick sweep needs a CUDA device).")
 else:
     s = analysis.summary(reg)
     best = s.iloc[0] if len(s) else None
@@ -138,4 +138,4 @@ else:
             f"{best['planner']} {best['geomean']:.2f}x" if best is not None else f"{c.name}/{grid}: no planner choice")
     if m is not None and len(m):
         text += f"; against the shipped data, geomean ratio of the best p50 {analysis.geomean(m['ratio']):.3f}"
-    _report.record_finding(("MODELLED: " if fake else "") + text + ".")
+    _notebook.record_finding(("MODELLED: " if fake else "") + text + ".")

@@ -40,13 +40,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from splitlab import datasets, notebook, planners, plots, waves, workloads
 from splitlab import devices as devmod
-from splitlab import planners, plots, report, waves, workloads
 from splitlab.cli import plan_rows
 from splitlab.errors import SplitlabError
 
 plots.setup()
-report.show_whole_tables()
+notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
 
 base = workloads.get(workload, batch=1, ctx_len=ctx_len)
@@ -67,7 +67,7 @@ display(Markdown(f"**Workload family:** {family}; planners' choices at context *
 oracle_pts = pd.DataFrame(columns=["device", "batch", "num_splits", "p50_us"])
 info = None
 try:
-    df, info = report.load_data(data, allow_fake=allow_fake)
+    df, info = datasets.load_data(data, allow_fake=allow_fake)
     from splitlab import analysis
 
     best = analysis.oracle(df, allow_fake=allow_fake)
@@ -124,7 +124,7 @@ for dev in devs:
     plots.legend_outside(ax)
     plots.title(fig, f"{family}: last-wave fill (color), waves (number), planners at {plots.fmt_pow2(ctx_len)}",
                 info if len(o) else None, device=f"{dev.name}, {dev.sm_count} SMs")
-    report.show_figure(fig, "fill-" + re.sub(r"[^a-z0-9]+", "-", dev.name.lower()), g.reset_index(drop=True))
+    notebook.show_figure(fig, "fill-" + re.sub(r"[^a-z0-9]+", "-", dev.name.lower()), g.reset_index(drop=True))
 
 # %% [markdown]
 # ## The CTAs each planner launches
@@ -149,7 +149,7 @@ axes[0][0].set_ylabel("CTAs at the planner's choice (log2)")
 plots.legend_outside(axes[0][-1])
 plots.title(fig, f"{family} at {plots.fmt_pow2(ctx_len)}: CTAs of each planner's choice", None,
             device=", ".join(d.name for d in devs))
-report.show_figure(fig, "ctas", choices.reset_index(drop=True))
+notebook.show_figure(fig, "ctas", choices.reset_index(drop=True))
 
 # %% [markdown]
 # ## The choices as a table
@@ -183,5 +183,5 @@ if len(o):
     text += (f"; the measured best splits ({len(o)} batches, {src}) run {np.mean([x.waves for x in st_o]):.2g} "
              f"waves on average at {np.mean([x.efficiency for x in st_o]):.0%} of their slots, and "
              f"{hits.index[-1]} picks the measured best split on {int(hits.iloc[-1])} of {len(o)}")
-report.record_finding(text + ".", device=devs[0].name,
-                      mean_wave_efficiency={k: round(float(v), 3) for k, v in first["eff"].items()})
+notebook.record_finding(text + ".", device=devs[0].name,
+                        mean_wave_efficiency={k: round(float(v), 3) for k, v in first["eff"].items()})

@@ -1,4 +1,6 @@
-"""Argument checks the command lines share (``splitlab``, ``python -m splitlab.report``, ``python -m splitlab.fit``).
+"""Argument checks the command lines share (``splitlab``, ``python -m splitlab.report``, ``python -m splitlab.fit``),
+and the flags of ``splitlab fit``, which is also ``python -m splitlab.fit`` (``add_fit_arguments``: here, so that the
+command line defines them without importing the fit and its numpy and pandas).
 
 The convention: a bad argument is one line on stderr, ``splitlab: error: <argument>=<value> ...; expected ...``,
 and exit code 2; an interrupt (Ctrl-C, SIGTERM) is one line and exit code 130, after the ``finally`` blocks
@@ -244,3 +246,21 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected a finite number > 0")
     return v
+
+
+def add_fit_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``splitlab fit`` (and ``python -m splitlab.fit``)."""
+    p.add_argument("data", nargs="*",
+                   help="result sets: catalog names or sweep folders (default: the catalog's fit sets, read together); "
+                   "the first, and those after it read together, which replace the first's rows of every kernel they "
+                   "hold")
+    p.add_argument("--out", metavar="FILE", help="write the constants, with the device, data, kernel versions and "
+                   "scores, to this .toml file (what `splitlab plan --constants` and SPLITLAB_CONSTANTS take)")
+    p.add_argument("--confirm", metavar="DATA", action="append",
+                   help="also score the fitted rule on a set of shapes in no fit and no held-out set (a catalog name "
+                   "or a sweep folder); repeatable (default, without DATA: the catalog's confirm sets)")
+    p.add_argument("--head-tiles", metavar="DATA",
+                   help="fit sparse MLA's head-tile pass on this set's fit shapes (BLOCK_H 16 against the default "
+                   "at every split the rule weighs, e.g. a later kernel version's)")
+    p.add_argument("--allow-fake", action="store_true", help="fit modelled rows (the fake timer's) too: for CI; the "
+                   "file then says timing = \"modelled\"")

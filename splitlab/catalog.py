@@ -1,11 +1,12 @@
-"""The shipped result sets, by name: the catalog ``data/catalog.toml``, and reading a set one row per point.
+"""The shipped result sets, by name: the catalog ``data/catalog.toml``, parsed into entries and folders.
 
 Every shipped set has an entry there: its folder, its sweeps, its roles (``current``: what ``splitlab report``
 shows by default; ``fit`` / ``held-out``: what ``splitlab.fit`` fits on and scores; ``confirm``: fresh shapes swept
 after the rule was final; ``peers``: splitlab's kernels beside the peer libraries' on the same shapes; ``study``:
 a question the rule does not answer yet (ragged batches), read by no default; ``archive``: superseded), device,
 kernel version, timer and rotation, the command that made it and its purpose. The rest of splitlab takes its default
-sets from here, so adding a set is one entry::
+sets from here, so adding a set is one entry. The catalog only names folders; ``splitlab.results`` reads them
+(``results.load`` resolves a name through ``sources`` here, never the other way round)::
 
     from splitlab import catalog, results
     catalog.names("confirm")          # ['h200-confirm']
@@ -24,12 +25,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from splitlab.errors import SplitlabError
-
-if TYPE_CHECKING:  # pandas loads with the data, not with every `splitlab` command
-    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "data"
@@ -57,7 +54,7 @@ class Entry:
     commit: str = ""
 
     def sources(self) -> list[Path]:
-        """The folders ``results.load`` reads for this set: its sweep folders, or its folder."""
+        """The folders this set's rows are read from: its sweep folders, or its folder."""
         return [self.path / s for s in self.sweeps] if self.sweeps else [self.path]
 
 
@@ -166,31 +163,9 @@ def is_name(data: object) -> bool:
 
 
 def sources(data: str | Path) -> list[Path]:
-    """What ``results.load`` reads for ``data``: a catalog set's sweep folders, those of every set with a role
+    """The folders ``data`` names: a catalog set's sweep folders, those of every set with a role
     (``"confirm"``), else ``data`` as a path."""
     if not is_name(data):
         return [Path(data)]
     return [src for e in (entries(str(data)) if data in ROLES else [get(str(data))]) for src in e.sources()]
 
-
-def one_per_point(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured point, keyed by (device, SM count, ``point_id``) as ``analysis.SHAPE`` keys shapes: a
-    point measured by two sweeps of one device (a ``quick`` grid is a subset of ``default``) is kept from the sweep
-    with more rows (the later one on a tie), so no shape or planner choice counts twice, while two devices' rows
-    of one point both stay. The number dropped is in ``df.attrs["duplicates"]``."""
-    if df.empty or "point_id" not in df.columns:
-        return df
-    key = [c for c in ("device", "sm_count", "point_id") if c in df.columns]
-    size = df.groupby("sweep_id")["point_id"].transform("size")
-    order = df.assign(_n=size, _t=df["finished_at"].fillna("")).sort_values(["_n", "_t"], ascending=False)
-    out = order.drop_duplicates(key, keep="first").drop(columns=["_n", "_t"]).sort_index()
-    out = out.reset_index(drop=True)
-    out.attrs["duplicates"] = len(df) - len(out)
-    return out
-
-
-def load_points(*data: str | Path) -> pd.DataFrame:
-    """The rows of ``data`` (catalog names or paths, read together by ``results.load``), one per point."""
-    from splitlab import results
-
-    return one_per_point(results.load(*data))

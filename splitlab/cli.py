@@ -13,7 +13,17 @@ import sys
 from collections.abc import Sequence
 
 from splitlab import devices, planners, waves, workloads
-from splitlab.args import OneLineParser, int_list_type, int_type, out_dir, positive_float, run_main, shown, split_list
+from splitlab.args import (
+    OneLineParser,
+    add_fit_arguments,
+    int_list_type,
+    int_type,
+    out_dir,
+    positive_float,
+    run_main,
+    shown,
+    split_list,
+)
 from splitlab.errors import SplitlabError
 from splitlab.workloads import LIMITS
 
@@ -352,24 +362,6 @@ def _print_sweep_result(res, who: str) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(res.statuses.items())) or "nothing to do"
     print(f"sweep {res.sweep_id} in {res.sweep_dir}: {who} {counts}; {res.done}/{res.total} points done"
           + (f", {res.left} left (stopped: {res.stopped}; run the same command with --resume)" if res.left else ""))
-
-
-def add_fit_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of ``splitlab fit`` (and ``python -m splitlab.fit``)."""
-    p.add_argument("data", nargs="*",
-                   help="result sets: catalog names or sweep folders (default: the catalog's fit sets, read together); "
-                   "the first, and those after it read together, which replace the first's rows of every kernel they "
-                   "hold")
-    p.add_argument("--out", metavar="FILE", help="write the constants, with the device, data, kernel versions and "
-                   "scores, to this .toml file (what `splitlab plan --constants` and SPLITLAB_CONSTANTS take)")
-    p.add_argument("--confirm", metavar="DATA", action="append",
-                   help="also score the fitted rule on a set of shapes in no fit and no held-out set (a catalog name "
-                   "or a sweep folder); repeatable (default, without DATA: the catalog's confirm sets)")
-    p.add_argument("--head-tiles", metavar="DATA",
-                   help="fit sparse MLA's head-tile pass on this set's fit shapes (BLOCK_H 16 against the default "
-                   "at every split the rule weighs, e.g. a later kernel version's)")
-    p.add_argument("--allow-fake", action="store_true", help="fit modelled rows (the fake timer's) too: for CI; the "
-                   "file then says timing = \"modelled\"")
 
 
 def cmd_fit(args: argparse.Namespace) -> int:

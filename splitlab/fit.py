@@ -13,20 +13,10 @@ for, the data, its kernel versions, what the data covered per family and the fit
 scores (uniform and ragged batches apart, as the shootout reports them); the shipped
 ``splitlab/planners/constants/h200-sxm.toml`` is this command's output on the catalog's sets.
 
-**The split.** A shape is *held out* when any of these holds (``held_out``), and only the other (*fit*)
-shapes are ever passed to the fit:
-
-- its batch is 2 or 32 (other batches),
-- its context is 4096 or 65536 keys (other contexts; dense kernels only: sparse MLA's context is the
-  token pool, fixed at 65536 in the data, and its keys are the top-k),
-- its query-head count is in ``HELD_HEADS[kind]`` (GQA 64 (Llama-3-70B, 64/8), MLA 32, sparse MLA 64 and 96;
-  sparse MLA's 32 heads are fit shapes: theirs is the only default tile that is not the Gluon one on the H200,
-  so only they price the 16-row tile against the tl kernel),
-- its batch is ragged with lengths drawn from a distribution in ``HELD_LENGTHS`` (``spread4``: other spreads than
-  the fit's ``spread16``).
-
-``split(df)`` cuts the rows, not just the shapes, so the fit never sees a held-out measurement (not even
-through the oracle).
+**The split.** Only the *fit* shapes are ever passed to the fit; the *held-out* ones (other batches, contexts,
+head counts and length spreads: ``scoring.held_out``) score it, with every other planner (``scoring.shootout``,
+``scoring.goal``). ``scoring.split(df)`` cuts the rows, not just the shapes, so the fit never sees a held-out
+measurement (not even through the oracle).
 
 **The fit.** Per family, a grid search over the rule's constants (``GRID``: CTAs per SM for wide and for
 narrow tiles, a CTA's fixed cost, the merge launch, the merge per split, a split's partial write, the last
@@ -67,7 +57,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitlab import analysis, catalog
+from splitlab import analysis, catalog, results
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
 from splitlab.planners import fitted as fitted_file
@@ -86,16 +76,8 @@ from splitlab.planners.native import (
     split_candidates,
 )
 from splitlab.planners.registry import Plan
-from splitlab.workloads import UNIFORM
-
-KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
-HELD_BATCHES = (2, 32)
-HELD_CTX = (4096, 65536)
-HELD_HEADS = {"gqa": (64,), "mla": (32,), "sparse_mla": (64, 96)}
-#: Length distributions held out (``workloads.LENGTH_DISTS``): ragged batches of another spread than the fit's.
-HELD_LENGTHS = ("spread4",)
-
-OLD_NAME = "splitlab-v0"
+from splitlab.scoring import LENGTHS, goal, lengths_of, shootout, split
+from splitlab.workloads import KERNEL_KINDS
 
 GRID = dict(
     ctas_per_sm=(1, 2, 3, 4),
@@ -137,23 +119,6 @@ KEY_TILE_GRID = (0.0, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0)
 #: Constants held at their physical values instead of fitted, per family: sparse MLA's split writes its partial
 #: rows once (P) and the merge reads them back once at full bandwidth (1 P per split and SM).
 PHYSICAL = {"sparse_mla": dict(partial=(1.0,), combine_per_split=(1.0,))}
-
-
-def held_out(df: pd.DataFrame) -> pd.Series:
-    """True for the rows of held-out shapes (see the module docstring)."""
-    kind = df["kind"].astype(str)
-    dense = kind.isin(["gqa", "mla"])
-    heads = pd.Series([h in HELD_HEADS.get(k, ()) for k, h in zip(kind, df["num_q_heads"], strict=True)],
-                      index=df.index, dtype=bool)
-    spread = df["length_dist"].isin(HELD_LENGTHS) if "length_dist" in df else False
-    return (df["batch"].isin(HELD_BATCHES) | (dense & df["ctx_len"].isin(HELD_CTX)) | heads | spread
-            ).fillna(False).astype(bool)
-
-
-def split(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(fit rows, held-out rows) of ``df``."""
-    h = held_out(df)
-    return df[~h].copy(), df[h].copy()
 
 
 def _settings(kind: str) -> list[dict]:
@@ -333,7 +298,7 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     from splitlab.devices import get as get_device
 
     rows = df_fit[df_fit["kind"] == kind]
-    kernel = [k for k, v in KINDS.items() if v == kind]
+    kernel = [k for k, v in KERNEL_KINDS.items() if v == kind]
     rows = rows[rows["kernel"].isin(kernel)]
     dev = analysis.data_device(analysis.measured(rows, allow_fake=allow_fake)) if device is None else (
         device if isinstance(device, DeviceSpec) else get_device(device))
@@ -376,117 +341,8 @@ def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None,
     here, before anything reads them), sparse MLA's head-tile pass on ``head_tiles``' fit rows when given."""
     fit_rows, _ = split(df)
     ht = None if head_tiles is None else split(head_tiles)[0]
-    kinds = [KINDS[k] for k in sorted(set(fit_rows["kernel"].astype(str)) & set(KINDS))]
+    kinds = [KERNEL_KINDS[k] for k in sorted(set(fit_rows["kernel"].astype(str)) & set(KERNEL_KINDS))]
     return {kind: fit_family(fit_rows, kind, head_tile_rows=ht, allow_fake=allow_fake)[0] for kind in kinds}
-
-
-#: How the shootout sorts shapes by their lengths (``lengths_of``): every request of a batch the longest, or not.
-LENGTHS = ("uniform", "ragged")
-
-
-def lengths_of(df: pd.DataFrame) -> pd.Series:
-    """``uniform`` or ``ragged`` per row of ``df`` (shapes or result rows): ragged where its ``length_dist`` is a
-    distribution other than ``uniform`` (``workloads.LENGTH_DISTS``); rows without one, and data without the
-    column (swept before ragged batches), are uniform."""
-    if "length_dist" not in df:
-        return pd.Series(LENGTHS[0], index=df.index, dtype=object)
-    uniform = df["length_dist"].fillna(UNIFORM).astype(str) == UNIFORM
-    return pd.Series(np.where(uniform, LENGTHS[0], LENGTHS[1]), index=df.index, dtype=object)
-
-
-def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None, *,
-             new_name: str = "splitlab", allow_fake: bool = False, part: str | None = None) -> pd.DataFrame:
-    """Per kernel, set (``fit`` / ``held-out``, or ``part`` for every shape), lengths (``uniform`` or ``ragged``
-    batches, ``lengths_of``: scored apart, so that neither hides the other) and planner: shapes, measured
-    choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners`` column;
-    splitlab's rules by ``analysis.replay`` of the code: the fitted rule (with ``constants``, default
-    those the planner takes for the data's device, ``native.constants_for``) as ``new_name``, the first, unfitted
-    rule as ``splitlab-v0``. (The data's own
-    ``splitlab`` tags are left out: the rule changed while the shipped sweeps were made, so they mix its
-    versions.)"""
-    from splitlab.planners.native import fitted_plan, plan_splitlab_v0
-
-    df = df[df["kernel"].isin(list(KINDS))]
-    reg = analysis.regret(df, allow_fake=allow_fake)
-    reg = reg[~reg["planner"].str.contains("@", regex=False) & (reg["planner"] != "splitlab")]
-
-    def new_rule(w, dev):
-        return fitted_plan(w, dev, None if constants is None else constants[w.kind], name=new_name)
-
-    idx = analysis.MeasuredIndex(df, allow_fake=allow_fake)
-    dev = analysis.data_device(analysis.measured(df, allow_fake=allow_fake))
-    rep = pd.concat([analysis.replay(idx, new_rule, name=new_name, device=dev),
-                     analysis.replay(idx, plan_splitlab_v0, name=OLD_NAME, device=dev)], ignore_index=True)
-    both = pd.concat([reg[[*analysis.shape_cols(reg), "planner", "regret"]],
-                      rep[[*analysis.shape_cols(rep), "planner", "regret"]]], ignore_index=True)
-    both["set"] = part if part is not None else np.where(held_out(both), "held-out", "fit")
-    both["lengths"] = lengths_of(both)
-    rows = []
-    for (kernel, part_, lengths, planner), g in both.groupby(["kernel", "set", "lengths", "planner"]):
-        r = g["regret"].dropna()
-        rows.append(dict(kernel=kernel, set=part_, lengths=lengths, planner=planner, shapes=len(g), measured=len(r),
-                         geomean=analysis.geomean(r), p90=float(r.quantile(0.9)) if len(r) else math.nan,
-                         worst=float(r.max()) if len(r) else math.nan))
-    out = pd.DataFrame(rows, columns=["kernel", "set", "lengths", "planner", "shapes", "measured", "geomean", "p90",
-                                      "worst"])
-    out = (out.assign(_l=out["lengths"].map(LENGTHS.index))
-           .sort_values(["kernel", "set", "_l", "geomean"], ascending=[True, False, True, True])
-           .drop(columns="_l").reset_index(drop=True))
-    out.attrs["per_shape"] = both  # per (shape, planner) regrets, for goal's head-to-head comparisons
-    return out
-
-
-def goal(table: pd.DataFrame, *, new_name: str = "splitlab", ported_exclude: Sequence[str] = ("splitlab-v0",),
-         part: str = "held-out") -> pd.DataFrame:
-    """Per kernel and lengths (``uniform`` and ``ragged`` batches apart, as ``shootout`` scores them), on the shapes
-    of ``part`` (default the held-out ones): the new rule's geomean and worst, the best other planner's geomean,
-    and whether the issue's goal (geomean <= 1.02, worst <= 1.10, lower geomean than every ported planner) and the
-    registration bar (lower geomean than the old rule and every ported planner) are met.
-
-    "Lower" is head to head where ``table`` came from ``shootout`` (its per-shape regrets in ``attrs``): the new
-    rule's geomean over the shapes the other planner has a measured choice on, against the other's (a planner
-    that plans only some shapes, e.g. FlashMLA's, is compared on those; one with no measured choice there is not
-    compared). ``h2h`` names each comparison. A table
-    without a ``lengths`` column is of uniform batches."""
-    per_shape = table.attrs.get("per_shape")
-    if per_shape is not None and "lengths" not in per_shape:
-        per_shape = per_shape.assign(lengths=lengths_of(per_shape))
-    mine = table[table["set"] == part]
-    if "lengths" not in mine:
-        mine = mine.assign(lengths=lengths_of(mine))
-    rows = []
-    for (kernel, lengths), g in sorted(mine.groupby(["kernel", "lengths"]),
-                                       key=lambda kg: (kg[0][0], LENGTHS.index(kg[0][1]))):
-        new = g[g["planner"] == new_name].iloc[0]
-        others = g[g["planner"] != new_name]
-        ported = others[~others["planner"].isin(ported_exclude)]
-        best_ported = ported.loc[ported["geomean"].idxmin()]
-        if per_shape is not None:  # shapes x planners
-            x = per_shape[(per_shape["kernel"] == kernel) & (per_shape["set"] == part)
-                          & (per_shape["lengths"] == lengths)]
-            x = x.pivot_table(index=analysis.shape_cols(x), columns="planner", values="regret")
-        wins, h2h = {}, []
-        for name, gm in zip(others["planner"], others["geomean"], strict=True):
-            mine = new["geomean"]
-            if per_shape is not None:
-                both = x[[new_name, name]].dropna() if {new_name, name} <= set(x.columns) else x.iloc[:0]
-                measured = [len(x[n].dropna()) if n in x.columns else 0 for n in (name, new_name)]
-                if not measured[0]:  # no measured choice of this planner here: nothing to compare
-                    continue
-                if len(both) < max(measured):
-                    mine, gm = analysis.geomean(both[new_name]), analysis.geomean(both[name])
-                    h2h.append(f"{name} {gm:.3f} vs {mine:.3f} on {len(both)}")
-            wins[name] = bool(mine < gm)
-        rows.append(dict(kernel=kernel, lengths=lengths, geomean=new["geomean"], worst=new["worst"],
-                         unmeasured=int(new["shapes"] - new["measured"]),
-                         best_ported=f"{best_ported['planner']} {best_ported['geomean']:.3f}",
-                         beats_ported=all(wins.get(n, True) for n in ported["planner"]),
-                         beats_all=all(wins.values()),
-                         goal_met=bool(new["geomean"] <= 1.02 and new["worst"] <= 1.10
-                                       and all(wins.get(n, True) for n in ported["planner"])),
-                         h2h="; ".join(h2h)))
-    return pd.DataFrame(rows, columns=["kernel", "lengths", "geomean", "worst", "unmeasured", "best_ported",
-                                       "beats_ported", "beats_all", "goal_met", "h2h"])
 
 
 def layered(base: pd.DataFrame, newer: pd.DataFrame) -> pd.DataFrame:
@@ -514,10 +370,10 @@ def _fit_rows_checked(df: pd.DataFrame, arg: str, *, allow_fake: bool = False) -
     the fit shapes, modelled (fake-timer) rows unless ``allow_fake``, or no correct measurement of a family it
     holds."""
     fit_rows = split(df)[0] if not df.empty else df
-    kernels = sorted(set(fit_rows["kernel"].astype(str)) & set(KINDS)) if "kernel" in fit_rows else []
+    kernels = sorted(set(fit_rows["kernel"].astype(str)) & set(KERNEL_KINDS)) if "kernel" in fit_rows else []
     if not kernels:
-        raise SplitlabError(f"{arg}: no fit rows of {', '.join(KINDS)}; expected sweeps of splitlab's kernels over "
-                            "the cards' fit grids (e.g. the catalog's h200)")
+        raise SplitlabError(f"{arg}: no fit rows of {', '.join(KERNEL_KINDS)}; expected sweeps of splitlab's kernels "
+                            "over the cards' fit grids (e.g. the catalog's h200)")
     if not allow_fake and "timing" in df.columns and (df["timing"] == "fake").any():
         raise SplitlabError(f"{arg}: holds modelled rows (timing='fake'); expected measurements (the fit never "
                             "reads the fake timer's numbers; --allow-fake fits them anyway, for CI)")
@@ -539,8 +395,8 @@ def _scores(table: pd.DataFrame, part: str, new_name: str = "splitlab", lengths:
     which = table["lengths"] if "lengths" in table else lengths_of(table)
     out = {}
     for r in table[(table["set"] == part) & (table["planner"] == new_name) & (which == lengths)].to_dict("records"):
-        if r["kernel"] in KINDS and r["measured"]:
-            out[KINDS[r["kernel"]]] = dict(shapes=int(r["shapes"]), measured=int(r["measured"]),
+        if r["kernel"] in KERNEL_KINDS and r["measured"]:
+            out[KERNEL_KINDS[r["kernel"]]] = dict(shapes=int(r["shapes"]), measured=int(r["measured"]),
                                            geomean=round(float(r["geomean"]), SCORE_DIGITS),
                                            worst=round(float(r["worst"]), SCORE_DIGITS))
     return out
@@ -549,8 +405,6 @@ def _scores(table: pd.DataFrame, part: str, new_name: str = "splitlab", lengths:
 def kernel_versions(data: Sequence[str]) -> list[str]:
     """What ran the data's kernels: a catalog set's kernel version (``"6"``), a sweep folder's splitlab version
     and commit as its sidecars record them (``"splitlab 0.1.0 (8f5b5be)"``)."""
-    from splitlab.results import read_sidecar
-
     out: list[str] = []
     for d in data:
         if catalog.is_name(d):
@@ -561,10 +415,10 @@ def kernel_versions(data: Sequence[str]) -> list[str]:
         sides = [root / "sweep.json"] if (root / "sweep.json").is_file() else sorted(root.rglob("sweep.json"))
         for s in sides:
             try:
-                side = read_sidecar(s)
+                side = results.read_sidecar(s)
             except SplitlabError:
                 continue
-            if side.get("kernel") not in KINDS:
+            if side.get("kernel") not in KERNEL_KINDS:
                 continue
             env = side.get("env") or {}
             commit = (env.get("git") or {}).get("commit")
@@ -580,7 +434,7 @@ def record(df: pd.DataFrame, fitted: dict[str, CostConstants], data: Sequence[st
     from splitlab.planners.fitted_range import ranges_from_rows
 
     fake = "timing" in df.columns and bool((df["timing"] == "fake").any())
-    dev = analysis.data_device(analysis.measured(df[df["kernel"].isin(list(KINDS))], allow_fake=allow_fake))
+    dev = analysis.data_device(analysis.measured(df[df["kernel"].isin(list(KERNEL_KINDS))], allow_fake=allow_fake))
     rows = df.drop(columns="timing") if fake else df  # a modelled fit records what its rows covered all the same
     confirm_scores: dict[str, dict[str, dict]] = {}
     confirm_ragged: dict[str, dict[str, dict]] = {}
@@ -627,7 +481,7 @@ def write(fc: FittedConstants, path: Path) -> None:
 
 
 def run(a) -> int:
-    """``splitlab fit`` (and ``python -m splitlab.fit``) from parsed arguments (``cli.add_fit_arguments``)."""
+    """``splitlab fit`` (and ``python -m splitlab.fit``) from parsed arguments (``args.add_fit_arguments``)."""
     from splitlab.args import existing_path
 
     def load(arg: str, *data: str) -> pd.DataFrame:
@@ -635,7 +489,7 @@ def run(a) -> int:
             if not catalog.is_name(d):
                 existing_path(arg, d)
         try:
-            return catalog.load_points(*data)
+            return results.load_points(*data)
         except SplitlabError as e:
             raise SplitlabError(f"{arg}: {e}") from None
 
@@ -683,8 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m splitlab.fit [DATA ...] [--confirm DATA] [--head-tiles DATA] [--out FILE]`` (the same as
     ``splitlab fit``): a bad argument is one line on stderr and exit code 2 (every set is checked and read before
     the fit starts); Ctrl-C one line and 130."""
-    from splitlab.args import OneLineParser, run_main
-    from splitlab.cli import add_fit_arguments
+    from splitlab.args import OneLineParser, add_fit_arguments, run_main
 
     p = OneLineParser(prog="python -m splitlab.fit", description=__doc__.split("\n")[0])
     add_fit_arguments(p)

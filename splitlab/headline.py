@@ -2,11 +2,11 @@
 
 * **Planner.** splitlab's rule against the best ported rule, as geomean / worst regret, on the current set's held-out
   shapes and on each confirm set, batches of uniform and of ragged lengths apart (a row each, where the data hold
-  ragged ones): ``fit.shootout`` and ``fit.goal``, the functions ``python -m splitlab.fit`` prints its tables with
-  (README's table "What the shipped H200 data say" is ``readme_rows``; ``tests/test_report_pages.py`` checks that
-  they agree).
+  ragged ones): ``scoring.shootout`` and ``scoring.goal``, the functions ``python -m splitlab.fit`` prints its tables
+  with (README's table "What the shipped H200 data say" is ``readme_rows``; ``tests/test_report_pages.py`` checks
+  that they agree).
 * **Kernel.** splitlab's kernel at its planner's default against the fastest peer per shape (FlashInfer, FlashMLA,
-  SDPA) on the peers set: the roofline fraction (floor / measured time, ``bench.peer_table``) of each, as a geomean
+  SDPA) on the peers set: the roofline fraction (floor / measured time, ``peer_table``) of each, as a geomean
   over the shapes both measured, and splitlab's speed over the best peer's.
 
     from splitlab import headline
@@ -14,7 +14,7 @@
     h.planners["gqa_decode", "uniform"]["held-out"].geomean   # 1.004
     headline.html(h), headline.figure_png(h)                  # the front page's table and figure
 
-``summary`` holds every planner's score per (kernel, set, lengths) (the ``fit.shootout`` rows): the table the figure
+``summary`` holds every planner's score per (kernel, set, lengths) (the ``scoring.shootout`` rows): the table the figure
 (set x planner, geomean and worst) is drawn from, written beside the report as CSV.
 """
 
@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from splitlab.errors import SplitlabError
-from splitlab.fit import LENGTHS
+from splitlab.scoring import LENGTHS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: The families, by splitlab's kernel, as the headline names them.
 FAMILIES = {"gqa_decode": "GQA", "mla_decode": "MLA", "sparse_mla_decode": "sparse MLA"}
-#: ``bench.peer_table``'s family names -> splitlab's kernel.
+#: ``peer_table``'s family names -> splitlab's kernel.
 PEER_FAMILIES = {"gqa": "gqa_decode", "mla": "mla_decode"}
 #: The ported rules as the libraries call themselves.
 PLANNER_NAMES = {"flex": "FlexAttention", "flash_attn": "FlashAttention", "flashmla": "FlashMLA", "sglang": "SGLang",
@@ -47,7 +47,7 @@ HELD_OUT = "held-out"
 COLOUR_MAX = 2.0
 #: The rule the headline scores, and the rules that are not "ported" (splitlab's own first rule).
 NEW, NOT_PORTED = "splitlab", ("splitlab-v0",)
-#: The lengths of a row's batches (``fit.LENGTHS``), in the order the rows go: uniform, then ragged.
+#: The lengths of a row's batches (``scoring.LENGTHS``), in the order the rows go: uniform, then ragged.
 UNIFORM, RAGGED = LENGTHS
 #: A headline row: (splitlab's kernel, the lengths of its batches).
 Row = tuple[str, str]
@@ -70,7 +70,7 @@ def _lengths(t: pd.DataFrame) -> pd.Series:
 
 @dataclass(frozen=True)
 class PlannerScore:
-    """splitlab's rule on one family's shapes of one set, beside the best ported rule (``fit.goal``'s choice):
+    """splitlab's rule on one family's shapes of one set, beside the best ported rule (``scoring.goal``'s choice):
     geomean and worst regret over ``shapes`` shapes; ``best_shapes``: the shapes the best ported rule has a measured
     choice on (fewer when it plans only some, e.g. FlashMLA's); ``goal_met``: geomean <= 1.02, worst <= 1.10 and
     below every ported rule."""
@@ -169,33 +169,33 @@ class Headline:
 
 def shootouts(df: pd.DataFrame, confirm: Mapping[str, pd.DataFrame] | None = None, *,
               allow_fake: bool = False) -> dict[str, pd.DataFrame]:
-    """``fit.shootout`` of ``df`` (its ``fit`` and ``held-out`` rows), keyed ``held-out``, then of each of ``confirm``
-    (name -> rows) keyed by its name: the registered (fitted) rule replayed, as ``python -m splitlab.fit`` scores
-    it."""
-    from splitlab import fit
+    """``scoring.shootout`` of ``df`` (its ``fit`` and ``held-out`` rows), keyed ``held-out``, then of each of
+    ``confirm`` (name -> rows) keyed by its name: the registered (fitted) rule replayed, as ``python -m splitlab.fit``
+    scores it."""
+    from splitlab import scoring
 
-    tables = {HELD_OUT: fit.shootout(df, allow_fake=allow_fake)}
-    tables |= {name: fit.shootout(rows, allow_fake=allow_fake, part=name) for name, rows in (confirm or {}).items()}
+    tables = {HELD_OUT: scoring.shootout(df, allow_fake=allow_fake)}
+    tables |= {name: scoring.shootout(rows, allow_fake=allow_fake, part=name) for name, rows in (confirm or {}).items()}
     return tables
 
 
 def goal(table: pd.DataFrame, part: str = HELD_OUT) -> pd.DataFrame:
-    """``fit.goal`` of a ``shootout`` table on ``part`` (a row per kernel and lengths), for the kernels and lengths
+    """``scoring.goal`` of a ``shootout`` table on ``part`` (a row per kernel and lengths), for the kernels and lengths
     where splitlab's rule has a measured choice there (elsewhere it has no regret to compare: no row)."""
     import pandas as pd
 
-    from splitlab import fit
+    from splitlab import scoring
 
     mine = table[(table["set"] == part) & (table["planner"] == NEW) & (table["measured"] > 0)]
     if mine.empty:
         return pd.DataFrame(columns=["kernel", "lengths", "geomean", "worst", "best_ported", "goal_met"])
     pairs = set(zip(mine["kernel"], _lengths(mine), strict=True))
     kept = table[[p in pairs for p in zip(table["kernel"], _lengths(table), strict=True)]]  # attrs come along
-    return fit.goal(kept, new_name=NEW, ported_exclude=NOT_PORTED, part=part)
+    return scoring.goal(kept, new_name=NEW, ported_exclude=NOT_PORTED, part=part)
 
 
 def planner_scores(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[Row, dict[str, PlannerScore]], pd.DataFrame]:
-    """Per (kernel, lengths) and set of ``shootouts``' tables: ``PlannerScore`` (from ``fit.goal``; none where
+    """Per (kernel, lengths) and set of ``shootouts``' tables: ``PlannerScore`` (from ``scoring.goal``; none where
     splitlab's rule has no measured choice); and every table's rows in one frame (the summary)."""
     import pandas as pd
 
@@ -217,10 +217,10 @@ def planner_scores(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[Row, dict[s
 
 
 def peer_scores(df: pd.DataFrame, *, allow_fake: bool = False) -> dict[str, PeerScore]:
-    """Per splitlab kernel with a peer measured on the same shapes (``bench.peer_table.comparison``): the
+    """Per splitlab kernel with a peer measured on the same shapes (``peer_table.comparison``): the
     ``PeerScore`` over those shapes."""
+    from splitlab import peer_table
     from splitlab.analysis import geomean
-    from splitlab.bench import peer_table
 
     roles = peer_table.roles(df, allow_fake=allow_fake)
     cmp = peer_table.comparison(roles)
@@ -245,16 +245,16 @@ def build(data: str, confirm: Sequence[str] = (), peers: Sequence[str] = (), *,
     """The ``Headline`` of ``data`` (a catalog name or a folder of sweeps): its held-out shapes and each ``confirm``
     set for the planner, the first of ``peers`` (else ``data`` itself, as the kernels notebook does) for the
     kernels. A set that cannot be read raises ``SplitlabError`` naming it."""
-    from splitlab import report
+    from splitlab.datasets import load_data
 
-    df, info = report.load_data(data, allow_fake=allow_fake)
+    df, info = load_data(data, allow_fake=allow_fake)
     conf = {}
     for c in confirm:
-        rows, cinfo = report.load_data(c, allow_fake=allow_fake)
+        rows, cinfo = load_data(c, allow_fake=allow_fake)
         conf[cinfo.name] = rows
     tables = shootouts(df, conf, allow_fake=allow_fake)
     scores, summary = planner_scores(tables)
-    peer_df, peer_info = (df, info) if not peers else report.load_data(peers[0], allow_fake=allow_fake)
+    peer_df, peer_info = (df, info) if not peers else load_data(peers[0], allow_fake=allow_fake)
     try:
         kernels = peer_scores(peer_df, allow_fake=allow_fake)
     except SplitlabError as e:

@@ -111,13 +111,14 @@ def parse_side(arg: str, text: str) -> Side:
 
 
 def _load(arg: str, data: list[str], allow_fake: bool) -> pd.DataFrame:
+    from splitlab import results
     from splitlab.args import existing_path
 
     for d in data:
         if not catalog.is_name(d):
             existing_path(arg, d)
     try:
-        df = catalog.load_points(*data)
+        df = results.load_points(*data)
     except SplitlabError as e:
         raise SplitlabError(f"{arg}={' '.join(data)!r}: {e}") from None
     if not allow_fake and "timing" in df.columns and (df["timing"] == "fake").any():

@@ -11,17 +11,16 @@ papermill (kernel ``python3``, cwd the repository root, the parameters of ``note
 ``<out>/index.html``: a link to each page with its one-line finding, the data's device(s) and date, and a MODELLED
 banner when the rows come from the fake timer.
 
-Findings. A notebook states its finding with ``record_finding(text)``: a Markdown output ("**Finding.** ...")
-whose output metadata carries ``{"splitlab": {"finding": text, ...}}``; ``read_finding`` takes the last one
-from the executed notebook. Nothing is written beside the notebook.
+Findings and figures' numbers: each page records them in its outputs' metadata (``splitlab.notebook``:
+``record_finding``, ``show_figure``), and the driver reads them back from the executed notebook (``read_finding``,
+``figure_tables``) for the index and the CSV files beside the page.
 
 Which sets: the catalog's (``splitlab.catalog``, ``data/catalog.toml``): by default its current set and the confirm
 sets of that set's device; each notebook's ``parameters`` cell holds the same defaults (``tests/test_notebooks.py``
 checks that they agree), so a notebook opened in JupyterLab computes what the report shows.
 
-The notebooks use the data helpers here too: ``load_data(data, allow_fake)`` (the rows and a ``DataInfo``:
-device, SMs, date, timers, read from the sweeps' ``sweep.json`` sidecars) and ``describe(info)`` (a Markdown
-provenance note).
+The notebooks read their data with ``splitlab.datasets`` (``load_data``: the rows and a ``DataInfo``, the
+provenance the index shows too) and show it with ``splitlab.notebook``'s helpers; this module is the driver only.
 
 Wiring into the CLI (``splitlab/cli.py``)::
 
@@ -36,7 +35,6 @@ import argparse
 import contextlib
 import html
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -44,283 +42,20 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from splitlab import catalog
 from splitlab.args import OneLineParser, out_dir, path_text, run_main
-from splitlab.catalog import one_per_point
+from splitlab.datasets import MODELLED, DataInfo, data_info, resolve_data
 from splitlab.errors import SplitlabError
+from splitlab.notebook import figure_tables, read_finding
 from splitlab.report_parameters import declared_parameters, notebook_arguments, parameter_text
 from splitlab.resources import notebooks_dir
-
-if TYPE_CHECKING:  # pandas loads only when a report runs, not with every `splitlab` command
-    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = notebooks_dir()  # the repository's notebooks/, or their copy in an installed package
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "sweep")
-FINDING_KEY = "splitlab"
-MODELLED = "MODELLED (fake timer), not measured"
-
-
-# --- the data: where it is, what it is --------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DataInfo:
-    """What a result set's sidecars say: its sweeps, the GPU(s) it was measured on, the SM count, the date.
-
-    ``device`` is the label figures carry: the GPU name torch reported (``NVIDIA H200``), or, for rows made
-    without a GPU (the fake timer), the preset the points were planned for. ``fake`` is True when any sweep
-    used the fake timer: its numbers are modelled, not measured. ``name``: the catalog name, else the folder's
-    name; ``sources``: what ``results.load`` reads (a catalog set's sweep folders, else ``path``)."""
-
-    path: Path
-    sweeps: tuple[dict, ...]
-    gpus: tuple[str, ...]
-    presets: tuple[str, ...]
-    sm_count: int
-    date: str
-    timers: tuple[str, ...]
-    name: str = ""
-    sources: tuple[Path, ...] = ()
-    sm_counts: tuple[tuple[str, int], ...] = ()  # (device preset, SMs) of every sweep, once each
-
-    @property
-    def sms(self) -> str:
-        """The SM count, or each device's when the sweeps ran on several (``b200: 148, h200-sxm: 132 SMs``)."""
-        if len(self.sm_counts) > 1:
-            return ", ".join(f"{d}: {n}" for d, n in self.sm_counts) + " SMs"
-        return f"{self.sm_count} SMs"
-
-    @property
-    def fake(self) -> bool:
-        return "fake" in self.timers
-
-    @property
-    def device(self) -> str:
-        real = [g for g in self.gpus if g and g != "cpu"]
-        if real:
-            return ", ".join(real)
-        return ", ".join(self.presets) + " (planned; no GPU)"
-
-    @property
-    def label(self) -> str:
-        """One line: device, SMs, date, and MODELLED when fake."""
-        s = f"{self.device}, {self.sms}, data {self.date}"
-        return f"{s} — {MODELLED}" if self.fake else s
-
-
-def resolve_data(data: str | Path | None) -> Path:
-    """``data`` as a path: a catalog set's folder (the catalog's current set when empty); a relative path is taken
-    from the current folder when it exists there, else from the repository root (so a notebook opened in
-    ``notebooks/`` finds a folder named relative to the repository)."""
-    if not data:
-        data = catalog.current().name
-    if catalog.is_name(data):
-        return catalog.DATA_DIR if data in catalog.ROLES else catalog.get(str(data)).path
-    p = Path(data).expanduser()
-    if p.is_absolute() or p.exists():
-        return p.resolve() if p.exists() else p
-    q = ROOT / p
-    return q if q.exists() else p
-
-
-def _uniq(xs: Sequence[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(x for x in xs if x))
-
-
-def _date(side: dict) -> str:
-    stamp = side.get("updated") or side.get("created") or ""
-    return str(stamp)[:10]
-
-
-def data_info(data: str | Path) -> DataInfo:
-    """Check that ``data`` is a splitlab result set (a sweep folder or a folder of them) and describe it.
-    A missing path, a file, a folder without a ``sweep.json`` or with a foreign one: one ``SplitlabError``
-    naming the path."""
-    p = resolve_data(data)
-    name = str(data) if catalog.is_name(data) else None
-    expected = (f"expected a catalog name ({', '.join(catalog.names()) or 'none'}) or a folder of splitlab sweeps "
-                "(made by `splitlab sweep`)")
-    if not p.exists():
-        raise SplitlabError(f"data={str(p)!r} does not exist; {expected}")
-    if not p.is_dir():
-        raise SplitlabError(f"data={str(p)!r} is a file, not a folder; {expected}")
-    sources = tuple(catalog.sources(name)) if name else (p,)
-    for s in sources:
-        if not s.is_dir():
-            raise SplitlabError(f"data={str(data)!r}: {s} does not exist; {expected}")
-    sides = [side for s in sources
-             for side in ([s / "sweep.json"] if (s / "sweep.json").is_file() else sorted(s.rglob("sweep.json")))]
-    if not sides:
-        raise SplitlabError(f"data={str(p)!r} holds no splitlab sweep (no sweep.json under it); {expected}")
-    from splitlab.results import SUPPORTED_SCHEMAS, read_sidecar
-
-    parsed = []
-    for s in sides:
-        try:  # JSON, an object, and its fields of the right types (the SM counts integers >= 1)
-            side = read_sidecar(s)
-        except SplitlabError as e:
-            raise SplitlabError(f"data={str(p)!r}: {e}; {expected}") from None
-        if not isinstance(side, dict) or not {"sweep_id", "kernel", "schema_version"} <= set(side):
-            raise SplitlabError(f"data={str(p)!r}: {s} is not a splitlab sweep sidecar (no sweep_id, kernel, "
-                                f"schema_version); {expected}")
-        if side["schema_version"] not in SUPPORTED_SCHEMAS:
-            raise SplitlabError(f"data={str(p)!r}: {s} has schema_version={side['schema_version']!r}; expected one "
-                                f"of {', '.join(map(str, SUPPORTED_SCHEMAS))} (this splitlab's result schema)")
-        parsed.append((s, side))
-    sweeps, gpus, presets, sms, timers, dates, pairs = [], [], [], [], [], [], []
-    for s, side in parsed:
-        env_dev = (side.get("env") or {}).get("device") or {}
-        preset = (side.get("device") or {}).get("name") or ""
-        gpu = env_dev.get("name") or "cpu"
-        sm = env_dev.get("sm_count") or (side.get("device") or {}).get("sm_count")
-        sweeps.append(dict(folder=str(s.parent.relative_to(p)) if s.parent != p else ".", sweep_id=side["sweep_id"],
-                           kernel=side["kernel"], grid=side.get("grid"), timer=side.get("timer"),
-                           rows=side.get("rows"), gpu=gpu, preset=preset, date=_date(side),
-                           fixture=bool(side.get("fixture"))))
-        gpus.append(gpu)
-        presets.append(preset)
-        if sm:
-            sms.append(int(sm))
-            pairs.append((preset or gpu, int(sm)))
-        timers.append(str(side.get("timer")))
-        dates.append(_date(side))
-    dates_ = sorted(d for d in dates if d)
-    date = (dates_[-1] if dates_[0] == dates_[-1] else f"{dates_[0]} to {dates_[-1]}") if dates_ else "undated"
-    return DataInfo(path=p, sweeps=tuple(sweeps), gpus=_uniq(gpus), presets=_uniq(presets),
-                    sm_count=max(set(sms), key=sms.count) if sms else 0, date=date, timers=_uniq(timers),
-                    name=name or p.name, sources=sources, sm_counts=_uniq(pairs))
-
-
-def load_data(data: str | Path, *, allow_fake: bool = False) -> tuple[pd.DataFrame, DataInfo]:
-    """The rows of every sweep under ``data`` and their ``DataInfo``. Modelled rows (the fake timer) are
-    refused unless ``allow_fake``."""
-    info = data_info(data)
-    if info.fake and not allow_fake:
-        raise SplitlabError(f"data={str(info.path)!r} holds modelled rows (timer='fake'); they are not measurements. "
-                            "Pass allow_fake=True (splitlab report --allow-fake) to show them, labelled MODELLED")
-    from splitlab import results
-
-    try:
-        df = results.load(*info.sources)
-    except SplitlabError as e:
-        raise SplitlabError(f"data={str(info.path)!r}: {e}") from None
-    return one_per_point(df), info
-
-
-def describe(info: DataInfo, df: pd.DataFrame | None = None) -> str:
-    """A Markdown note on where the numbers come from (shown at the top of each notebook); with the rows
-    ``load_data`` returned, also how many points two sweeps shared."""
-    name = f"`{info.name}` " if info.name and info.name != info.path.name else ""
-    lines = [f"**Data:** {name}`{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sms}), "
-             f"**{info.date}**."]
-    dup = df.attrs.get("duplicates", 0) if df is not None else 0
-    if dup:
-        lines.append(f"{dup} points measured by two sweeps (e.g. a `quick` grid inside `default`) count once, from "
-                     "the larger sweep.")
-    if info.fake:
-        lines.append(f"\n**{MODELLED}.** These rows come from the sweep harness's fake timer: every time is a "
-                     "model's output, so nothing below is evidence about a GPU.")
-    # The list of sweeps is the same on every page: folded, one line until opened.
-    lines.append(f"\n<details><summary>The {len(info.sweeps)} sweep(s)</summary>\n\n"
-                 "| sweep | kernel | grid | timer | rows |\n|---|---|---|---|---|")
-    for s in info.sweeps:
-        lines.append(f"| {s['folder']} | {s['kernel']} | {s['grid']} | {s['timer']} | {s['rows']} |")
-    lines.append("\n</details>")
-    return "\n".join(lines)
-
-
-# --- findings ---------------------------------------------------------------------------------------------
-
-def record_finding(text: str, **facts: Any) -> None:
-    """Show ``text`` as the notebook's one-line finding (and keep it, with ``facts``, in the output's
-    metadata, where ``read_finding`` and the report index find it)."""
-    from IPython.display import Markdown, display
-
-    display(Markdown(f"**Finding.** {text}"), metadata={FINDING_KEY: {"finding": text, **facts}})
-
-
-def read_finding(nb: Any) -> dict | None:
-    """The last finding an executed notebook (an ``nbformat`` node) recorded, as ``{"finding": ..., ...}``."""
-    found = None
-    for cell in nb.get("cells", []):
-        for out in cell.get("outputs", []) or []:
-            meta = (out.get("metadata") or {}).get(FINDING_KEY)
-            if isinstance(meta, dict) and meta.get("finding"):
-                found = dict(meta)
-    return found
-
-
-def save_figure(executed: str | Path, number: int, dest: str | Path) -> Path:
-    """Write the ``number``-th figure (1-based, in output order) of an executed notebook as a PNG file (for the
-    README: ``save_figure("reports/planner_shootout.ipynb", 1, "docs/img/shootout.png")``)."""
-    import base64
-
-    import nbformat
-
-    nb = nbformat.read(Path(executed), as_version=4)
-    pngs = [o["data"]["image/png"] for c in nb.cells for o in c.get("outputs", []) or []
-            if "image/png" in (o.get("data") or {})]
-    if not 1 <= number <= len(pngs):
-        raise SplitlabError(f"number={number} is not allowed; expected 1..{len(pngs)} (the figures of {executed})")
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(base64.b64decode(pngs[number - 1]))
-    return dest
-
-
-# --- helpers the notebooks share --------------------------------------------------------------------------
-
-#: A figure's name (``show_figure``): the tail of its CSV's file name, ``<notebook>-<name>.csv``.
-FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-
-
-def show_whole_tables() -> None:
-    """pandas shows every column of a table and every character of a cell (no "..." where a column or text was
-    cut off)."""
-    import pandas as pd
-
-    pd.set_option("display.max_columns", None, "display.width", None, "display.max_colwidth", None)
-
-
-def show_figure(fig: Any, name: str, table: pd.DataFrame) -> None:
-    """Show ``fig`` and keep ``table``, the numbers it is drawn from, in the output's metadata (``splitlab``:
-    ``figure``, ``csv``): ``splitlab report`` writes it beside the page as ``<notebook>-<name>.csv`` and links it
-    under the figure, so the numbers can be taken without the notebook. ``name``: lower-case letters, digits, ``-``
-    and ``_``, one per figure of a notebook. The figure is closed (it is shown once)."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    from IPython.display import display
-
-    if not FIGURE_NAME.fullmatch(name):
-        raise ValueError(f"name={name!r} is not allowed; expected lower-case letters, digits, - and _")
-    csv = table.to_csv(index=not isinstance(table.index, pd.RangeIndex))
-    display(fig, metadata={FINDING_KEY: {"figure": name, "csv": csv}})
-    plt.close(fig)
-
-
-def figure_tables(nb: Any) -> list[tuple[str, str]]:
-    """``(name, csv)`` of every figure ``show_figure`` showed in an executed notebook, in output order."""
-    found = []
-    for cell in nb.get("cells", []):
-        for out in cell.get("outputs", []) or []:
-            meta = (out.get("metadata") or {}).get(FINDING_KEY)
-            if isinstance(meta, dict) and meta.get("figure"):
-                found.append((str(meta["figure"]), str(meta.get("csv", ""))))
-    return found
-
-
-def fold(summary: str, *parts: str | pd.DataFrame) -> None:
-    """Show ``parts`` (Markdown text, or tables: shown whole, rounded to 3 digits) folded under a one-line
-    ``summary`` (HTML ``<details>``): detail a reader opens when they want it."""
-    from IPython.display import Markdown, display
-
-    html_parts = [p if isinstance(p, str) else p.round(3).to_html(max_rows=None, max_cols=None, border=0)
-                  for p in parts]
-    display(Markdown(f"<details><summary>{html.escape(summary)}</summary>\n\n" + "\n\n".join(html_parts)
-                     + "\n\n</details>"))
 
 
 # --- running the notebooks --------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from splitlab import catalog
 from splitlab.errors import SplitlabError
 from splitlab.workloads import DecodeWorkload
 
@@ -729,8 +730,6 @@ def load(*paths: str | Path) -> pd.DataFrame:
     Refuses (``SchemaError``) data of a schema version this splitlab does not know, and (``SplitlabError``
     naming the file) anything it cannot read. Rows are unique per (sweep_id, device, point_id); where a sweep
     holds a point twice, ``best_rows`` chooses."""
-    from splitlab import catalog
-
     if not paths:
         raise SplitlabError("load() needs at least one path")
     frames = []
@@ -756,6 +755,27 @@ def load(*paths: str | Path) -> pd.DataFrame:
     out = best_rows(df, ("sweep_id", *KEY))
     out.attrs.pop("duplicates", None)
     return out
+
+
+def one_per_point(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured point, keyed by (device, SM count, ``point_id``) as ``analysis.SHAPE`` keys shapes: a
+    point measured by two sweeps of one device (a ``quick`` grid is a subset of ``default``) is kept from the sweep
+    with more rows (the later one on a tie), so no shape or planner choice counts twice, while two devices' rows
+    of one point both stay. The number dropped is in ``df.attrs["duplicates"]``."""
+    if df.empty or "point_id" not in df.columns:
+        return df
+    key = [c for c in ("device", "sm_count", "point_id") if c in df.columns]
+    size = df.groupby("sweep_id")["point_id"].transform("size")
+    order = df.assign(_n=size, _t=df["finished_at"].fillna("")).sort_values(["_n", "_t"], ascending=False)
+    out = order.drop_duplicates(key, keep="first").drop(columns=["_n", "_t"]).sort_index()
+    out = out.reset_index(drop=True)
+    out.attrs["duplicates"] = len(df) - len(out)
+    return out
+
+
+def load_points(*data: str | Path) -> pd.DataFrame:
+    """The rows of ``data`` (catalog names or paths, read together by ``load``), one per point."""
+    return one_per_point(load(*data))
 
 
 def to_csv(df_or_paths: pd.DataFrame | str | Path, out: str | Path) -> Path:

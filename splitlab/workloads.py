@@ -14,6 +14,9 @@ from functools import cached_property
 from splitlab.errors import SplitlabError, check_choice, check_int
 
 KINDS = ("gqa", "mla", "sparse_mla")
+#: splitlab's own decode kernels, by the name their sweeps record (the ``kernel`` column, the card's name), and the
+#: kind of workload each runs: what the fit, its scores and the fitted range read of a result set.
+KERNEL_KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
 DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 

@@ -74,9 +74,9 @@ def test_a_rule_that_changed_between_sessions_counts_once_at_its_newest_choice(d
 def test_replayed_planners_are_scored_by_todays_rule():
     from pathlib import Path
 
-    from splitlab import report, results
+    from splitlab import results
 
-    df = report.one_per_point(results.load(Path(__file__).parent / "fixtures" / "sweeps"))
+    df = results.one_per_point(results.load(Path(__file__).parent / "fixtures" / "sweeps"))
     rep = analysis.replay(df, "splitlab")
     r = analysis.regret(df, replayed=("splitlab",))
     ours = r[r["planner"] == "splitlab"]
@@ -222,17 +222,17 @@ def run_split_regressions(data: Path, out: Path):
     pytest.importorskip("papermill")
     import nbformat
 
-    from splitlab import report
+    from splitlab import datasets, notebook, report
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUDA_VISIBLE_DEVICES", "")
         mp.setenv("MPLBACKEND", "Agg")
         report.build_report(data, out, only=["split_regressions"], progress=False,
-                            allow_fake=report.data_info(data).fake)
+                            allow_fake=datasets.data_info(data).fake)
     nb = nbformat.read(out / "split_regressions.ipynb", as_version=4)
     outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [f"{o.ename}: {o.evalue}" for o in outs if o.output_type == "error"]
-    return report.read_finding(nb)
+    return notebook.read_finding(nb)
 
 
 def test_split_regressions_on_two_devices_and_on_an_unshipped_card(tmp_path):
@@ -250,14 +250,14 @@ def test_split_regressions_on_two_devices_and_on_an_unshipped_card(tmp_path):
 
 
 def test_the_report_names_each_devices_sm_count(tmp_path):
-    from splitlab import report
+    from splitlab import datasets
 
     src = FIXTURE / "gqa_decode-default"
     mixed = tmp_path / "mixed"
     copy_sweep(src, mixed / "h200", ":h200")
     copy_sweep(src, mixed / "b200", ":b200", device="b200", sm_count=148)
-    info = report.data_info(mixed)
+    info = datasets.data_info(mixed)
     assert "b200: 148" in info.sms and ": 132" in info.sms and info.sms in info.label
-    df, info = report.load_data(mixed, allow_fake=info.fake)
-    assert set(df["device"]) == {"b200", "h200-sxm"} and len(df) == 2 * len(report.load_data(src, allow_fake=True)[0])
-    assert report.data_info(src).sms == "132 SMs"
+    df, info = datasets.load_data(mixed, allow_fake=info.fake)
+    assert set(df["device"]) == {"b200", "h200-sxm"} and len(df) == 2 * len(datasets.load_data(src, allow_fake=True)[0])
+    assert datasets.data_info(src).sms == "132 SMs"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from splitlab import catalog, report, results
+from splitlab import catalog, datasets, report, results
 from splitlab.errors import SplitlabError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,16 +104,16 @@ def test_a_name_loads_its_set_and_a_path_stays_a_path(monkeypatch):
 def test_a_role_loads_every_set_with_that_role():
     assert catalog.is_name("confirm") and catalog.sources("confirm") == catalog.sources("h200-confirm")
     assert len(results.load("archive")) == sum(len(results.load(e.name)) for e in catalog.entries("archive"))
-    info = report.data_info("confirm")
+    info = datasets.data_info("confirm")
     folders = list((catalog.DATA_DIR / "h200-confirm").glob("*/sweep.json"))
     assert info.name == "confirm" and info.path == catalog.DATA_DIR and len(info.sweeps) == len(folders) >= 3
     assert report.notebook_parameters("confirm") == report.notebook_parameters("confirm") | dict(confirm=[])
 
 
 def test_the_report_reads_names_and_injects_the_catalog_s_sets():
-    info = report.data_info("h200-v6-confirm12")
+    info = datasets.data_info("h200-v6-confirm12")
     assert info.name == "h200-v6-confirm12" and len(info.sweeps) == 3
-    assert report.describe(info).startswith("**Data:** `h200-v6-confirm12` ")
+    assert datasets.describe(info).startswith("**Data:** `h200-v6-confirm12` ")
     assert report.notebook_parameters()["data"] == "h200"
     assert report.notebook_parameters()["confirm"] == ["h200-confirm"]
     assert report.notebook_parameters(REPO / "data" / "h200")["confirm"] == ["h200-confirm"]  # the same set by path

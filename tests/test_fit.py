@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitlab import analysis, devices, fit, planners, waves, workloads
+from splitlab import analysis, devices, fit, planners, scoring, waves, workloads
 from splitlab.planners import fitted
 from splitlab.planners.native import fitted_plan
 from splitlab.planners.registry import Plan
@@ -69,13 +69,13 @@ def test_replay_of_a_registered_name_and_a_raising_planner(df):
 def test_held_out_rows_never_reach_the_fit(df):
     big = pd.concat([df, pd.DataFrame(mla_rows(2, 8192, [(1, 5.0)]) + mla_rows(1, 65536, [(1, 5.0)])
                                       + [r | dict(num_q_heads=32, block_h=32) for r in mla_rows(1, 8192, [(1, 1.0)])])])
-    fit_rows, held = fit.split(big)
+    fit_rows, held = scoring.split(big)
     assert set(held["batch"]) | set(held["ctx_len"]) >= {2, 65536} and 32 in set(held["num_q_heads"])
-    assert not fit.held_out(fit_rows).any() and len(fit_rows) + len(held) == len(big)
+    assert not scoring.held_out(fit_rows).any() and len(fit_rows) + len(held) == len(big)
     # Poisoning every held-out time changes nothing the fit returns.
     poisoned = pd.concat([fit_rows, held.assign(p50_us=1e-6)])
-    a, _ = fit.fit_family(fit.split(big)[0], "mla")
-    b, _ = fit.fit_family(fit.split(poisoned)[0], "mla")
+    a, _ = fit.fit_family(scoring.split(big)[0], "mla")
+    b, _ = fit.fit_family(scoring.split(poisoned)[0], "mla")
     assert a == b
 
 
@@ -230,9 +230,9 @@ def test_goal_compares_a_partial_planner_head_to_head():
                                geomean=analysis.geomean(per_shape.loc[per_shape["planner"] == p, "regret"]),
                                worst=per_shape.loc[per_shape["planner"] == p, "regret"].max())
                           for p, n in (("splitlab", 4), ("flashmla", 2))])
-    assert fit.goal(table).loc[0, "beats_ported"]  # 1.047 over all four shapes against 1.05
+    assert scoring.goal(table).loc[0, "beats_ported"]  # 1.047 over all four shapes against 1.05
     table.attrs["per_shape"] = per_shape
-    g = fit.goal(table).loc[0]
+    g = scoring.goal(table).loc[0]
     assert not g["beats_ported"] and "flashmla 1.050 vs 1.095 on 2" in g["h2h"]  # not on flashmla's two
 
 
@@ -243,7 +243,7 @@ def test_the_shootout_scores_uniform_and_ragged_batches_apart():
     from sweep_fixtures import lengths_rows
 
     rows = lengths_rows()
-    table = fit.shootout(rows)
+    table = scoring.shootout(rows)
     assert set(table["set"]) == {"held-out"} and list(dict.fromkeys(table["lengths"])) == ["uniform", "ragged"]
     t = table.set_index(["lengths", "planner"])
     assert t.loc[("uniform", "splitlab"), ["shapes", "geomean", "worst"]].tolist() == [2, 1.0, 1.0]
@@ -251,18 +251,18 @@ def test_the_shootout_scores_uniform_and_ragged_batches_apart():
     assert t.loc[("ragged", "splitlab"), "worst"] == 1.5
     assert t.loc[("uniform", "flashmla"), "geomean"] == pytest.approx(1.2)
     assert t.loc[("ragged", "flashmla"), ["measured", "geomean"]].tolist() == [1, 1.0]
-    g = fit.goal(table).set_index("lengths")
+    g = scoring.goal(table).set_index("lengths")
     assert list(g.index) == ["uniform", "ragged"] and set(g["kernel"]) == {"mla_decode"}
     assert g.loc["uniform", "goal_met"] and "flashmla" not in g.loc["uniform", "h2h"]  # measured on both shapes
     assert not g.loc["ragged", "goal_met"] and g.loc["ragged", "best_ported"] == "flashmla 1.000"
     # head to head on FlashMLA's one ragged shape, not on the uniform ones too
     assert not g.loc["ragged", "beats_ported"] and "flashmla 1.000 vs 1.500 on 1" in g.loc["ragged", "h2h"]
     # a confirm part is scored apart the same way; data without the column are uniform
-    conf = fit.shootout(rows, part="fresh")
-    assert fit.goal(conf, part="fresh")["lengths"].tolist() == ["uniform", "ragged"]
-    old = fit.shootout(rows[rows["length_dist"] == "uniform"].drop(columns=["length_dist", "length_seed"]))
-    assert set(old["lengths"]) == {"uniform"} and fit.goal(old)["goal_met"].tolist() == [True]
-    assert fit.lengths_of(pd.DataFrame(dict(length_dist=["uniform", None, "spread4"]))).tolist() == [
+    conf = scoring.shootout(rows, part="fresh")
+    assert scoring.goal(conf, part="fresh")["lengths"].tolist() == ["uniform", "ragged"]
+    old = scoring.shootout(rows[rows["length_dist"] == "uniform"].drop(columns=["length_dist", "length_seed"]))
+    assert set(old["lengths"]) == {"uniform"} and scoring.goal(old)["goal_met"].tolist() == [True]
+    assert scoring.lengths_of(pd.DataFrame(dict(length_dist=["uniform", None, "spread4"]))).tolist() == [
         "uniform", "uniform", "ragged"]
 
 
@@ -272,7 +272,7 @@ def test_the_constants_file_records_ragged_scores_apart():
     from sweep_fixtures import lengths_rows
 
     rows = lengths_rows()
-    table, conf = fit.shootout(rows), fit.shootout(rows, part="fresh")
+    table, conf = scoring.shootout(rows), scoring.shootout(rows, part="fresh")
     fc = fit.record(rows, {"mla": FITTED["mla"]}, (), table, [("fresh", conf)])
     uniform = dict(shapes=2, measured=2, geomean=1.0, worst=1.0)
     ragged = dict(shapes=2, measured=2, geomean=round(1.5 ** 0.5, fit.SCORE_DIGITS), worst=1.5)
@@ -284,7 +284,7 @@ def test_the_constants_file_records_ragged_scores_apart():
     assert fitted.parse(text, fitted.SHIPPED_DIR / "x.toml") == fc
     # uniform data only: no ragged table (the shipped file's layout)
     only = rows[rows["length_dist"] == "uniform"]
-    fc = fit.record(only, {"mla": FITTED["mla"]}, (), fit.shootout(only))
+    fc = fit.record(only, {"mla": FITTED["mla"]}, (), scoring.shootout(only))
     assert fc.held_out == {"mla": uniform} and not fc.held_out_ragged and "_ragged" not in fitted.dumps(fc)
 
 

@@ -69,11 +69,11 @@ def test_check_on_the_shipped_data_marks_the_issues_example():
 def test_the_shipped_range_is_the_fit_sets_range():
     """The range the shipped constants record is what the catalog's fit sets cover (computed from the data)."""
     pytest.importorskip("pyarrow")
-    from splitlab import catalog
+    from splitlab import catalog, results
 
     names = catalog.names("fit")
     assert names, f"{catalog.CATALOG} names no fit set"
-    computed = fr.ranges_from_rows(catalog.load_points(*names))
+    computed = fr.ranges_from_rows(results.load_points(*names))
     for kind in ("gqa", "mla", "sparse_mla"):
         recorded = fr.fitted_range(kind, H200)
         assert {k: v for k, v in recorded.items() if k != "source"} == computed[kind], kind

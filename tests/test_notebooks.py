@@ -23,11 +23,11 @@ pytest.importorskip("nbconvert")
 import nbformat  # noqa: E402
 from sweep_fixtures import tiny_card  # noqa: E402
 
-from splitlab import analysis, catalog, planners, plots, report  # noqa: E402
+from splitlab import analysis, catalog, datasets, notebook, planners, plots, report  # noqa: E402
 from splitlab.errors import SplitlabError  # noqa: E402
 
 FIXTURE = Path(os.environ.get("SPLITLAB_NOTEBOOK_FIXTURE") or Path(__file__).parent / "fixtures" / "sweeps")
-FAKE = report.data_info(FIXTURE).fake
+FAKE = datasets.data_info(FIXTURE).fake
 
 
 @pytest.fixture(scope="module")
@@ -59,20 +59,20 @@ def test_each_notebook_runs_into_html_with_figures_and_a_finding(built, name):
     else:
         assert images, f"{name} produced no figure"
     page = (out / f"{name}.html").read_text()
-    for o in images:  # every figure shown with its numbers (report.show_figure), written beside the page as CSV
+    for o in images:  # every figure shown with its numbers (notebook.show_figure), written beside the page as CSV
         fig = o.get("metadata", {}).get("splitlab", {}).get("figure")
-        assert fig, f"{name}: a figure without its numbers (plt.show() instead of report.show_figure)"
+        assert fig, f"{name}: a figure without its numbers (plt.show() instead of notebook.show_figure)"
         csv = out / f"{name}-{fig}.csv"
         assert csv.is_file() and csv.read_text().strip(), csv
         assert f'href="{csv.name}"' in page, csv.name
-    finding = report.read_finding(nb)
+    finding = notebook.read_finding(nb)
     assert finding and finding["finding"]
     if FAKE and name not in ("waves", "sweep"):
         assert "MODELLED" in finding["finding"]
     page = (out / f"{name}.html").read_text()
     assert "data:image/png;base64" in page or name == "sweep"
     assert "<script src=" not in page  # self-contained: nothing loaded from the network
-    assert "report.load_data(" not in page and "import matplotlib" not in page  # no code cells
+    assert "datasets.load_data(" not in page and "import matplotlib" not in page  # no code cells
     assert "Finding." in page
 
 
@@ -80,7 +80,7 @@ def test_index_links_every_notebook_with_its_finding_device_and_date(built):
     out, index = built
     assert index == out / "index.html"
     text = index.read_text()
-    info = report.data_info(FIXTURE)
+    info = datasets.data_info(FIXTURE)
     for name in report.NOTEBOOKS:
         assert f'href="{name}.html"' in text and f'href="{name}.ipynb"' in text
     assert info.date in text and "132 SMs" in text
@@ -143,7 +143,7 @@ def test_the_sweep_notebook_runs_a_tiny_card_with_the_fake_timer(tmp_path):
     outs = _outputs(nb)
     assert not [o for o in outs if o.output_type == "error"]
     assert [o for o in outs if "image/png" in o.get("data", {})]
-    assert report.read_finding(nb)["finding"].startswith("MODELLED: t_notebook/quick")
+    assert notebook.read_finding(nb)["finding"].startswith("MODELLED: t_notebook/quick")
     swept = tmp_path / "out" / "sweep-runs" / "t_notebook-quick"
     assert (swept / "results.parquet").is_file() and json.loads((swept / "sweep.json").read_text())["timer"] == "fake"
     with pytest.raises(SplitlabError, match="parameters\\['sweep'\\] names nope"):
@@ -185,7 +185,7 @@ def test_modelled_data_needs_allow_fake(tmp_path):
     with pytest.raises(SplitlabError, match="timer='fake'.*--allow-fake"):
         report.build_report(FIXTURE, tmp_path / "out", progress=False)
     with pytest.raises(SplitlabError, match="allow_fake=True"):
-        report.load_data(FIXTURE)
+        datasets.load_data(FIXTURE)
 
 
 def test_only_names_known_notebooks(tmp_path):
@@ -196,7 +196,7 @@ def test_only_names_known_notebooks(tmp_path):
 # --- pieces ---------------------------------------------------------------------------------------------------
 
 def test_data_info_reads_device_date_and_timer():
-    info = report.data_info(FIXTURE)
+    info = datasets.data_info(FIXTURE)
     assert info.sm_count == 132 and re.fullmatch(r"\d{4}-\d{2}-\d{2}( to \d{4}-\d{2}-\d{2})?", info.date)
     assert {s["kernel"] for s in info.sweeps} >= {"gqa_decode", "mla_decode", "sparse_mla_decode"}
     assert ("MODELLED" in info.label) == FAKE
@@ -218,7 +218,7 @@ def test_titles_carry_device_date_and_say_modelled():
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    info = report.DataInfo(path=FIXTURE, sweeps=(), gpus=("cpu",), presets=("h200-sxm",), sm_count=132,
+    info = datasets.DataInfo(path=FIXTURE, sweeps=(), gpus=("cpu",), presets=("h200-sxm",), sm_count=132,
                            date="2026-11-29", timers=("fake",))
     plots.title(fig, "latency", info)
     assert "h200-sxm" in fig._suptitle.get_text() and "2026-11-29" in fig._suptitle.get_text()

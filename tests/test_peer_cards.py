@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from splitlab import devices, results, workloads
-from splitlab.bench import cards, grid, peer_table, peers_flashinfer, peers_flashmla, sweep
+from splitlab import devices, peer_table, results, workloads
+from splitlab.bench import cards, grid, peers_flashinfer, peers_flashmla, sweep
 from splitlab.bench.peers_flashinfer import (
     FLASHINFER_DECODE,
     FLASHINFER_MLA_FA2,

@@ -19,14 +19,14 @@ pytest.importorskip("yaml")
 
 import nbformat  # noqa: E402
 
-from splitlab import report  # noqa: E402
+from splitlab import datasets, report  # noqa: E402
 from splitlab.cli import main  # noqa: E402
 from splitlab.errors import SplitlabError  # noqa: E402
 from splitlab.report_parameters import notebook_arguments, parameter_text, typed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "sweeps"
-FAKE = ["--allow-fake"] if report.data_info(FIXTURE).fake else []
+FAKE = ["--allow-fake"] if datasets.data_info(FIXTURE).fake else []
 
 
 def run(capsys, *argv):

@@ -24,11 +24,11 @@ pytest.importorskip("nbconvert")
 import nbformat  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from splitlab import headline, report  # noqa: E402
+from splitlab import datasets, headline, notebook, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "sweeps"
-FAKE = report.data_info(FIXTURE).fake
+FAKE = datasets.data_info(FIXTURE).fake
 README = (ROOT / "README.md").read_text()
 MAX_TOP_LEVEL_TABLES = 12
 #: README's headline rows: a family, and its lengths where the table has ragged rows (``headline.family_label``).
@@ -101,7 +101,7 @@ def test_readme_table_is_the_headline_and_index_html_shows_it():
     readme = [[c.strip() for c in (family + "|" + cells).split("|")]
               for family, cells in re.findall(README_ROW, README, re.M)]
     assert readme == headline.readme_rows(head)
-    page = report.index_html([], report.data_info(p["data"]), head)
+    page = report.index_html([], datasets.data_info(p["data"]), head)
     for row in readme:
         for cell in row:
             shown = f"<b>{html.escape(cell[2:-2])}</b>" if cell.startswith("**") else html.escape(cell)
@@ -116,7 +116,7 @@ def test_readme_table_is_the_headline_and_index_html_shows_it():
 
 
 def test_a_report_without_a_headline_says_why():
-    info = report.data_info(FIXTURE)
+    info = datasets.data_info(FIXTURE)
     page = report.index_html([], info, None, "No headline for these data: no splitlab kernel")
     assert "No headline for these data" in page and 'class="headline"' not in page
     failed = report.index_html([], info, None, f"{report.HEADLINE_FAILED}: KeyError: 'x'")
@@ -151,7 +151,7 @@ def test_each_figure_has_its_numbers_beside_the_page(built):
 
 def test_figure_names_are_checked_and_unique_per_notebook(tmp_path):
     with pytest.raises(ValueError, match="name='Bad name' is not allowed"):
-        report.show_figure(None, "Bad name", pd.DataFrame())
+        notebook.show_figure(None, "Bad name", pd.DataFrame())
 
     def fig_output(name: str) -> dict:
         return {"output_type": "display_data", "data": {"image/png": ""},

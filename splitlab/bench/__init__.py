@@ -6,7 +6,6 @@
 ``peers``   PyTorch's SDPA (flash, cuDNN) and FlexAttention decode paths
 ``peers_flashinfer``, ``peers_flashmla``  FlashInfer's paged decode and MLA, FlashMLA's dense MLA decode (imported
             only where their points run)
-``peer_table``  the kernel comparison of the cards' ``peers`` grids: roofline fraction, speed-up over the best peer
 ``cards``   kernel cards (``kernels/*.toml``): load and validate
 ``grid``    a card's named grid -> points (shapes x knobs, plus every planner's choice)
 ``sweep``   the runner behind ``splitlab sweep``: check, time, journal, resume

@@ -16,7 +16,7 @@ plans for (shipped ones in ``splitlab/planners/constants/<device>.toml``), a use
     [gqa.range]                         # what the data covered (planners.fitted_range.ranges_from_rows)
     batch = [1, 256]
     ...
-    [gqa.held_out]                      # the fitted rule on the held-out shapes (splitlab.fit.held_out) of
+    [gqa.held_out]                      # the fitted rule on the held-out shapes (splitlab.scoring.held_out) of
     shapes = 82                         # uniform lengths (every request the longest)
     geomean = 1.0052
     worst = 1.0581

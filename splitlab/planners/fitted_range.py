@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from splitlab.errors import SplitlabError
+from splitlab.workloads import KERNEL_KINDS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,14 +47,12 @@ def ranges_from_rows(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
     ``{"gqa": {"devices": [...], "dtypes": [...], "batch": [lo, hi], "ctx_len": [lo, hi], "heads": [lo, hi],
     "kv_bytes": [lo, hi]}, ...}`` (``topk`` in place of ``ctx_len`` for sparse MLA). Plain ints and strings: it can
     be written into a TOML or JSON constants file as it is."""
-    from splitlab.fit import KINDS  # splitlab's kernels (the ``kernel`` column) and the family each measures
-
-    ok = df[df["kernel"].astype(str).isin(list(KINDS)) & (df["status"] == "ok")]
+    ok = df[df["kernel"].astype(str).isin(list(KERNEL_KINDS)) & (df["status"] == "ok")]
     if "timing" in ok.columns:
         ok = ok[ok["timing"] != "fake"]
     out: dict[str, dict[str, Any]] = {}
     for kernel, g in ok.groupby(ok["kernel"].astype(str)):
-        kind = KINDS[kernel]
+        kind = KERNEL_KINDS[kernel]
         keys = keys_field(kind)
 
         def span(s: pd.Series) -> list[int]:

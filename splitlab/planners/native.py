@@ -149,7 +149,7 @@ def plan_splitlab_v0(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
 # kernels' defaults: the data measure other BLOCK_N only on a few shapes, where replay could not score them.
 #
 # The constants are data: ``splitlab fit --out FILE`` writes them (grid searches minimising the geomean regret of
-# ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.fit.held_out``), one file per device. The shipped
+# ``splitlab.analysis.replay`` over the *fit* shapes of ``splitlab.scoring.held_out``), one file per device. The shipped
 # ``constants/h200-sxm.toml`` is that command's output on the catalog's fit set (``data/catalog.toml``: ``h200``, the
 # sixth kernel version of all three families on the H200, sparse MLA timed over input sets rotated by the rows a
 # call reads; ``tests/test_fit.py`` holds the two equal). GQA's and MLA's first pass, MLA's and sparse MLA's head-
