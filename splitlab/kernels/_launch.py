@@ -28,11 +28,33 @@ Without validation the kernels still never read outside the cache, the pool or t
 range is not dereferenced and makes its request's output NaN on the Triton kernels, and leaves it *undefined* on
 the sm_90 Gluon tile (``mla_sm90``, paged MLA; its sparse path gives NaN). No launcher returns a finite number for
 such input when validation is on.
+
+Scalars, gradients and fp32 range (issue 39). ``sm_scale`` and ``kv_scale`` are real numbers (Python or numpy
+scalars; a bool, complex, string, array or tensor is refused), and the kernels take ``sm_scale * log2(e)`` (times
+``kv_scale`` for an fp8 MLA cache) as one fp32 argument: ``resolve_sm_scale`` refuses, on the host, a product
+outside fp32's normal range ``[FP32_TINY, FP32_MAX]`` (``sm_scale`` in ``[SM_SCALE_MIN, SM_SCALE_MAX]``, about
+``[8.1e-39, 2.4e38]``, when ``kv_scale`` is 1) and a ``kv_scale`` outside it. The kernels have no backward:
+``check_no_grad`` refuses an input that requires grad while autograd is recording (under ``torch.no_grad()`` or
+``torch.inference_mode()`` such a tensor is read like any other).
+
+What the data must satisfy, since the kernels compute in fp32 (the reference in fp64): every score ``sm_scale *
+q.k`` (and the dot's partial sums, at most ``sum |q * k|``) within fp32's range, and ``|v| * n`` below
+``FP32_MAX`` for the ``n`` keys a request attends (each split sums ``p * v`` with weights ``p <= 1`` before it
+normalises, and the merge sums up to ``n`` live splits likewise), the result within q's dtype. Outside that a
+request's row comes out inf or NaN (or, when every score of a request falls below ``-FP32_MAX``, all zero with
+lse -inf), where the fp64 reference is finite. Reading the data to check this beforehand would cost a pass over
+the cache, so validation checks the *result*: with validation asked for (``validate=True`` or
+``SPLITLAB_VALIDATE=1``, not the launchers' defaults) a launcher reads back whether any row of its result is
+non-finite (one more sync, after the launch) and, where a row is though the inputs it attends are finite, refuses
+with the bound it crossed (``check_result``). A NaN or inf among the inputs stays what it is (the reference's).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -183,9 +205,10 @@ def check_kv_dtype(q: torch.Tensor, kv_cache: torch.Tensor, kv_scale: float | No
                             f"{FP8_KV_DTYPE} kv_cache")
     if kv_scale is None:
         return 1.0
-    v = float(kv_scale)
-    if not (v > 0 and v != float("inf")):
-        raise SplitlabError(f"kv_scale={kv_scale!r} is not allowed; expected a positive finite float")
+    v = check_real("kv_scale", kv_scale)
+    if not FP32_TINY <= v <= FP32_MAX:  # (NaN fails too) the kernels take it as an fp32 (the epilogue's v_scale)
+        raise SplitlabError(f"kv_scale={short_repr(kv_scale)} is not allowed; expected a positive real number in "
+                            f"fp32's normal range [{FP32_TINY!r}, {FP32_MAX!r}] (the kernels take it as an fp32)")
     return v
 
 
@@ -196,14 +219,85 @@ def check_same_dtype(q: torch.Tensor, **others: torch.Tensor) -> None:
             raise SplitlabError(f"{name} has dtype {t.dtype}; expected q's dtype {q.dtype}")
 
 
-def resolve_sm_scale(sm_scale: float | None, head_dim_qk: int) -> float:
-    """``1/sqrt(Dqk)`` by default; a positive finite float otherwise."""
-    if sm_scale is None:
-        return head_dim_qk ** -0.5
-    s = float(sm_scale)
-    if not (s > 0 and s != float("inf")):
-        raise SplitlabError(f"sm_scale={sm_scale!r} is not allowed; expected a positive finite float")
+#: log2(e): the launchers hand the kernels ``sm_scale * LOG2E`` (scores in the log2 domain, for exp2); equal to
+#: ``gqa.LOG2E`` and ``mla.LOG2E``.
+LOG2E = 1.4426950408889634
+#: fp32's largest finite value and its smallest normal one: the kernels take their scales as fp32 arguments.
+FP32_MAX = float(torch.finfo(torch.float32).max)
+FP32_TINY = float(torch.finfo(torch.float32).tiny)
+
+
+def _scale_edges() -> tuple[float, float]:
+    """The smallest and the largest double ``s`` whose product ``s * LOG2E`` (as the launchers compute it, in
+    double) lies in ``[FP32_TINY, FP32_MAX]``."""
+    lo, hi = FP32_TINY / LOG2E, FP32_MAX / LOG2E
+    while lo * LOG2E < FP32_TINY:
+        lo = math.nextafter(lo, math.inf)
+    while math.nextafter(lo, 0.0) * LOG2E >= FP32_TINY:
+        lo = math.nextafter(lo, 0.0)
+    while hi * LOG2E > FP32_MAX:
+        hi = math.nextafter(hi, 0.0)
+    while math.nextafter(hi, math.inf) * LOG2E <= FP32_MAX:
+        hi = math.nextafter(hi, math.inf)
+    return lo, hi
+
+
+#: The ``sm_scale`` range the launchers take (with ``kv_scale`` 1): about [8.148e-39, 2.359e+38].
+SM_SCALE_MIN, SM_SCALE_MAX = _scale_edges()
+
+
+def short_repr(value: object, limit: int = 40) -> str:
+    """``repr(value)`` on one line (whitespace runs as one space), cut to ``limit`` characters (a 400-digit int,
+    a tensor, stay one short line)."""
+    r = " ".join(repr(value).split())
+    return r if len(r) <= limit else f"{r[:limit - 3]}..."
+
+
+def check_real(name: str, value: object) -> float:
+    """``value`` as a Python float if it is a real number: an int, a float or a numpy scalar (``numbers.Real``);
+    a bool, a complex, a string, an array or a tensor (reading a GPU one is a host sync) is refused. An int too
+    large for a double becomes inf (which a range check then refuses)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SplitlabError(f"{name}={short_repr(value)} is not allowed; expected a real number (a Python or numpy "
+                            "scalar; not a bool, a complex, a string, an array or a tensor: pass float(t))")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def resolve_sm_scale(sm_scale: object, head_dim_qk: int, *, kv_scale: float = 1.0) -> float:
+    """``1/sqrt(Dqk)`` by default; else ``sm_scale`` (``check_real``) as a float. The kernels take
+    ``sm_scale * kv_scale * LOG2E`` (computed so, in double) as one fp32 argument, so that product must lie in fp32's
+    normal range ``[FP32_TINY, FP32_MAX]``: past FP32_MAX it would be inf (every score inf or NaN), below
+    FP32_TINY a subnormal or 0 (which the interpreter types as fp64 and a GPU may flush: MLA's isolated-QK tile
+    then skips every key). With ``kv_scale`` 1 that is ``sm_scale`` in ``[SM_SCALE_MIN, SM_SCALE_MAX]``. A check of
+    the host value: no sync. Whether the scores ``sm_scale * q.k`` stay within fp32 is a question of the data
+    (``check_result``, with validation asked for)."""
+    s = head_dim_qk ** -0.5 if sm_scale is None else check_real("sm_scale", sm_scale)
+    qk = s * kv_scale * LOG2E
+    if not FP32_TINY <= qk <= FP32_MAX:  # NaN fails too
+        if kv_scale == 1.0:
+            raise SplitlabError(f"sm_scale={short_repr(sm_scale)} is not allowed; expected a real number in "
+                                f"[{SM_SCALE_MIN!r}, {SM_SCALE_MAX!r}] (the kernels take sm_scale * log2(e) as one "
+                                "fp32, which must be normal and finite)")
+        raise SplitlabError(f"sm_scale={short_repr(sm_scale)} is not allowed with kv_scale={kv_scale!r}; expected "
+                            f"sm_scale * kv_scale * log2(e) (here {qk:.4g}) in fp32's normal range "
+                            f"[{FP32_TINY!r}, {FP32_MAX!r}] (the kernels take it as one fp32)")
     return s
+
+
+def check_no_grad(**tensors: torch.Tensor | None) -> None:
+    """Refuse a tensor that requires grad while autograd records (``torch.is_grad_enabled()``): the kernels have
+    no backward, so the output would silently carry no gradient. Under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` such tensors are read like any other."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad:
+            raise SplitlabError(f"{name} requires grad; expected a tensor that does not, as the splitlab kernels "
+                                f"have no backward: pass {name}.detach(), or call under torch.no_grad() or "
+                                "torch.inference_mode()")
 
 
 def split_len(max_keys: int, num_splits: int, block: int) -> int:
@@ -382,3 +476,57 @@ def check_paged_launch(q: torch.Tensor, what: str, block_table: torch.Tensor, se
         no_validation_under_capture(q, what)
         check_paged_values(block_table, seq_lens, num_pages, page_size)
     return None
+
+
+# --- validation of the result: fp32 overflow where the fp64 reference is finite (the module docstring) ---------
+
+
+def gather_keys(cache: torch.Tensor, table_row: torch.Tensor, n: int, page_size: int) -> torch.Tensor:
+    """The first ``n`` keys' rows of one request from a paged cache ``[num_pages, page_size, ...]``."""
+    return cache[table_row[:cdiv(n, page_size)].long()].reshape(-1, *cache.shape[2:])[:n]
+
+
+def check_result(what: str, out: torch.Tensor, lse: torch.Tensor, has_keys: torch.Tensor,
+                 request: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]], sm_scale: float, *,
+                 kv_scale: float = 1.0, names: tuple[str, str] = ("k_cache", "v_cache")) -> None:
+    """Validation's look at a launch's result, made only when validation is asked for (``validate=True`` or
+    ``SPLITLAB_VALIDATE=1``): one host sync after the launch, on ``out [R, H, Dv]`` and ``lse [R, H]``.
+
+    A row of ``out`` with an inf or NaN, or a non-finite lse where request ``r`` has keys (``has_keys [R]``; an
+    empty request's lse is -inf), stands where an input that row attends holds NaN or inf (the fp64 reference's row
+    is not finite either). Anywhere else the reference is finite and the fp32 kernels overflowed: refused, naming
+    the bound crossed (scores, then V, see the module docstring). ``request(r)``: request r's inputs as the
+    kernels read them, ``q [Hkv, G, Dqk]``, ``k [n, Hkv, Dqk]``, ``v [n, Hkv, Dv]`` (K and V times ``kv_scale``,
+    dequantised); ``names``: the arguments holding K and V."""
+    bad_rows = ~torch.isfinite(out).all(dim=-1) | (~torch.isfinite(lse) & has_keys[:, None])
+    if not bool(bad_rows.any()):  # the sync
+        return
+    k_name, v_name = names
+    for r in bad_rows.any(dim=1).nonzero().flatten().tolist():  # the error path: syncs are fine here
+        q, k, v = (t.double().cpu() for t in request(r))
+        hkv, group, _ = q.shape
+        n = k.shape[0]
+        kv_finite = torch.isfinite(k).flatten(2).all(-1).all(0) & torch.isfinite(v).flatten(2).all(-1).all(0)
+        finite = torch.isfinite(q).all(-1) & kv_finite[:, None]  # [Hkv, G]: every input the row attends
+        wrong = (bad_rows[r].cpu().view(hkv, group) & finite).flatten().nonzero().flatten().tolist()
+        if not wrong:
+            continue  # a NaN or inf input: the reference's row is not finite either
+        h = wrong[0]
+        hk, g = divmod(h, group)
+        reach = float((k[:, hk].abs() @ q[hk, g].abs()).max()) if n else 0.0  # the dot's largest partial sums
+        score = reach * sm_scale * LOG2E
+        tail = f"validation found request {r}'s head {h} non-finite in {what} where the fp64 reference is finite"
+        if reach / kv_scale > FP32_MAX / 2 or score > FP32_MAX / 2:
+            raise SplitlabError(f"sm_scale={sm_scale!r} with these q and {k_name} overflows the fp32 scores: "
+                                f"|sm_scale * log2(e) * q.k| may reach {score:.4g} (sum |q * k| = {reach:.4g}); "
+                                f"expected both at most {FP32_MAX / 2:.4g} (half fp32's max: the kernels score in "
+                                f"fp32); {tail}")
+        vmax = float(v[:, hk].abs().max()) if n else 0.0
+        out_max = float(torch.finfo(out.dtype).max)
+        bound = min(FP32_MAX / (2 * n), out_max) if n else out_max
+        if vmax > bound:
+            raise SplitlabError(f"{v_name} holds V values up to |v| = {vmax:.4g} among the {n} keys request {r} "
+                                f"attends; expected |v| <= {bound:.4g} (each split sums up to {n} rows of p * v, "
+                                f"p <= 1, in fp32 before it normalises, and writes {out.dtype}); {tail}")
+        raise SplitlabError(f"q, {k_name} and {v_name} are finite and within the bounds (scores {score:.4g}, "
+                            f"|v| {vmax:.4g} over {n} keys), yet the fp32 kernels overflowed; {tail}")

@@ -21,7 +21,14 @@ import triton.language as tl
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch
-from splitlab.kernels._launch import FLOAT_DTYPES, check_out, check_spans, check_tensor, shares_memory
+from splitlab.kernels._launch import (
+    FLOAT_DTYPES,
+    check_no_grad,
+    check_out,
+    check_spans,
+    check_tensor,
+    shares_memory,
+)
 
 
 @triton.jit
@@ -117,7 +124,12 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
     empty comes out all zero with ``lse = -inf``; a NaN lse makes its row NaN (see the module docstring).
     A given ``out`` must be ``[rows, heads, Dv]`` of fp32 / fp16 / bf16 (``out_dtype``, if also given, must
     match), a given ``lse`` ``[rows, heads]`` fp32, both on the partials' device with non-overlapping elements
-    (any strides) and sharing no memory with the partials; anything else is refused with a ``SplitlabError``.
+    (any strides) and sharing no memory with the partials; anything else is refused with a ``SplitlabError``, as
+    is a tensor that requires grad while autograd records (the merge has no backward).
+
+    fp32 range: each row sums up to S partial rows, weights <= 1, before it normalises, so ``|partial_out|`` must
+    stay below ``3.4e38 / S`` (with headroom: ``3.4e38 / (2 S)``), else the row may come out inf where the fp64
+    reference is finite (the launchers' validation checks their results for this, ``_launch.check_result``).
     """
     check_tensor("partial_out", partial_out, 4, dtypes=(torch.float32, torch.float16, torch.bfloat16))
     _launch.check_launch_device("partial_out", partial_out)
@@ -146,6 +158,7 @@ def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, *, out: torch.
     else:
         check_out("lse", lse, (rows, heads), (torch.float32,), dev)
         check_spans("lse", lse, (1,))
+    check_no_grad(partial_out=partial_out, partial_lse=partial_lse, out=out, lse=lse)  # no backward
     for name, t in (("out", out), ("lse", lse)):
         for src_name, src in (("partial_out", partial_out), ("partial_lse", partial_lse)):
             if shares_memory(t, src):

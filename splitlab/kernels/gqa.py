@@ -35,11 +35,14 @@ from splitlab.kernels._launch import (
     TORCH_DTYPE_NAMES,
     LaunchFacts,
     check_knob,
+    check_no_grad,
     check_paged_launch,
     check_pow2,
+    check_result,
     check_same_dtype,
     check_spans,
     check_tensor,
+    gather_keys,
     interpret_upcast,
     launch_plan,
     planning_lengths,
@@ -241,6 +244,7 @@ def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
     check_tensor("k_cache", k_cache, 4, dtypes=FLOAT_DTYPES, device=dev)
     check_tensor("v_cache", v_cache, 4, dtypes=FLOAT_DTYPES, device=dev)
     check_same_dtype(q, k_cache=k_cache, v_cache=v_cache)
+    check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache)
     check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
     check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
     B, Hq, D = q.shape
@@ -291,6 +295,15 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     ``[0, num_pages)``. Default: on with ``num_splits=None`` (within its one sync; the length check is always
     made there), off with an explicit ``num_splits`` (no sync). Unvalidated, such inputs are never read past:
     their requests come out NaN.
+
+    fp32 range (``_launch``'s docstring): ``sm_scale`` (default ``1/sqrt(D)``) is a real number in
+    ``[_launch.SM_SCALE_MIN, _launch.SM_SCALE_MAX]`` (about [8.1e-39, 2.4e38]: ``sm_scale * log2(e)`` a normal
+    fp32); the kernel computes in fp32, so the scores ``sm_scale * q.k`` must stay within fp32 and V within
+    ``|v| <= 3.4e38 / (2 n)`` for a request of ``n`` keys (p * v is summed before normalising), else that row may
+    come out inf or NaN (or zero with lse -inf when every score falls below -3.4e38). Validation asked for
+    (``validate=True`` or ``SPLITLAB_VALIDATE=1``, not the default) reads the result back (a second sync, after the
+    launch) and refuses such a row, where the inputs it attends are finite, in one line naming the bound. Inputs
+    that require grad are refused while autograd records (no backward).
     """
     _check_inputs(q, k_cache, v_cache, block_table, seq_lens)
     B, Hq, D = q.shape
@@ -352,4 +365,11 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     if S > 1:
         out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
         launch_combine(dst, dst_lse, out, lse)
+    if want:  # asked for: a row that overflowed fp32 where the reference is finite is refused (_launch.check_result)
+        def request(r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            n = int(seq_lens[r])
+            return (q[r].reshape(Hkv, group, D), gather_keys(k_cache, block_table[r], n, page_size),
+                    gather_keys(v_cache, block_table[r], n, page_size))
+
+        check_result("gqa_decode", out, lse, seq_lens > 0, request, scale)
     return (out, lse) if return_lse else out

@@ -50,12 +50,15 @@ from splitlab.kernels._launch import (
     LaunchFacts,
     check_knob,
     check_kv_dtype,
+    check_no_grad,
     check_paged_launch,
     check_pow2,
+    check_result,
     check_spans,
     check_tensor,
     device_guard,
     dot_input_precision,
+    gather_keys,
     interpret_upcast,
     launch_plan,
     planning_lengths,
@@ -545,6 +548,29 @@ def finish_outputs(o: torch.Tensor, l: torch.Tensor, num_splits: int, dtype: tor
     return (out, lse) if return_lse else out
 
 
+def finish_checked(o: torch.Tensor, l: torch.Tensor, num_splits: int, q: torch.Tensor, return_lse: bool,
+                   want: bool | None, what: str, has_keys, request, sm_scale: float, kv_scale: float):
+    """``finish_outputs``, then, with validation asked for (``want``), ``_launch.check_result`` on the result:
+    a row that overflowed fp32 where the inputs it attends are finite is refused. ``has_keys()``: which rows have
+    keys (a bool tensor, made only then); ``request(r)``: request r's ``(q, k, v)`` as ``check_result`` takes them
+    (``paged_request``, ``sparse_mla.slot_request``)."""
+    out, lse = finish_outputs(o, l, num_splits, q.dtype, True)
+    if want:
+        check_result(what, out, lse, has_keys(), request, sm_scale, kv_scale=kv_scale, names=("kv_cache", "kv_cache"))
+    return (out, lse) if return_lse else out
+
+
+def paged_request(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+                  head_dim_v: int, kv_scale: float):
+    """``request(r)`` for ``check_result``: q's row ``[1, H, Dqk]``, the request's latent rows (dequantised) as K
+    ``[n, 1, Dqk]`` and their first ``head_dim_v`` columns as V; only called on its error path."""
+    def request(r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        kv = gather_keys(kv_cache, block_table[r], int(seq_lens[r]), kv_cache.shape[1]).double() * kv_scale
+        return q[r][None], kv[:, None], kv[:, None, :head_dim_v]
+
+    return request
+
+
 def empty_result(rows: int, heads: int, head_dim_v: int, q: torch.Tensor, return_lse: bool):
     out = torch.zeros(rows, heads, head_dim_v, dtype=q.dtype, device=q.device)
     lse = torch.full((rows, heads), float("-inf"), dtype=torch.float32, device=q.device)
@@ -577,6 +603,15 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     q's dtype; 16-row tiles widen the tile to fp16 and compute with q in fp16 (q's entries must then lie
     within fp16's +-65504). On an sm_90 GPU the default 64-row tile of a 16-bit cache (BLOCK_H 64, BLOCK_N 64, 8
     warps, 2 stages) runs on the warp-specialized Gluon kernel ``mla_sm90`` (same arguments, same results).
+
+    fp32 range (``_launch``'s docstring): ``sm_scale * kv_scale * log2(e)`` must be a normal fp32 (``sm_scale`` in
+    about [8.1e-39, 2.4e38] when ``kv_scale`` is 1; ``kv_scale`` itself a normal fp32), refused in one line
+    otherwise; the kernels compute in fp32, so the scores ``sm_scale * q.k`` must stay within fp32 and the V
+    columns (dequantised) within ``|v| <= 3.4e38 / (2 n)`` for ``n`` keys attended, else that row may come out inf
+    or NaN (or zero with lse -inf when every score falls below -3.4e38). Validation asked for (``validate=True`` or
+    ``SPLITLAB_VALIDATE=1``, not the default) reads the result back (a second sync, after the launch) and refuses
+    such a row, where the inputs it attends are finite, naming the bound. Inputs that require grad are refused
+    while autograd records (no backward).
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
@@ -585,6 +620,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
     check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
     check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
+    check_no_grad(q=q, kv_cache=kv_cache)
     B, H, Dqk = q.shape
     num_pages, page_size, kv_dim = kv_cache.shape
     max_pages = block_table.shape[1]
@@ -598,7 +634,7 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     if seq_lens.shape[0] != B:
         raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
     Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
-    scale = resolve_sm_scale(sm_scale, Dqk)
+    scale = resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
     # Dimensions the kernels index in 32 bits (batch and page offsets are 64-bit).
     for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1, 2)), ("block_table", block_table, (1,))):
         check_spans(name, t, dims)
@@ -630,7 +666,8 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
         if sm90:
             mla_sm90.launch_paged(f.grid, q, kv_cache, block_table, seq_lens, o, l, S, scale * LOG2E, o_strides,
                                   l_strides, Dv)
-            return finish_outputs(o, l, S, q.dtype, return_lse)
+            return finish_checked(o, l, S, q, return_lse, want, "mla_decode", lambda: seq_lens > 0,
+                                  paged_request(q, kv_cache, block_table, seq_lens, Dv, kv_scale), scale, kv_scale)
         _mla_decode_kernel[f.grid](
             q, kv_cache, block_table, seq_lens, o, l,
             H, cdiv(H, f.block_h), S, scale * kv_scale * LOG2E, kv_scale,
@@ -643,4 +680,5 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
             FP8_QK=fp8_qk_on(kv_cache.dtype, f.block_h),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
-        return finish_outputs(o, l, S, q.dtype, return_lse)
+        return finish_checked(o, l, S, q, return_lse, want, "mla_decode", lambda: seq_lens > 0,
+                              paged_request(q, kv_cache, block_table, seq_lens, Dv, kv_scale), scale, kv_scale)

@@ -39,6 +39,7 @@ from splitlab.kernels._launch import (
     check_indices,
     check_knob,
     check_kv_dtype,
+    check_no_grad,
     check_pow2,
     check_spans,
     check_tensor,
@@ -61,7 +62,7 @@ from splitlab.kernels.mla import (
     check_kind,
     check_num_warps,
     empty_result,
-    finish_outputs,
+    finish_checked,
     fit_stages,
     fp8_qk,
     fp8_qk_on,
@@ -216,6 +217,18 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
                        combine_grid=combine_grid(w.batch, w.num_q_heads, s, w.head_dim_v) if s > 1 else None)
 
 
+def slot_request(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, head_dim_v: int, kv_scale: float):
+    """``request(t)`` for ``_launch.check_result``: q's row ``[1, H, Dqk]``, the slots token t attends (every
+    index >= 0, repeats included; dequantised) as K ``[n, 1, Dqk]`` and their first ``head_dim_v`` columns as V;
+    only called on its error path."""
+    def request(t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        idx = indices[t]
+        kv = kv_cache[idx[idx >= 0].long()].double() * kv_scale
+        return q[t][None], kv[:, None], kv[:, None, :head_dim_v]
+
+    return request
+
+
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
                       head_dim_v: int = 512, num_splits: int | None = None, block_k: int | None = None,
                       block_h: int | None = None, num_warps: int | None = None, sm_scale: float | None = None,
@@ -236,6 +249,15 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     ``validate`` (None: ``SPLITLAB_VALIDATE``, else on, except under CUDA graph capture) refuses indices outside
     ``[-1, num_slots)`` in one host sync. On an sm_90 GPU the 64-row tile of a 16-bit pool (BLOCK_H 64, BLOCK_K 64,
     8 warps) runs on the warp-specialized Gluon kernel ``mla_sm90``.
+
+    fp32 range (``_launch``'s docstring): ``sm_scale * kv_scale * log2(e)`` must be a normal fp32 (``sm_scale`` in
+    about [8.1e-39, 2.4e38] when ``kv_scale`` is 1; ``kv_scale`` itself a normal fp32), refused in one line
+    otherwise; the kernels compute in fp32, so the scores ``sm_scale * q.k`` must stay within fp32 and the V
+    columns (dequantised) within ``|v| <= 3.4e38 / (2 n)`` for ``n`` keys attended, else that row may come out inf
+    or NaN (or zero with lse -inf when every score falls below -3.4e38). Validation asked for (``validate=True`` or
+    ``SPLITLAB_VALIDATE=1``, not the default) reads the result back (a second sync, after the launch) and refuses
+    such a row, where the inputs it attends are finite, naming the bound. Inputs that require grad are refused
+    while autograd records (no backward).
     """
     q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
@@ -243,6 +265,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     check_tensor("kv_cache", kv_cache, 2, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
     kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
     check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=dev)
+    check_no_grad(q=q, kv_cache=kv_cache)
     T, H, Dqk = q.shape
     num_slots, kv_dim = kv_cache.shape
     topk = indices.shape[1]
@@ -254,7 +277,7 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     if indices.shape[0] != T or topk < 1:
         raise SplitlabError(f"indices has shape {tuple(indices.shape)}; expected [{T}, topk >= 1]")
     Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
-    scale = resolve_sm_scale(sm_scale, Dqk)
+    scale = resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
     # Dimensions the kernels index in 32 bits (token and slot offsets are 64-bit).
     for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1,)), ("indices", indices, (1,))):
         check_spans(name, t, dims)
@@ -283,7 +306,8 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     with device_guard(q):
         if sm90:
             mla_sm90.launch_sparse(f.grid, q, kv_cache, indices, o, l, S, scale * LOG2E, o_strides, l_strides, Dv)
-            return finish_outputs(o, l, S, q.dtype, return_lse)
+            return finish_checked(o, l, S, q, return_lse, want, "sparse_mla_decode", lambda: (indices >= 0).any(dim=1),
+                                  slot_request(q, kv_cache, indices, Dv, kv_scale), scale, kv_scale)
         _sparse_mla_decode_kernel[f.grid](
             q, kv_cache, indices, o, l,
             H, cdiv(H, f.block_h), S, topk, split_len(topk, S, f.block_k), scale * kv_scale * LOG2E, kv_scale,
@@ -296,4 +320,5 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
             FP8_QK=fp8_qk_on(kv_cache.dtype, f.block_h),
             num_warps=f.num_warps, num_stages=f.num_stages,
         )
-        return finish_outputs(o, l, S, q.dtype, return_lse)
+        return finish_checked(o, l, S, q, return_lse, want, "sparse_mla_decode", lambda: (indices >= 0).any(dim=1),
+                              slot_request(q, kv_cache, indices, Dv, kv_scale), scale, kv_scale)
