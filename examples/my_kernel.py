@@ -4,7 +4,7 @@ names the launcher by import path (``my_kernel:decode``), which resolves once th
 ``--plugin examples/my_kernel.py`` (or any plugin file of this folder) puts it there.
 
 ``decode`` takes the arguments of ``splitlab.kernels.gqa.gqa_decode`` (the sweep draws them with
-``splitlab.kernels.testing.workload_inputs`` and checks the output against ``splitlab.kernels.reference``), splits
+``splitlab.kernels.inputs.workload_inputs`` and checks the output against ``splitlab.kernels.reference``), splits
 each request's keys into ``num_splits`` parts, attends to each part and merges the partial results by their
 log-sum-exp; ``launch_facts`` says what a launch would be (its split count and programs) without running it.
 """

@@ -42,7 +42,8 @@ from IPython.display import Markdown, display
 
 from splitlab import analysis, datasets, devices, notebook, plots
 from splitlab.errors import SplitlabError
-from splitlab.planners import aiter, flashinfer, modular, native
+from splitlab.planners import aiter, flashinfer, modular
+from splitlab.planners import splitlab as splitlab_rule
 
 plots.setup()
 notebook.show_whole_tables()
@@ -386,7 +387,7 @@ def _waves_rule(n_waves: int):
     def rule(w, dev):
         from splitlab.planners.registry import Plan
 
-        cap = min(native.MAX_SPLITS["mla"], ceil(w.keys_per_request / native.MIN_KEYS_PER_SPLIT["mla"]))
+        cap = min(splitlab_rule.MAX_SPLITS["mla"], ceil(w.keys_per_request / splitlab_rule.MIN_KEYS_PER_SPLIT["mla"]))
         return Plan(f"{n_waves}-wave", min(cap, _pow2_floor(n_waves * dev.sm_count // w.batch)))
     return rule
 

@@ -219,7 +219,7 @@ def _print_constants(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devi
     """One comment line per device (and family): which constants the ``splitlab`` planner took, and why those."""
     if "splitlab" not in names:
         return
-    from splitlab.planners.native import constants_for
+    from splitlab.planners.splitlab import constants_for
 
     for dev in devs:
         for kind in dict.fromkeys(w.kind for w in ws):
@@ -227,7 +227,7 @@ def _print_constants(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devi
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from splitlab.planners.native import using_constants
+    from splitlab.planners.splitlab import using_constants
 
     with using_constants(args.constants, arg="--constants") as given:
         return _plan(args, given)

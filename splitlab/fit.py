@@ -1,4 +1,4 @@
-"""Fitting splitlab's wave-cost rule (``planners.native.fitted_plan``) to measured data, honestly.
+"""Fitting splitlab's wave-cost rule (``planners.splitlab.fitted_plan``) to measured data, honestly.
 
 **The data.** By default the catalog's (``splitlab.catalog``): the fit reads the ``fit`` sets (``h200``: the newest
 kernel version of every family on the H200) and scores the fitted rule on their held-out shapes and on every
@@ -18,14 +18,13 @@ head counts and length spreads: ``scoring.held_out``) score it, with every other
 ``scoring.goal``). ``scoring.split(df)`` cuts the rows, not just the shapes, so the fit never sees a held-out
 measurement (not even through the oracle).
 
-**The fit.** Per family, a grid search over the rule's constants (``GRID``: CTAs per SM for wide and for
-narrow tiles, a CTA's fixed cost, the merge launch, the merge per split, a split's partial write, the last
-wave's cost; GQA also the floor under one wave) that minimises the geomean regret, as ``analysis.replay`` scores
-it, over the fit shapes. Every setting is evaluated at once with numpy (the rule's ``fitted_cost`` accepts
-arrays): seconds for all three families. A plan whose knobs were not measured scores the shape's *worst*
-measured time (conservative: the fit cannot gain by choosing points nobody timed). Near-ties (0.1%) go to the
-simpler model (``_grid_search``). The split ranges are the cards' (``native.MAX_SPLITS``): nothing beyond them
-was swept.
+**The fit.** Per family, a grid search over the rule's constants (``GRID``: CTAs per SM for wide and for narrow tiles, a
+CTA's fixed cost, the merge launch, the merge per split, a split's partial write, the last wave's cost; GQA also the
+floor under one wave) that minimises the geomean regret, as ``analysis.replay`` scores it, over the fit shapes. Every
+setting is evaluated at once with numpy (the rule's ``fitted_cost`` accepts arrays): seconds for all three families. A
+plan whose knobs were not measured scores the shape's *worst* measured time (conservative: the fit cannot gain by
+choosing points nobody timed). Near-ties (0.1%) go to the simpler model (``_grid_search``). The split ranges are the
+cards' (``planners.splitlab.MAX_SPLITS``): nothing beyond them was swept.
 
 Sparse MLA holds its merge costs at their physical values (``PHYSICAL``: a split writes its partial rows once,
 the merge reads them back once) and adds two passes with the first pass's constants held: the head tile's
@@ -40,10 +39,10 @@ most. The grid searches score same-length batches only; GQA and MLA then take *r
 GQA's mid-tile wave width, then ``JOINT_GRID``'s fixed cost, partial write and drain) scored setting by setting on
 every fit shape, same-length and ragged, each class counting half (``_joint_search``).
 
-**Devices and kernel versions.** The cost model knows where the Gluon tile runs (``native.sm90_tile_runs``: its
-bf16 partials, its own key-tile cost), so one set of constants serves devices with and without it. Given several
-sets, the first is read with the later ones layered over it (``layered``: a re-sweep of some kernels on a later
-kernel version replaces the first set's rows of those kernels, and the other kernels keep theirs).
+**Devices and kernel versions.** The cost model knows where the Gluon tile runs (``planners.splitlab.sm90_tile_runs``:
+its bf16 partials, its own key-tile cost), so one set of constants serves devices with and without it. Given several
+sets, the first is read with the later ones layered over it (``layered``: a re-sweep of some kernels on a later kernel
+version replaces the first set's rows of those kernels, and the other kernels keep theirs).
 """
 
 from __future__ import annotations
@@ -62,7 +61,8 @@ from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
 from splitlab.planners import fitted as fitted_file
 from splitlab.planners.fitted import FittedConstants
-from splitlab.planners.native import (
+from splitlab.planners.registry import Plan
+from splitlab.planners.splitlab import (
     ENV_CONSTANTS,
     MAX_SPLITS,
     TILE_KEYS,
@@ -75,7 +75,6 @@ from splitlab.planners.native import (
     narrow_head_tiles,
     split_candidates,
 )
-from splitlab.planners.registry import Plan
 from splitlab.scoring import LENGTHS, goal, lengths_of, shootout, split
 from splitlab.workloads import KERNEL_KINDS
 
@@ -302,8 +301,9 @@ def fit_family(df_fit: pd.DataFrame, kind: str, *, device: DeviceSpec | str | No
     rows = rows[rows["kernel"].isin(kernel)]
     dev = analysis.data_device(analysis.measured(rows, allow_fake=allow_fake)) if device is None else (
         device if isinstance(device, DeviceSpec) else get_device(device))
-    # The grid searches score same-length batches, every setting at once; ragged batches are priced by a schedule
-    # of their CTAs (``native.ragged_launch_time``), one setting at a time, so they enter the ragged passes below.
+    # The grid searches score same-length batches, every setting at once; ragged batches are priced by a schedule of
+    # their CTAs (``planners.splitlab.ragged_launch_time``), one setting at a time, so they enter the ragged passes
+    # below.
     every = analysis.MeasuredIndex(rows, allow_fake=allow_fake)
     idx = _uniform(every)
     # A partial-wave discount must earn its place: the whole-wave model (tail 1) wins near-ties.

@@ -164,7 +164,7 @@ def times(side: Side, df: pd.DataFrame, *, allow_fake: bool) -> pd.DataFrame:
     if replayable.any():
         rule = side.planner
         if side.what == "constants":
-            from splitlab.planners.native import fitted_plan
+            from splitlab.planners.splitlab import fitted_plan
 
             fams = side.constants.families
 

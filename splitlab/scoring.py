@@ -85,11 +85,11 @@ def shootout(df: pd.DataFrame, constants: dict[str, CostConstants] | None = None
     batches, ``lengths_of``: scored apart, so that neither hides the other) and planner: shapes, measured
     choices, geomean / p90 / worst regret. Ported planners are scored from the data's own ``planners`` column;
     splitlab's rules by ``analysis.replay`` of the code: the fitted rule (with ``constants``, default
-    those the planner takes for the data's device, ``native.constants_for``) as ``new_name``, the first, unfitted
-    rule as ``splitlab-v0``. (The data's own
+    those the planner takes for the data's device, ``planners.splitlab.constants_for``) as ``new_name``, the first,
+    unfitted rule as ``splitlab-v0``. (The data's own
     ``splitlab`` tags are left out: the rule changed while the shipped sweeps were made, so they mix its
     versions.)"""
-    from splitlab.planners.native import fitted_plan, plan_splitlab_v0
+    from splitlab.planners.splitlab import fitted_plan, plan_splitlab_v0
 
     df = df[df["kernel"].isin(list(KERNEL_KINDS))]
     reg = analysis.regret(df, allow_fake=allow_fake)

@@ -18,7 +18,7 @@ def allocs(monkeypatch):
     import torch
 
     from splitlab.kernels import _launch
-    from splitlab.kernels.testing import poison_
+    from splitlab.kernels.inputs import poison_
 
     made: list = []
     real = _launch.alloc

@@ -115,8 +115,8 @@ def lengths_rows():
     import pandas as pd
 
     from splitlab import analysis, devices, results
-    from splitlab.planners.native import fitted_plan
     from splitlab.planners.registry import Plan
+    from splitlab.planners.splitlab import fitted_plan
 
     dev = devices.get("h200-sxm")
     rows = []

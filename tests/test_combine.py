@@ -8,8 +8,9 @@ import torch
 from splitlab.errors import SplitlabError
 from splitlab.kernels import combine as combine_mod
 from splitlab.kernels import reference
+from splitlab.kernels.accuracy import TOLERANCE, assert_same_nonfinite, lse_err, rel_err
 from splitlab.kernels.combine import combine, combine_grid, combine_tile
-from splitlab.kernels.testing import TOLERANCE, assert_same_nonfinite, lse_err, poison_, rel_err
+from splitlab.kernels.inputs import poison_
 
 
 def _partials(rows, heads, splits, dv, *, seed=0, empty_frac=0.3):

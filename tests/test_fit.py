@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from splitlab import analysis, devices, fit, planners, scoring, waves, workloads
 from splitlab.planners import fitted
-from splitlab.planners.native import fitted_plan
 from splitlab.planners.registry import Plan
+from splitlab.planners.splitlab import fitted_plan
 
 #: The shipped H200 constants (what the ``splitlab`` planner takes on the H200), per family.
 FITTED = fitted.load(fitted.SHIPPED_DIR / "h200-sxm.toml").families
@@ -143,7 +143,7 @@ def test_the_sparse_rule_weighs_the_16_row_head_tile_against_the_program_it_woul
 def test_the_gluon_tile_writes_16_bit_partials_and_streams_at_its_own_rate():
     """P counts the partial dtype's bytes (bf16 where the Gluon tile runs, fp32 elsewhere), and the Gluon tile's
     key tiles cost ``sm90_tile``: the same workload's cost on sm_90 against a GPU without that tile."""
-    from splitlab.planners.native import fitted_cost, partial_tiles
+    from splitlab.planners.splitlab import fitted_cost, partial_tiles
 
     w = workloads.get("deepseek-v4-sparse-mla", batch=16, topk=2048).with_(num_q_heads=128)
     assert partial_tiles(w, None, "sm_90") == pytest.approx(64 * (512 * 2 + 4) / (64 * 512 * 2))
@@ -156,7 +156,7 @@ def test_partial_writes_are_counted_per_cta_on_the_busiest_sm():
     """Two narrow MLA CTAs sharing an SM in one wave write twice the partial rows of one: the write is priced per
     CTA on the busiest SM (``ceil(c0 * s / SMs)``), not per wave. One request of MLA-32 at 16K keys: 256 splits (two
     CTAs on most SMs) no longer undercut 128 (one each), which the H200 runs 1.11x faster (22.4 us against 24.8)."""
-    from splitlab.planners.native import fitted_cost, partial_tiles
+    from splitlab.planners.splitlab import fitted_cost, partial_tiles
 
     h200 = devices.get("h200")
     w = workloads.get("deepseek-v3-mla", batch=1, ctx_len=16384).with_(num_q_heads=32)  # c0 = 1 CTA of 32 rows
@@ -169,7 +169,7 @@ def test_partial_writes_are_counted_per_cta_on_the_busiest_sm():
 
 
 def test_the_split_candidates_end_at_one_key_tile_a_split():
-    from splitlab.planners.native import split_candidates
+    from splitlab.planners.splitlab import split_candidates
 
     w = workloads.get("deepseek-v4-sparse-mla", batch=1, topk=384).with_(num_q_heads=128)  # 6 key tiles
     assert split_candidates(w, 64) == [1, 2, 4, 6]
@@ -180,7 +180,7 @@ def test_the_sparse_rule_weighs_block_k_32_at_16_heads_only():
     """A 32-key tile costs ``small_key_tile`` of a 64-key one and moves the split limit to one 32-key tile a split:
     worth it only where doubling the splits adds no wave (few tokens), and weighed only at 16 heads, the one head
     count whose data time BLOCK_K 32 at every split."""
-    from splitlab.planners.native import key_tiles, sm90_tile_runs, split_candidates
+    from splitlab.planners.splitlab import key_tiles, sm90_tile_runs, split_candidates
 
     h200 = devices.get("h200")
     w = workloads.get("deepseek-v4-sparse-mla", batch=2, topk=512).with_(num_q_heads=16)
@@ -291,7 +291,7 @@ def test_the_constants_file_records_ragged_scores_apart():
 def test_the_lone_floor_prices_a_narrow_launch_under_one_wave():
     """GQA 32/8 (16-row tiles, three CTAs per SM): a launch under one wave costs max(lone, fill) of a wave; lone
     < 0 keeps the old form (at least one wave); the wide MQA-128 tile ignores lone."""
-    from splitlab.planners.native import fitted_cost
+    from splitlab.planners.splitlab import fitted_cost
 
     c = replace(FITTED["gqa"], fixed=0.0, partial=0.0, combine_per_split=0.0, lone=0.6)
     w = workloads.get("llama-3-8b", batch=6, ctx_len=32768)  # c0 = 48 CTAs; a wave is 396
@@ -308,7 +308,7 @@ def test_a_narrow_launch_under_one_wave_costs_at_least_its_busiest_sm():
     """GQA 48/8 (16-row tiles, three CTAs per SM), 9 requests: 4 splits put three CTAs on 24 SMs (fill 0.73 of a
     wave), which stream at most 1 / DRAIN times their full-wave share: DRAIN x 3 / 3 of a wave, not the fill; drain
     < 0 (not fitted) keeps max(lone, fill); mid tiles keep it too."""
-    from splitlab.planners.native import fitted_cost
+    from splitlab.planners.splitlab import fitted_cost
 
     c = replace(FITTED["gqa"], fixed=0.0, partial=0.0, combine_per_split=0.0, lone=0.6, drain=0.8)
     w = replace(workloads.get("llama-3-8b", batch=9, ctx_len=81920), num_q_heads=48)  # c0 = 72 CTAs; wave 396
@@ -322,22 +322,22 @@ def test_a_narrow_launch_under_one_wave_costs_at_least_its_busiest_sm():
 
 
 def test_the_split_limits_are_the_cards_ranges():
-    """``native.MAX_SPLITS`` is the split range the cards sweep (what the fit and the fitted rule search); the
-    first rule keeps its own GQA cap, the card's range when it was written."""
+    """``planners.splitlab.MAX_SPLITS`` is the split range the cards sweep (what the fit and the fitted rule search);
+    the first rule keeps its own GQA cap, the card's range when it was written."""
     import tomllib
     from pathlib import Path
 
-    from splitlab.planners import native
+    from splitlab.planners import splitlab as rule
 
     cards = Path(__file__).resolve().parents[1] / "kernels"
     for kind, card in (("gqa", "gqa_decode"), ("mla", "mla_decode"), ("sparse_mla", "sparse_mla_decode")):
         knob = tomllib.loads((cards / f"{card}.toml").read_text())["knobs"]["num_splits"]
-        assert (knob["min"], knob["max"]) == (1, native.MAX_SPLITS[kind]), card
-        assert FITTED[kind].max_splits == native.MAX_SPLITS[kind]
-    assert fit.MAX_SPLITS is native.MAX_SPLITS  # one definition, imported
-    assert native.V0_MAX_SPLITS == native.MAX_SPLITS | {"gqa": 64}
+        assert (knob["min"], knob["max"]) == (1, rule.MAX_SPLITS[kind]), card
+        assert FITTED[kind].max_splits == rule.MAX_SPLITS[kind]
+    assert fit.MAX_SPLITS is rule.MAX_SPLITS  # one definition, imported
+    assert rule.V0_MAX_SPLITS == rule.MAX_SPLITS | {"gqa": 64}
     w = workloads.get("mqa-128", batch=1, ctx_len=131072)  # one CTA: the most splits win in both rules
-    assert native.splitlab_num_splits(w, 132) == 64 and fitted_plan(w, devices.get("h200")).num_splits == 128
+    assert rule.splitlab_num_splits(w, 132) == 64 and fitted_plan(w, devices.get("h200")).num_splits == 128
 
 
 def test_splitlab_fit_on_the_catalog_writes_the_shipped_constants(tmp_path, capsys):
@@ -453,7 +453,7 @@ def test_constants_fitted_for_another_device_serve_that_device_only(gb10, monkey
     """Constants fitted (on modelled rows) for the GB10 are the planner's on the GB10, through ``use_constants``
     or ``SPLITLAB_CONSTANTS``; the H200 keeps its own, and a device with none gets the fallback, each plan's note
     saying which."""
-    from splitlab.planners import native
+    from splitlab.planners import splitlab as rule
 
     sweep_dir, path = gb10
     fc = fitted.load(path)
@@ -464,15 +464,15 @@ def test_constants_fitted_for_another_device_serve_that_device_only(gb10, monkey
     gb, h200 = devices.get("gb10"), devices.get("h200")
     shapes = [workloads.DecodeWorkload("gqa", b, 8, 2, 16, 16, n) for b in (1, 2, 3, 6, 12)
               for n in (1024, 8192, 65536)]
-    monkeypatch.setattr(native, "_given", {})
+    monkeypatch.setattr(rule, "_given", {})
     assert planners.plan(shapes[0], gb, "splitlab").note.endswith("no constants fitted for gb10; the fallback "
                                                                    "h200-sxm (shipped)")
     for how in ("use_constants", "env"):
         if how == "use_constants":
-            native.use_constants(path)
+            rule.use_constants(path)
         else:
-            native.use_constants(None)
-            monkeypatch.setenv(native.ENV_CONSTANTS, str(path))
+            rule.use_constants(None)
+            monkeypatch.setenv(rule.ENV_CONSTANTS, str(path))
         differ = 0
         for w in shapes:
             mine = planners.plan(w, gb, "splitlab")
@@ -485,7 +485,7 @@ def test_constants_fitted_for_another_device_serve_that_device_only(gb10, monkey
         assert differ, "the GB10's constants change no plan of these shapes: the test would show nothing"
     # a family the file lacks gives way to the fallback
     w = workloads.get("deepseek-v3-mla", batch=4, ctx_len=8192)
-    assert native.constants_for(gb, "mla").how == "fallback" and planners.plan(w, gb, "splitlab").note.endswith(
+    assert rule.constants_for(gb, "mla").how == "fallback" and planners.plan(w, gb, "splitlab").note.endswith(
         "the fallback h200-sxm (shipped)")
 
 
@@ -516,9 +516,10 @@ def test_plan_states_which_constants_it_used(gb10, capsys):
 def test_a_launcher_warns_once_when_it_plans_with_the_fallback(monkeypatch):
     import warnings
 
-    from splitlab.planners import default_plan, native
+    from splitlab.planners import default_plan
+    from splitlab.planners import splitlab as rule
 
-    monkeypatch.setattr(native, "_warned", set())
+    monkeypatch.setattr(rule, "_warned", set())
     w = workloads.get("llama-3-8b", batch=4, ctx_len=8192)
     with pytest.warns(UserWarning, match="no constants fitted for mi355x; the fallback h200-sxm"):
         default_plan(w, "mi355x")
@@ -559,14 +560,14 @@ def test_a_constants_file_reads_back_what_was_written():
 ])
 def test_a_malformed_constants_file_is_one_error_naming_it(tmp_path, text, needle, monkeypatch):
     from splitlab.errors import SplitlabError
-    from splitlab.planners import native
+    from splitlab.planners import splitlab as rule
 
     bad = tmp_path / "bad.toml"
     bad.write_text(text)
     with pytest.raises(SplitlabError, match=None) as e:
-        native.use_constants(bad)
+        rule.use_constants(bad)
     assert needle in str(e.value) and str(bad) in str(e.value) and "\n" not in str(e.value)
-    monkeypatch.setenv(native.ENV_CONSTANTS, str(tmp_path / "missing.toml"))
+    monkeypatch.setenv(rule.ENV_CONSTANTS, str(tmp_path / "missing.toml"))
     with pytest.raises(SplitlabError, match="SPLITLAB_CONSTANTS='.*missing.toml' cannot be read"):
         planners.plan(workloads.get("llama-3-8b"), "h200", "splitlab")
 

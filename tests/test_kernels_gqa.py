@@ -12,17 +12,9 @@ from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels._launch import VALIDATE_ENV
+from splitlab.kernels.accuracy import TOLERANCE, assert_matches_reference, assert_same_nonfinite, rel_err
 from splitlab.kernels.gqa import gqa_decode, gqa_launch_facts
-from splitlab.kernels.testing import (
-    TOLERANCE,
-    assert_matches_reference,
-    assert_same_nonfinite,
-    gqa_inputs,
-    poison_unread_pages_,
-    rel_err,
-    set_key_,
-    strided_lens,
-)
+from splitlab.kernels.inputs import gqa_inputs, poison_unread_pages_, set_key_, strided_lens
 from splitlab.workloads import DecodeWorkload
 
 

@@ -12,24 +12,26 @@ from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels._launch import VALIDATE_ENV
-from splitlab.kernels.mla import mla_decode, mla_defaults, mla_launch_facts, smem_bytes
-from splitlab.kernels.testing import (
+from splitlab.kernels.accuracy import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
     assert_matches_reference,
     assert_same_nonfinite,
     fp8_query,
     lse_err,
+    reference_inputs,
+    rel_err,
+)
+from splitlab.kernels.inputs import (
     mla_inputs,
     poison_,
     poison_unread_pages_,
     quantize_fp8,
-    reference_inputs,
-    rel_err,
     set_key_,
     strided_lens,
     workload_inputs,
 )
+from splitlab.kernels.mla import mla_decode, mla_defaults, mla_launch_facts, smem_bytes
 from splitlab.workloads import DecodeWorkload
 
 

@@ -11,24 +11,21 @@ from splitlab import waves, workloads
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels._launch import VALIDATE_ENV
-from splitlab.kernels.sparse_mla import (
-    sparse_block_k,
-    sparse_mla_decode,
-    sparse_mla_defaults,
-    sparse_mla_launch_facts,
-)
-from splitlab.kernels.testing import (
+from splitlab.kernels.accuracy import (
     FP8_QUANT_TOLERANCE,
     TOLERANCE,
     assert_matches_reference,
     assert_same_nonfinite,
     fp8_query,
     lse_err,
-    poison_,
-    poison_unread_slots_,
-    quantize_fp8,
     rel_err,
-    sparse_mla_inputs,
+)
+from splitlab.kernels.inputs import poison_, poison_unread_slots_, quantize_fp8, sparse_mla_inputs
+from splitlab.kernels.sparse_mla import (
+    sparse_block_k,
+    sparse_mla_decode,
+    sparse_mla_defaults,
+    sparse_mla_launch_facts,
 )
 from splitlab.workloads import DecodeWorkload
 

@@ -59,9 +59,9 @@ def test_partial_dtype():
 @pytest.mark.parametrize("dqk,dv", [(576, 512), (512, 512), (320, 256), (576, 448), (640, 512)])
 @pytest.mark.parametrize("heads", [16, 32, 64, 128])
 def test_the_planner_knows_where_the_gluon_tile_runs(kind, dtype, dqk, dv, heads):
-    """``planners.native.sm90_tile_runs`` (plain numbers: the planner imports no torch) agrees with ``in_scope`` at
+    """``planners.splitlab.sm90_tile_runs`` (plain numbers: the planner imports no torch) agrees with ``in_scope`` at
     the kernels' default tile, and ``partial_bytes`` with ``partial_dtype``: 2 bytes where the tile runs."""
-    from splitlab.planners import native
+    from splitlab.planners import splitlab as rule
     from splitlab.workloads import DecodeWorkload
 
     w = DecodeWorkload(kind, 4, heads, 1, dqk, dv, 65536, page_size=64 if kind == "mla" else 1, dtype=dtype,
@@ -70,10 +70,10 @@ def test_the_planner_knows_where_the_gluon_tile_runs(kind, dtype, dqk, dv, heads
     torch_dtype = {"bf16": BF16, "fp16": FP16, "fp8_e4m3": FP8}[dtype]
     q_dtype = BF16 if dtype == "fp8_e4m3" else torch_dtype  # an fp8 cache takes bf16 queries
     runs = _scope(q_dtype, torch_dtype, dqk, dv, tile)
-    rows = native.tile_rows(w)
-    assert native.sm90_tile_runs(w, rows, "sm_90") == runs
-    assert not native.sm90_tile_runs(w, rows, "gfx950") and not native.sm90_tile_runs(w, rows, "sm_100")
-    assert native.partial_bytes(w, rows, "sm_90") == mla_sm90.partial_dtype(q_dtype, runs).itemsize
+    rows = rule.tile_rows(w)
+    assert rule.sm90_tile_runs(w, rows, "sm_90") == runs
+    assert not rule.sm90_tile_runs(w, rows, "gfx950") and not rule.sm90_tile_runs(w, rows, "sm_100")
+    assert rule.partial_bytes(w, rows, "sm_90") == mla_sm90.partial_dtype(q_dtype, runs).itemsize
     if kind == "sparse_mla" and dqk <= 512:  # the rule's other key tile, BLOCK_K 32, runs the tl kernel
         assert not _scope(q_dtype, torch_dtype, dqk, dv, sparse_mla_defaults(heads, dqk, dtype, block_k=32))
-        assert not native.sm90_tile_runs(w, rows, "sm_90", 32)
+        assert not rule.sm90_tile_runs(w, rows, "sm_90", 32)

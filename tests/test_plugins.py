@@ -85,7 +85,7 @@ def test_plugins_from_the_environment_and_on_a_subcommand(isolated, capsys, monk
     ("missing.py", None, "is not a .py file"),
     ("bad_plugin.py", "raise RuntimeError('boom')\n", "cannot be imported: RuntimeError: boom"),
     ("twice_plugin.py", "from splitlab import planners\nplanners.register('splitlab', lambda w, d: None, "
-     "kinds=('gqa',))\n", "planner 'splitlab' is registered twice: by splitlab.planners.native and by twice_plugin"),
+     "kinds=('gqa',))\n", "planner 'splitlab' is registered twice: by splitlab.planners.splitlab and by twice_plugin"),
 ])
 def test_a_bad_plugin_is_one_line_and_exit_2(isolated, tmp_path, capsys, monkeypatch, spec, body, needle):
     monkeypatch.chdir(tmp_path)
@@ -132,7 +132,7 @@ def test_the_example_kernel_is_a_correct_split_k_decode(isolated, splits):
     import torch
 
     from splitlab.kernels import reference
-    from splitlab.kernels.testing import workload_inputs
+    from splitlab.kernels.inputs import workload_inputs
 
     sys.path.insert(0, str(EXAMPLES))
     import my_kernel

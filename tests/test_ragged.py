@@ -20,7 +20,8 @@ from splitlab.bench.timing import FakeTimer
 from splitlab.devices import get as get_device
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
-from splitlab.kernels.testing import assert_matches_reference, workload_inputs
+from splitlab.kernels.accuracy import assert_matches_reference
+from splitlab.kernels.inputs import workload_inputs
 from splitlab.workloads import LENGTH_DISTS, DecodeWorkload, draw_lengths
 
 H200 = get_device("h200")
@@ -212,9 +213,9 @@ def test_a_ragged_batch_and_a_uniform_one_are_two_shapes():
 
 
 def test_the_planner_schedules_ragged_launches_in_the_kernels_grid_order():
-    """``native.REQUEST_MAJOR`` (the planner imports no torch) restates each kernel's ``GRID_ORDER``."""
+    """``planners.splitlab.REQUEST_MAJOR`` (the planner imports no torch) restates each kernel's ``GRID_ORDER``."""
     from splitlab.kernels import gqa, mla, mla_sm90, sparse_mla
-    from splitlab.planners.native import REQUEST_MAJOR
+    from splitlab.planners.splitlab import REQUEST_MAJOR
 
     orders = {"gqa": {gqa.GRID_ORDER}, "mla": {mla.GRID_ORDER, mla_sm90.GRID_ORDER},
               "sparse_mla": {sparse_mla.GRID_ORDER, mla_sm90.GRID_ORDER}}
@@ -230,7 +231,7 @@ def test_a_ragged_batch_takes_the_splits_its_longest_requests_need():
     work), 5 being the split the rule took when it priced one length per batch. Priced per request, the rule takes
     64; the same batch at one length keeps 5 (its CTAs all stream as long, so fewer, longer splits fill the SMs as
     well)."""
-    from splitlab.planners.native import fitted_plan
+    from splitlab.planners.splitlab import fitted_plan
 
     h200 = get_device("h200")
     for seed in range(3):
@@ -240,7 +241,7 @@ def test_a_ragged_batch_takes_the_splits_its_longest_requests_need():
 
 
 def test_a_ragged_launch_costs_its_work_spread_over_the_slots_but_no_less_than_its_longest_cta():
-    from splitlab.planners.native import ragged_launch_time
+    from splitlab.planners.splitlab import ragged_launch_time
 
     # 4 requests of 1 CTA: 3 short ones and a long one on 2 slots. Every CTA alone runs at full speed (cap 1).
     assert ragged_launch_time([10, 10, 10, 100], 1, 1, 2, 1.0, 0.0, 1.0) == pytest.approx(110.0)
@@ -254,7 +255,7 @@ def test_a_ragged_launch_costs_its_work_spread_over_the_slots_but_no_less_than_i
 def test_the_schedule_issues_ctas_in_the_kernels_grid_order():
     """Split-major (GQA): split 0 of every request, then split 1. Request-major (MLA): all of request 0's splits
     first. Two requests of 2 splits on 2 slots, request 1 long: request-major runs its two CTAs side by side."""
-    from splitlab.planners.native import ragged_launch_time
+    from splitlab.planners.splitlab import ragged_launch_time
 
     request_major = ragged_launch_time([1, 50], 1, 2, 2, 1.0, 0.0, 1.0, request_major=True)
     split_major = ragged_launch_time([1, 50], 1, 2, 2, 1.0, 0.0, 1.0)
@@ -263,30 +264,30 @@ def test_the_schedule_issues_ctas_in_the_kernels_grid_order():
 
 
 def test_a_launch_of_many_waves_is_priced_in_closed_form_near_its_schedule(monkeypatch):
-    from splitlab.planners import native
+    from splitlab.planners import splitlab as rule
 
     tiles = [1 + (37 * i) % 97 for i in range(64)]  # 64 requests of 1-97 tiles
     args = (tiles, 8, 16, 396, 1.0, 0.5, 0.6)  # 8192 CTAs, 20 waves of 396 slots
-    closed = native.ragged_launch_time(*args)
-    monkeypatch.setattr(native, "SCHEDULE_WAVES", 10 ** 9)
-    scheduled = native.ragged_launch_time(*args)
+    closed = rule.ragged_launch_time(*args)
+    monkeypatch.setattr(rule, "SCHEDULE_WAVES", 10 ** 9)
+    scheduled = rule.ragged_launch_time(*args)
     assert closed == pytest.approx(scheduled, rel=0.05) and closed != scheduled
 
 
 def test_ragged_batches_are_priced_one_setting_at_a_time():
     import numpy as np
 
-    from splitlab.planners.native import ragged_launch_time
+    from splitlab.planners.splitlab import ragged_launch_time
 
     with pytest.raises(SplitlabError, match="one setting"):
         ragged_launch_time([1, 2], 1, 1, 2, 1.0, np.array([0.0, 1.0]), 1.0)
 
 
 def test_the_planner_knows_which_gqa_tiles_run_eight_warps():
-    """``native.wide_tile`` (GQA: ``GQA_WIDE_ELEMENTS``) restates the GQA kernel's 8-warp tiles; the 4-warp ones of
-    32 or 64 rows are ``mid_tile``s."""
+    """``planners.splitlab.wide_tile`` (GQA: ``GQA_WIDE_ELEMENTS``) restates the GQA kernel's 8-warp tiles; the 4-warp
+    ones of 32 or 64 rows are ``mid_tile``s."""
     from splitlab.kernels.gqa import gqa_launch_facts
-    from splitlab.planners.native import mid_tile, tile_rows, wide_tile
+    from splitlab.planners.splitlab import mid_tile, tile_rows, wide_tile
 
     for hq, hkv, d in [(32, 8, 128), (64, 2, 128), (128, 2, 128), (128, 1, 128), (64, 1, 256), (16, 1, 64)]:
         w = DecodeWorkload("gqa", 2, hq, hkv, d, d, 4096)

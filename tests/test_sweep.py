@@ -664,7 +664,7 @@ def test_peer_reference_is_attention_over_the_contiguous_cache():
 
 
 def test_inputs_drawn_on_the_device_have_the_same_layout():
-    from splitlab.kernels.testing import workload_inputs
+    from splitlab.kernels.inputs import workload_inputs
     from splitlab.workloads import DecodeWorkload
 
     for w in (DecodeWorkload("gqa", 2, 4, 2, 16, 16, 40), DecodeWorkload("mla", 2, 4, 1, 40, 32, 40),

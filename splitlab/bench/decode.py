@@ -26,7 +26,8 @@ from splitlab.bench import peers
 from splitlab.bench.timing import Timing, rotations, time_events, time_graph
 from splitlab.devices import DeviceSpec, detect
 from splitlab.kernels import reference
-from splitlab.kernels.testing import TOLERANCE, references, rel_err, workload_inputs
+from splitlab.kernels.accuracy import TOLERANCE, references, rel_err
+from splitlab.kernels.inputs import workload_inputs
 from splitlab.workloads import DecodeWorkload
 
 

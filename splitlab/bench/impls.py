@@ -71,7 +71,7 @@ def keyword_params(fn: Callable) -> set[str]:
 class KernelImpl:
     """A splitlab-style launcher, its fp64 reference and its launch facts (see the module docstring).
 
-    Inputs are ``splitlab.kernels.testing.workload_inputs`` (values drawn on the GPU when there is one); the
+    Inputs are ``splitlab.kernels.inputs.workload_inputs`` (values drawn on the GPU when there is one); the
     MLA kinds also get ``head_dim_v=w.head_dim_v`` when the launcher takes it.
     """
 
@@ -98,7 +98,7 @@ class KernelImpl:
         return {"head_dim_v": w.head_dim_v} if self.takes_head_dim_v and w.kind != "gqa" else {}
 
     def inputs(self, w: DecodeWorkload, *, device: Any, seed: int) -> dict:
-        from splitlab.kernels.testing import workload_inputs
+        from splitlab.kernels.inputs import workload_inputs
 
         return workload_inputs(w, device=device, seed=seed, draw_on="device")
 

@@ -117,7 +117,7 @@ class PeerImpl:
     def inputs(self, w, *, device, seed: int) -> dict:
         if w.kind != "gqa" or w.seq_lens is not None or w.ragged:  # contiguous K/V of one length per request
             raise ValueError(f"kind={w.kind!r} with ragged lengths is not allowed; expected a uniform gqa workload")
-        from splitlab.kernels.testing import DTYPES
+        from splitlab.kernels.inputs import DTYPES
 
         dtype = DTYPES[w.dtype]
         q, k, v = contiguous_kv(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, w.ctx_len, w.head_dim_v,

@@ -177,7 +177,7 @@ class _PeerBase:
         return library_missing(LIBRARY, f"{self.label}: FlashInfer", INSTALL_HINT) or gpu_missing(self.label)
 
     def inputs(self, w: DecodeWorkload, *, device, seed: int) -> dict:
-        from splitlab.kernels.testing import workload_inputs
+        from splitlab.kernels.inputs import workload_inputs
 
         if w.kind not in self.kinds:
             raise bad("kind", w.kind, " or ".join(self.kinds) + f" ({self.label})")

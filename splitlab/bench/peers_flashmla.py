@@ -61,7 +61,7 @@ class FlashMLADecode:
         return None
 
     def inputs(self, w: DecodeWorkload, *, device, seed: int) -> dict:
-        from splitlab.kernels.testing import workload_inputs
+        from splitlab.kernels.inputs import workload_inputs
 
         if w.kind != "mla":
             raise bad("kind", w.kind, f"mla ({self.label})")

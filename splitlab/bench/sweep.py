@@ -2,7 +2,7 @@
 reference, time the ones that are right, and write results as it goes.
 
 Per point: the implementation runs once on the shape's inputs and is compared with the reference (computed
-once per shape; tolerance ``splitlab.kernels.testing.TOLERANCE`` of the input dtype). A wrong point is
+once per shape; tolerance ``splitlab.kernels.accuracy.TOLERANCE`` of the input dtype). A wrong point is
 stored ``wrong`` and not timed; a point that raises (compile error, out of memory, launch failure) is
 stored ``error`` with the reason and the sweep goes on; an implementation that cannot run here (a peer
 without a GPU) gives ``skipped`` rows.
@@ -127,10 +127,10 @@ def sweep_device(card: Card, override: str | None = None) -> DeviceSpec:
 def planner_constants(card: Card, grid: str, device: DeviceSpec) -> dict[str, str]:
     """Which constants the ``splitlab`` planner takes for each device ``grid`` plans for (``device`` and the
     blocks' ``planner_devices``): what its choices, the points tagged ``splitlab``, were made with
-    (``planners.native.constants_for``; sweep.json records it, and so does each session)."""
+    (``planners.splitlab.constants_for``; sweep.json records it, and so does each session)."""
     if not card.planner_knobs or "splitlab" not in planners.names(card.kind):
         return {}
-    from splitlab.planners.native import constants_for
+    from splitlab.planners.splitlab import constants_for
 
     devs = [device, *(devices.get(d) for b in card.grid(grid) for d in b.planner_devices)]
     return {d.name: constants_for(d, card.kind).text for d in devs}

@@ -175,7 +175,7 @@ class EventTimer:
 class FakeTimer:
     """Deterministic modelled figures for CI: NOT measurements. Nothing is run (the check before it is
     real). ``p50 = LAUNCH_US + T(s) * bytes of one key / (HBM bandwidth per SM)``, with ``T(s)`` splitlab's
-    first, unfitted wave-cost model (``planners.native.modelled_cost``) in keys streamed by one CTA;
+    first, unfitted wave-cost model (``planners.splitlab.modelled_cost``) in keys streamed by one CTA;
     p20/p80 are p50 -/+ 2 %; ``n_samples`` is 0 and the method says ``fake``."""
 
     name = "fake"
@@ -186,7 +186,7 @@ class FakeTimer:
 
     def modelled_us(self, w: DecodeWorkload, num_splits: int | None) -> float:
         """The fake p50 for ``w`` at ``num_splits`` (1 when the implementation has no split knob)."""
-        from splitlab.planners.native import modelled_cost
+        from splitlab.planners.splitlab import modelled_cost
 
         cost = modelled_cost(w, num_splits or 1, self.device.sm_count)
         per_sm_bytes_per_us = max(self.device.hbm_gbps, 1.0) * 1e3 / self.device.sm_count
@@ -195,7 +195,7 @@ class FakeTimer:
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
                 num_splits: int | None) -> Timing:
         p50 = self.modelled_us(workload, num_splits)
-        return Timing(0.98 * p50, p50, 1.02 * p50, method="fake: modelled (planners.native), not measured",
+        return Timing(0.98 * p50, p50, 1.02 * p50, method="fake: modelled (planners.splitlab), not measured",
                       n_samples=0)
 
 

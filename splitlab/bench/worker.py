@@ -2,7 +2,7 @@
 that crashes or hangs costs that point only.
 
 ``Measurer`` does the work (in whichever process runs it): inputs and reference built once per shape, the
-implementation's output compared with the reference (tolerance ``splitlab.kernels.testing.TOLERANCE`` of the
+implementation's output compared with the reference (tolerance ``splitlab.kernels.accuracy.TOLERANCE`` of the
 input dtype), a right point timed. A point that raises is an ``error`` row with the reason.
 
 ``PointWorker`` runs a ``Measurer`` in one persistent child process per sweep session (a fresh interpreter, so
@@ -88,11 +88,11 @@ class Shape:
     def __init__(self, impl: Any, w: Any, device: str, seed: int) -> None:
         import torch
 
-        from splitlab.kernels.testing import references
+        from splitlab.kernels.accuracy import references
 
         self.inputs = impl.inputs(w, device=device, seed=seed)
         #: The reference output for a launch with head tile ``block_h`` (an fp8 cache's 64-row tiles compute
-        #: with an fp8-rounded q: ``testing.reference_inputs``).
+        #: with an fp8-rounded q: ``accuracy.reference_inputs``).
         self.ref_for = references(w, self.inputs, lambda x: impl.reference(w, x))
         self.set_bytes = sum(t.numel() * t.element_size() for t in self.inputs.values()
                              if isinstance(t, torch.Tensor))
@@ -135,7 +135,8 @@ class Measurer:
 
     def measure(self, p: Any, skeleton: dict) -> tuple[dict, str | None]:
         """One point's row, and the sticky CUDA error if the context is gone (then this process is done)."""
-        from splitlab.kernels.testing import TOLERANCE, query_dtype, rel_err
+        from splitlab.kernels.accuracy import TOLERANCE, rel_err
+        from splitlab.kernels.inputs import query_dtype
 
         t0 = time.monotonic()
         row = dict(skeleton, timing=self.timer.name)

@@ -61,7 +61,7 @@ LN2 = tl.constexpr(0.6931471805599453)  # ln(2), back to a natural-log lse (a ji
 FLT_MAX = tl.constexpr(3.4028234663852886e38)  # the largest finite fp32: the running max's start
 MAX_SPLITS = 65535  # the grid's y dimension holds the splits (CUDA limit)
 #: The order the grid issues its programs in: (request x kv head) fastest, then split, so every request's CTAs of
-#: split 0 go first (``planners.native.REQUEST_MAJOR`` restates it for the planner's schedule of a ragged batch).
+#: split 0 go first (``planners.splitlab.REQUEST_MAJOR`` restates it for the planner's schedule of a ragged batch).
 GRID_ORDER = "split-major"
 
 

@@ -74,7 +74,7 @@ from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 LOG2E = math.log2(math.e)
 MAX_SPLITS = 65535
 #: The order the one-axis grid issues its programs in: head tile fastest, then split, then request, so all of a
-#: request's CTAs go together (``planners.native.REQUEST_MAJOR`` restates it for the planner's ragged schedule).
+#: request's CTAs go together (``planners.splitlab.REQUEST_MAJOR`` restates it for the planner's ragged schedule).
 GRID_ORDER = "request-major"
 NUM_WARPS = (1, 2, 4, 8, 16)
 MIN_DOT = 16  # smallest M, N, K of a 16-bit tl.dot on NVIDIA; every tile dimension is padded to it

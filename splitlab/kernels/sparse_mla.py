@@ -98,7 +98,7 @@ BLOCK_K_SMALL, BLOCK_K_LARGE = 32, 64
 #: warpgroups computing the same scores; before that it spilled.
 BLOCK_K_LARGE_MAX_DQK = 576
 #: The order the one-axis grid issues its programs in: head tile fastest, then split, then token, so all of a
-#: token's CTAs go together (``planners.native.REQUEST_MAJOR`` restates it for the planner).
+#: token's CTAs go together (``planners.splitlab.REQUEST_MAJOR`` restates it for the planner).
 GRID_ORDER = "request-major"
 
 

@@ -5,16 +5,20 @@ adapters that put them behind one interface (``plan``). Nothing here imports tor
     plan(workloads.get("deepseek-v3-mla", batch=8, ctx_len=81920), "mi355x", "modular")
 """
 
-from splitlab.planners import (  # noqa: F401  (importing registers each module's adapter)
+# Importing a module registers its adapter; ``names()`` lists the planners in that order (the rows of ``splitlab
+# plan``, the sweep's planner columns), which stays the one they have always had: splitlab's before SGLang's.
+from splitlab.planners import (  # noqa: F401
     aiter,
     flash_attn,
     flashinfer,
     flashmla,
     flex,
     modular,
-    native,
-    sglang,
+    splitlab,
 )
+
+# isort: split
+from splitlab.planners import sglang  # noqa: F401
 from splitlab.planners.registry import Plan, entry, names, plan, register
 
 __all__ = ["Plan", "entry", "names", "plan", "register", "default_plan"]
@@ -23,11 +27,11 @@ __all__ = ["Plan", "entry", "names", "plan", "register", "default_plan"]
 def default_plan(workload, device=None) -> Plan:
     """The plan splitlab's kernel launchers use when ``num_splits=None``: the ``splitlab`` planner on
     ``device`` (a ``DeviceSpec``, a preset name, or ``None`` for the GPU torch sees), with the constants fitted for
-    that device (``native.constants_for``; a warning, once, where it takes the fallback's)."""
+    that device (``planners.splitlab.constants_for``; a warning, once, where it takes the fallback's)."""
     if device is None:
         from splitlab.devices import detect
 
         device = detect()
     p = plan(workload, device, "splitlab")
-    native.warn_if_fallback(workload.kind, device)
+    splitlab.warn_if_fallback(workload.kind, device)  # the planner module (this package's), not the top package
     return p

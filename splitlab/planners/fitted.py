@@ -1,8 +1,8 @@
 """The constants of splitlab's wave-cost rule as data: one small TOML file per device, written by ``splitlab fit``.
 
-The ``splitlab`` planner (``planners.native``) reads its constants from such a file: those fitted for the device it
+The ``splitlab`` planner (``planners.splitlab``) reads its constants from such a file: those fitted for the device it
 plans for (shipped ones in ``splitlab/planners/constants/<device>.toml``), a user's file where one is given
-(``native.use_constants``, ``SPLITLAB_CONSTANTS``, ``splitlab plan --constants``). A file (format 1)::
+(``planners.splitlab.use_constants``, ``SPLITLAB_CONSTANTS``, ``splitlab plan --constants``). A file (format 1)::
 
     format = 1
     device = "h200-sxm"                 # the preset the data were measured on (what the constants are for)
@@ -56,7 +56,7 @@ _TIMINGS = ("measured", "modelled")
 
 @dataclass(frozen=True)
 class CostConstants:
-    """The few constants of the fitted rule for one kernel family (``planners.native``'s comment says what each
+    """The few constants of the fitted rule for one kernel family (``planners.splitlab``'s comment says what each
     prices)."""
 
     ctas_per_sm: int  # wide tiles (>= 64 query-head rows per program)
@@ -71,9 +71,9 @@ class CostConstants:
     narrow_tile: float = 0.0  # sparse MLA: a 16-row head tile's cost per key tile, in tl tiles; 0: never weighed
     lone: float = -1.0  # a launch of less than one wave costs max(LONE, its fill) of a wave; < 0: off (``tail``)
     sm90_tile: float = 1.0  # the Gluon 64-row tile's cost per key tile, in the tl kernel's (``sm90_tile_runs``)
-    ctas_per_sm_mid: int = 0  # GQA's 32- and 64-row tiles (4 warps; ``native.mid_tile``); 0: the narrow width
+    ctas_per_sm_mid: int = 0  # GQA's 32- and 64-row tiles (4 warps; ``planners.splitlab.mid_tile``); 0: narrow width
     drain: float = -1.0  # ragged batches: a narrow CTA's time alone as the launch drains, in its time in a full
-    #                     wave (``native.ragged_launch_time``'s CAP); < 0: LONE's (no floor: 1)
+    #                     wave (``planners.splitlab.ragged_launch_time``'s CAP); < 0: LONE's (no floor: 1)
     tile32: float = 0.0  # MLA: the tl 32-row head tile's cost per key tile, in 16-row tiles; 0: the rule weighs
     #                      MLA's default head tile only (and it costs 1)
 
@@ -268,7 +268,7 @@ def _lines(table: dict) -> list[str]:
 
 def dumps(fc: FittedConstants) -> str:
     """The TOML text of ``fc`` (what ``parse`` reads back to an equal ``FittedConstants``)."""
-    out = ["# splitlab's wave-cost rule (splitlab.planners.native): its constants per kernel family, fitted by",
+    out = ["# splitlab's wave-cost rule (splitlab.planners.splitlab): its constants per kernel family, fitted by",
            "# `splitlab fit` on the data named below; the `splitlab` planner takes them when it plans for `device`",
            "# (splitlab/planners/fitted.py reads this file and says what each table holds).",
            f"format = {FORMAT}", f"device = {_value(fc.device)}", f"data = {_value(list(fc.data))}",

@@ -1,6 +1,6 @@
 """Where a fitted planner's constants hold: the shapes and devices of the data they were fitted on.
 
-splitlab's ``splitlab`` planner (``planners.native``) is a cost model whose constants were fitted on measured data
+splitlab's ``splitlab`` planner (``planners.splitlab``) is a cost model whose constants were fitted on measured data
 (``splitlab.fit``); outside that data its choices are extrapolations. ``fitted_range(kind, device)`` says what the
 data covered for one kernel family, per field: the devices (preset names) and dtypes measured, the ranges of
 ``batch``, of the keys a request streams (``ctx_len``; sparse MLA: ``topk``, its pool size does not enter the
@@ -11,13 +11,13 @@ the data thin out at long contexts: the H200's Llama-3-70B data reach batch 128 
     check(workloads.get("llama-3-70b", batch=64, ctx_len=131072), devices.get("h200"))
     # 'outside: batch 64 > 32 fitted at ctx_len 131072 (KV read 34.4 > 17.2 GB)'
 
-The ranges are the ones the constants record: ``splitlab fit`` writes ``ranges_from_rows`` of the rows it read into
-each family's ``range`` table of its constants file (``planners.fitted``), and ``fitted_range`` reads the table of
-the constants the planner takes for the device (``native.constants_for``: the device's own, a user's file, or the
+The ranges are the ones the constants record: ``splitlab fit`` writes ``ranges_from_rows`` of the rows it read into each
+family's ``range`` table of its constants file (``planners.fitted``), and ``fitted_range`` reads the table of the
+constants the planner takes for the device (``planners.splitlab.constants_for``: the device's own, a user's file, or the
 fallback's); a file without the record has no range (``unknown``). The shipped constants record the range of the
-catalog's fit sets (``data/catalog.toml``, role ``fit``), the data they were fitted on (a test holds the two
-equal). A range spans every correct measurement (status ``ok``, not the fake timer) of splitlab's kernels in the
-data: the fit's shapes and the held-out shapes that scored it. No torch. Source: splitlab (this repository).
+catalog's fit sets (``data/catalog.toml``, role ``fit``), the data they were fitted on (a test holds the two equal). A
+range spans every correct measurement (status ``ok``, not the fake timer) of splitlab's kernels in the data: the fit's
+shapes and the held-out shapes that scored it. No torch. Source: splitlab (this repository).
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ def fitted_range(kind: str, device: DeviceSpec | str) -> dict[str, Any] | None:
     name) were fitted on, for family ``kind`` (the fields of ``ranges_from_rows``; ``source`` says where it was
     read), as the constants record it; None where they record none (or there are no constants). Whether
     ``device`` itself lies in the range is ``outside``'s question."""
-    from splitlab.planners import native
+    from splitlab.planners import splitlab as rule
 
     try:
-        choice = native.constants_for(device, kind)
+        choice = rule.constants_for(device, kind)
     except SplitlabError:
         return None
     recorded = choice.source.ranges.get(kind)

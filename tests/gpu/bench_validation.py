@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     from splitlab.devices import detect
     from splitlab.devices import get as get_device
     from splitlab.kernels import gqa, mla, sparse_mla
-    from splitlab.kernels.testing import workload_inputs
+    from splitlab.kernels.inputs import workload_inputs
 
     launchers = {"gqa": gqa.gqa_decode, "mla": mla.mla_decode, "sparse_mla": sparse_mla.sparse_mla_decode}
     spec = get_device("h200") if a.smoke else detect()

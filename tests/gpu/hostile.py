@@ -18,10 +18,11 @@ import torch  # noqa: E402
 
 from splitlab.errors import SplitlabError  # noqa: E402
 from splitlab.kernels import mla_sm90, reference  # noqa: E402
+from splitlab.kernels.accuracy import TOLERANCE, rel_err  # noqa: E402
 from splitlab.kernels.gqa import gqa_decode  # noqa: E402
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs, sparse_mla_inputs  # noqa: E402
 from splitlab.kernels.mla import mla_decode  # noqa: E402
 from splitlab.kernels.sparse_mla import sparse_mla_decode  # noqa: E402
-from splitlab.kernels.testing import TOLERANCE, gqa_inputs, mla_inputs, rel_err, sparse_mla_inputs  # noqa: E402
 
 TOL = TOLERANCE[torch.bfloat16]
 failed: list[str] = []

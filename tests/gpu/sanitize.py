@@ -6,9 +6,9 @@ import torch
 
 from splitlab.kernels import mla_sm90
 from splitlab.kernels.gqa import gqa_decode
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
 from splitlab.kernels.mla import mla_decode
 from splitlab.kernels.sparse_mla import sparse_mla_decode
-from splitlab.kernels.testing import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
 
 for s in (1, 3):
     gqa_decode(**gqa_inputs(3, 12, 4, 128, [700, 0, 33], page_size=16, device="cuda"), num_splits=s)

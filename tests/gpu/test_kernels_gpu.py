@@ -15,18 +15,13 @@ import torch
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
 from splitlab.kernels._launch import VALIDATE_ENV
-from splitlab.kernels.testing import (
-    FP8_QUANT_TOLERANCE,
-    TOLERANCE,
-    assert_same_nonfinite,
-    fp8_query,
+from splitlab.kernels.accuracy import FP8_QUANT_TOLERANCE, TOLERANCE, assert_same_nonfinite, fp8_query, lse_err, rel_err
+from splitlab.kernels.inputs import (
     gqa_inputs,
-    lse_err,
     mla_inputs,
     poison_unread_pages_,
     poison_unread_slots_,
     quantize_fp8,
-    rel_err,
     set_key_,
     sparse_mla_inputs,
     strided_lens,
