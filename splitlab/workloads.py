@@ -28,11 +28,16 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 LIMITS: dict[str, int] = dict(batch=1 << 16, num_q_heads=4096, num_kv_heads=4096, head_dim_qk=1024,
                               head_dim_v=1024, ctx_len=(1 << 31) - 1, page_size=1 << 16, topk=1 << 20)
 
-#: Named length distributions of a batch (``DecodeWorkload.length_dist``) and their spread ``N``, or None for
+#: Named length distributions of a batch (``DecodeWorkload.length_dist``) and their spread ``N`` (no request shorter
+#: than ``ceil(longest / N)``), or None for
 #: ``uniform`` (every request the longest: the default, and every batch swept before ragged batches existed).
 #: ``spreadN``: each request's length drawn uniformly from the integers in ``[ceil(longest / N), longest]``, then
-#: one request (drawn too) set to exactly the longest.
-LENGTH_DISTS: dict[str, int | None] = {"uniform": None, "spread4": 4, "spread8": 8, "spread16": 16, "spread64": 64}
+#: one request (drawn too) set to exactly the longest. ``longtail``: seven requests in eight drawn from ``[longest /
+#: 64, longest / 8]``, one in eight (every eighth, from a drawn offset) exactly the longest: a server's batch of
+#: short chats beside a few long documents. ``bimodal``: half the requests (drawn) from ``[longest / 16, longest /
+#: 8]``, the other half from ``[longest / 2, longest]``, one set to the longest.
+LENGTH_DISTS: dict[str, int | None] = {"uniform": None, "spread4": 4, "spread8": 8, "spread16": 16, "spread64": 64,
+                                       "longtail": 64, "bimodal": 16}
 UNIFORM = "uniform"
 #: The largest ``length_seed``.
 MAX_LENGTH_SEED = (1 << 31) - 1
@@ -47,7 +52,14 @@ def draw_lengths(dist: str, seed: int, batch: int, longest: int) -> tuple[int, .
         return (longest,) * batch
     rng = random.Random(seed)
     lo = max(1, -(-longest // spread))
-    lens = [rng.randint(lo, longest) for _ in range(batch)]
+    if dist == "longtail":
+        first = rng.randrange(8)
+        lens = [longest if i % 8 == first else rng.randint(lo, max(lo, longest // 8)) for i in range(batch)]
+    elif dist == "bimodal":
+        lens = [rng.randint(lo, max(lo, longest // 8)) if rng.random() < 0.5
+                else rng.randint(max(lo, longest // 2), longest) for _ in range(batch)]
+    else:
+        lens = [rng.randint(lo, longest) for _ in range(batch)]
     lens[rng.randrange(batch)] = longest
     return tuple(lens)
 

@@ -47,7 +47,7 @@ import splitlab.kernels.gqa as gqa
 import splitlab.kernels.mla as mla
 import splitlab.kernels.mla_sm90 as sm90
 import splitlab.kernels.sparse_mla as smla
-from splitlab.kernels.testing import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
 
 compiled = []
 

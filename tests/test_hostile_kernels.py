@@ -15,20 +15,12 @@ import torch
 from splitlab.errors import SplitlabError
 from splitlab.kernels import gqa, mla, reference
 from splitlab.kernels._launch import FP32_MAX, FP32_TINY, LOG2E, SM_SCALE_MAX, SM_SCALE_MIN
+from splitlab.kernels.accuracy import TOLERANCE, assert_matches_reference, assert_same_nonfinite, rel_err
 from splitlab.kernels.combine import combine
 from splitlab.kernels.gqa import gqa_decode
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
 from splitlab.kernels.mla import mla_decode
 from splitlab.kernels.sparse_mla import sparse_mla_decode
-from splitlab.kernels.testing import (
-    TOLERANCE,
-    assert_matches_reference,
-    assert_same_nonfinite,
-    gqa_inputs,
-    mla_inputs,
-    quantize_fp8,
-    rel_err,
-    sparse_mla_inputs,
-)
 
 F32 = torch.float32
 DV = 32  # the MLA families' head_dim_v (Dqk 48: 16 rope columns)

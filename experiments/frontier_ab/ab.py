@@ -10,8 +10,9 @@ import torch
 
 from splitlab.bench.peers import contiguous_kv, sdpa
 from splitlab.bench.timing import rotations, time_graph
+from splitlab.kernels.accuracy import rel_err
 from splitlab.kernels.gqa import gqa_decode
-from splitlab.kernels.testing import gqa_inputs, rel_err
+from splitlab.kernels.inputs import gqa_inputs
 
 D = 128
 MAX_SETS = 16

@@ -9,8 +9,9 @@ from ab import emit, floor_us, sets_for
 
 from splitlab.bench.timing import time_graph
 from splitlab.kernels import reference
+from splitlab.kernels.accuracy import rel_err
 from splitlab.kernels.gqa import gqa_decode
-from splitlab.kernels.testing import gqa_inputs, rel_err
+from splitlab.kernels.inputs import gqa_inputs
 
 CHECKS = [  # (batch, query heads, kv heads, lengths, page size, splits): empty, short, odd and long requests
     (3, 128, 1, [1000, 0, 77], 16, 1), (3, 128, 1, [1000, 0, 77], 16, 4), (2, 128, 1, [5000, 4096], 64, 3),

@@ -12,8 +12,9 @@ from ab import D, emit, floor_us, sets_for
 from splitlab.bench.peers import sdpa
 from splitlab.bench.timing import time_graph
 from splitlab.kernels._launch import launch_plan
+from splitlab.kernels.accuracy import rel_err
 from splitlab.kernels.gqa import gqa_decode
-from splitlab.kernels.testing import gqa_inputs, rel_err
+from splitlab.kernels.inputs import gqa_inputs
 from splitlab.workloads import DecodeWorkload
 
 HEADS = [(32, 8), (64, 8)]

@@ -8,7 +8,7 @@ import torch
 
 from splitlab.bench.peers import contiguous_kv, sdpa
 from splitlab.kernels.gqa import gqa_decode
-from splitlab.kernels.testing import gqa_inputs
+from splitlab.kernels.inputs import gqa_inputs
 
 
 def decode(case: str):

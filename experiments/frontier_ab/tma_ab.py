@@ -25,8 +25,9 @@ from gqa_wsplit import gqa_wsplit
 from layout_ab import HEADS, SHAPES, bench_paged, bench_sdpa, shape_setup
 
 from splitlab.kernels import reference
+from splitlab.kernels.accuracy import rel_err
 from splitlab.kernels.gqa import gqa_decode
-from splitlab.kernels.testing import gqa_inputs, poison_unread_pages_, rel_err
+from splitlab.kernels.inputs import gqa_inputs, poison_unread_pages_
 
 SHIPPED = [("shipped", gqa_decode, {}), ("shipped-s2", gqa_decode, dict(num_stages=2))]
 WSPLIT = [(f"wsplit-bn{n}w{w}s{s}", gqa_wsplit, dict(block_n=n, num_warps=w, num_stages=s))

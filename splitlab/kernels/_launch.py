@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from splitlab.errors import SplitlabError, check_int
-from splitlab.planners._math import cdiv
+from splitlab.intmath import cdiv
 
 if TYPE_CHECKING:
     from splitlab.planners.registry import Plan

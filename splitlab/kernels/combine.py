@@ -51,7 +51,21 @@ def _combine_kernel(
     mask_d = offs_d < head_dim_v
     pl_base = plse_ptr + row.to(tl.int64) * pl_stride_r + head * pl_stride_h
     po_base = po_ptr + row.to(tl.int64) * po_stride_r + head * po_stride_h
+    out, lse = merge_splits(po_base, pl_base, po_stride_s, po_stride_d, pl_stride_s, num_splits, offs_d, mask_d,
+                            BLOCK_S, BLOCK_D)
+    tl.store(out_ptr + row.to(tl.int64) * out_stride_r + head * out_stride_h + offs_d * out_stride_d,
+             out.to(out_ptr.dtype.element_ty), mask=mask_d)
+    if tl.program_id(1) == 0:
+        tl.store(lse_ptr + row.to(tl.int64) * lse_stride_r + head * lse_stride_h, lse)
 
+
+@triton.jit
+def merge_splits(po_base, pl_base, po_stride_s, po_stride_d, pl_stride_s, num_splits, offs_d, mask_d,
+                 BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``(out, lse)`` of one (row, head) and the columns ``offs_d``: the merge of its ``num_splits`` partials, the
+    split ``s`` at ``po_base + s * po_stride_s`` (its lse at ``pl_base + s * pl_stride_s``). Shared by
+    ``_combine_kernel`` and the work-list merge (``kernels.worklist``), whose partials of a request are rows of a
+    flat buffer."""
     # One pass, online over chunks of BLOCK_S splits (one chunk when S <= BLOCK_S). The lse and partial
     # loads of a chunk are issued together (one memory latency, not two); a split whose lse is -inf gets
     # weight 0 and its row, possibly uninitialised, is replaced by 0 before any arithmetic. A NaN lse is live:
@@ -76,12 +90,9 @@ def _combine_kernel(
         m = m_new
     empty = wsum == 0.0
     out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, wsum))
-    tl.store(out_ptr + row.to(tl.int64) * out_stride_r + head * out_stride_h + offs_d * out_stride_d,
-             out.to(out_ptr.dtype.element_ty), mask=mask_d)
-    if tl.program_id(1) == 0:
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, wsum)))
-        tl.store(lse_ptr + row.to(tl.int64) * lse_stride_r + head * lse_stride_h, lse)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, wsum)))
+    return out, lse
 
 
 #: Fewest programs a combine launch aims at (132 SMs: about 31 each) before it widens BLOCK_D past 128 columns.

@@ -1,0 +1,469 @@
+"""Work-list decode: partial kernels that run any schedule (``planners.schedule``), and the merge of a variable
+number of partials per request.
+
+A schedule's items become one int32 tensor ``items [n_items, 4]`` of (request, first key, end key, partial row)
+and CSR offsets ``cta_offsets [ctas + 1]`` (a slot's items) and ``partial_offsets [batch + 1]`` (a request's
+partial rows): ``WorkList``, built once per batch and reused by every layer's call. A program is one (CTA slot,
+head group): GQA's kv head, MLA's head tile. It walks its slot's items in order (one item unless the schedule is
+persistent); an item whose request has one item writes the request's output and lse directly, any other writes
+its partial row (fp32 ``[partial_rows, Hq, Dv]`` and lse ``[partial_rows, Hq]``), which ``launch_merge`` combines
+per request with ``combine.merge_splits`` (requests without partial rows are left as written).
+
+Bytes moved per item (GQA; elt = the cache's element size, n = the item's keys, G = the group): K and V ``2 * n *
+D * elt`` (once per kv head), the block table as ``kernels.gqa`` reads it, q ``G * D * elt``, the item's 16 bytes;
+writes ``G * D * (elt or 4) + G * 4``. MLA: one latent row per key (``n * Dqk * elt``) per head tile, and the head
+tile's rows. The merge reads each partial row once (``Dv * 4 + 4`` per head) and writes the request's row.
+
+The kernels keep the split-count kernels' rules: a length or page out of range makes the request NaN (never a read
+outside the cache), NaN keys propagate, an empty request writes zeros and lse ``-inf``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from splitlab.errors import SplitlabError
+from splitlab.intmath import next_power_of_two
+from splitlab.kernels import _launch
+from splitlab.kernels._launch import check_knob, check_pow2, check_spans
+from splitlab.kernels.combine import combine_tile, merge_splits
+from splitlab.kernels.mla import load_latent_rows, load_q_tile, softmax_update, store_head_tile
+from splitlab.kernels.paging import any_bad, num_tiles, poison, scan_pages, tile_pages
+from splitlab.planners.schedule import Schedule
+
+LOG2E = 1.4426950408889634
+LN2 = tl.constexpr(0.6931471805599453)
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+
+
+@dataclass(frozen=True)
+class WorkList:
+    """A schedule as device tensors (see the module docstring), with the host numbers a launch needs."""
+
+    schedule: Schedule
+    items: torch.Tensor  # int32 [n_items, 4]: request, key_begin, key_end, partial row (-1: direct)
+    cta_offsets: torch.Tensor  # int32 [ctas + 1]
+    partial_offsets: torch.Tensor  # int32 [batch + 1]
+
+    @property
+    def ctas(self) -> int:
+        return self.schedule.ctas
+
+    @property
+    def batch(self) -> int:
+        return self.schedule.batch
+
+    @property
+    def partial_rows(self) -> int:
+        return self.schedule.partial_rows
+
+    @classmethod
+    def from_schedule(cls, s: Schedule, device: torch.device | str) -> WorkList:
+        rows = s.item_rows
+        flat = [v for (_, r, b, e), row in zip(s.items, rows, strict=True) for v in (r, b, e, row)]
+        items = torch.tensor(flat or [0, 0, 0, -1], dtype=torch.int32).view(-1, 4)
+        return cls(s, items.to(device), torch.tensor(s.cta_offsets, dtype=torch.int32).to(device),
+                   torch.tensor(s.partial_offsets, dtype=torch.int32).to(device))
+
+
+def check_worklist(work: object, batch: int, max_keys: int, device: torch.device, what: str) -> WorkList:
+    """``work`` is a ``WorkList`` for ``batch`` requests on ``device`` whose keys lie in the block table
+    (``max_keys``), else one ``SplitlabError`` line."""
+    if not isinstance(work, WorkList):
+        raise SplitlabError(f"{what}: work={type(work).__name__} is not allowed; expected a WorkList "
+                            "(WorkList.from_schedule)")
+    if work.batch != batch:
+        raise SplitlabError(f"{what}: the work list is for {work.batch} requests; q has {batch}")
+    if max(work.schedule.lengths) > max_keys:
+        raise SplitlabError(f"{what}: the schedule reads up to key {max(work.schedule.lengths)}; the block table "
+                            f"holds {max_keys} keys a request")
+    if work.items.device != device:
+        raise SplitlabError(f"{what}: the work list is on {work.items.device}; expected q's device {device}")
+    return work
+
+
+# =====================================================================================================
+# Merge: a variable number of partial rows per request
+# =====================================================================================================
+
+
+@triton.jit
+def _merge_kernel(
+    po_ptr, plse_ptr, offsets_ptr, out_ptr, lse_ptr,
+    num_heads, head_dim_v,
+    po_stride_r, po_stride_h, po_stride_d,
+    pl_stride_r, pl_stride_h,
+    out_stride_b, out_stride_h, out_stride_d,
+    lse_stride_b, lse_stride_h,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    # One program per (request, head, BLOCK_D columns). Bytes: n * (BLOCK_D + 1) * 4 read, BLOCK_D * elt + 4
+    # written, for a request of n > 0 partial rows; nothing for one written directly by its item (n = 0).
+    pid = tl.program_id(0)
+    b = pid // num_heads
+    head = pid % num_heads
+    first = tl.load(offsets_ptr + b)
+    n = tl.load(offsets_ptr + b + 1) - first
+    if n > 0:
+        offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        mask_d = offs_d < head_dim_v
+        po_base = po_ptr + first.to(tl.int64) * po_stride_r + head * po_stride_h
+        pl_base = plse_ptr + first.to(tl.int64) * pl_stride_r + head * pl_stride_h
+        out, lse = merge_splits(po_base, pl_base, po_stride_r, po_stride_d, pl_stride_r, n, offs_d, mask_d,
+                                BLOCK_S, BLOCK_D)
+        b64 = b.to(tl.int64)
+        tl.store(out_ptr + b64 * out_stride_b + head * out_stride_h + offs_d * out_stride_d,
+                 out.to(out_ptr.dtype.element_ty), mask=mask_d)
+        if tl.program_id(1) == 0:
+            tl.store(lse_ptr + b64 * lse_stride_b + head * lse_stride_h, lse)
+
+
+def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Merge each split request's partial rows into its ``out`` / ``lse`` row (no checks: the launchers' buffers)."""
+    if work.partial_rows == 0:
+        return
+    heads, dv = po.shape[1], po.shape[2]
+    block_s, block_d, num_warps = combine_tile(work.batch, heads, max(work.schedule.partials), dv)
+    _merge_kernel[(work.batch * heads, triton.cdiv(dv, block_d))](
+        po, pl, work.partial_offsets, out, lse, heads, dv,
+        *po.stride(), *pl.stride(), *out.stride(), *lse.stride(),
+        BLOCK_S=block_s, BLOCK_D=block_d, num_warps=num_warps,
+    )
+
+
+def alloc_partials(work: WorkList, heads: int, dv: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partial buffers of ``work`` (one row at least, so that a kernel argument always points somewhere)."""
+    rows = max(work.partial_rows, 1)
+    po = _launch.alloc(rows, heads, dv, dtype=torch.float32, device=device)
+    check_spans("the partial rows", po, (0, 1, 2))
+    return po, _launch.alloc(rows, heads, dtype=torch.float32, device=device)
+
+
+# =====================================================================================================
+# GQA
+# =====================================================================================================
+
+
+@triton.jit
+def _gqa_item(it, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+              qk_scale, num_pages, max_keys, heads, offs_g, offs_n, offs_d, mask_g, mask_d,
+              q_stride_b, q_stride_h, q_stride_d, k_stride_p, k_stride_s, k_stride_d,
+              v_stride_p, v_stride_s, v_stride_d, bt_stride_b, bt_stride_p,
+              out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
+              po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+              PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+              UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One work item of one kv head: its keys streamed (as ``kernels.gqa``'s loop), its row stored."""
+    # The item: 16 bytes.
+    b = tl.load(items_ptr + it * 4)
+    start = tl.load(items_ptr + it * 4 + 1)
+    end = tl.load(items_ptr + it * 4 + 2)
+    row = tl.load(items_ptr + it * 4 + 3)
+    bad_len = (start < 0) | (end > max_keys) | (start > end)
+    end = tl.where(bad_len, start, end)
+    b64 = b.to(tl.int64)
+
+    q = tl.load(q_ptr + b64 * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :] * q_stride_d,
+                mask=mask_g[:, None] & mask_d[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    bt_row = bt_ptr + b64 * bt_stride_b
+    m_i = tl.full([BLOCK_G], -FLT_MAX, tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    seen = scan_pages(bt_row, bt_stride_p, start, end, PAGE_SIZE)
+    page_next, _ = tile_pages(bt_row, bt_stride_p, start, end, offs_n, num_pages, PAGE_SIZE, BLOCK_N)
+    for t in range(0, num_tiles(start, end, BLOCK_N)):
+        start_n = start + t * BLOCK_N
+        pos = start_n + offs_n
+        mask_n = pos < end
+        page = page_next
+        page_next, _ = tile_pages(bt_row, bt_stride_p, start_n + BLOCK_N, end, offs_n, num_pages, PAGE_SIZE,
+                                  BLOCK_N)
+        slot = pos % PAGE_SIZE
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        # K and V tiles [BLOCK_N, BLOCK_D]: 2 * BLOCK_N * D * elt bytes.
+        k = tl.load(k_head + (page * k_stride_p + slot * k_stride_s)[:, None] + offs_d[None, :] * k_stride_d,
+                    mask=kv_mask, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_head + (page * v_stride_p + slot * v_stride_s)[:, None] + offs_d[None, :] * v_stride_d,
+                    mask=kv_mask, other=0.0)
+        if UPCAST:
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    l_i = poison(l_i, bad_len | any_bad(seen, num_pages, True))
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    st_mask = mask_g[:, None] & mask_d[None, :]
+    if row < 0:
+        tl.store(out_ptr + b64 * out_stride_b + heads[:, None] * out_stride_h + offs_d[None, :] * out_stride_d,
+                 out.to(out_ptr.dtype.element_ty), mask=st_mask)
+        tl.store(lse_ptr + b64 * lse_stride_b + heads * lse_stride_h, lse, mask=mask_g)
+    else:
+        r64 = row.to(tl.int64)
+        tl.store(po_ptr + r64 * po_stride_r + heads[:, None] * po_stride_h + offs_d[None, :] * po_stride_d,
+                 out, mask=st_mask)
+        tl.store(pl_ptr + r64 * pl_stride_r + heads * pl_stride_h, lse, mask=mask_g)
+
+
+@triton.jit
+def _gqa_worklist_kernel(
+    q_ptr, k_ptr, v_ptr, bt_ptr, items_ptr, cta_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+    qk_scale, num_kv_heads, group, num_pages, max_keys,
+    q_stride_b, q_stride_h, q_stride_d,
+    k_stride_p, k_stride_s, k_stride_h, k_stride_d,
+    v_stride_p, v_stride_s, v_stride_h, v_stride_d,
+    bt_stride_b, bt_stride_p,
+    out_stride_b, out_stride_h, out_stride_d,
+    lse_stride_b, lse_stride_h,
+    po_stride_r, po_stride_h, po_stride_d,
+    pl_stride_r, pl_stride_h,
+    PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    # 1-D grid, kv head fastest: the kv heads of one slot run side by side (kernels.gqa's split-major order when
+    # the schedule is uniform's). A non-persistent slot runs the item of its own index (no loop around the key
+    # loop: the loop nest cost the 8-warp MQA-128 tile ~10% on the H200).
+    pid = tl.program_id(0)
+    kvh = pid % num_kv_heads
+    cta = pid // num_kv_heads
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_g = offs_g < group
+    mask_d = offs_d < HEAD_DIM
+    heads = kvh * group + offs_g
+    k_head = k_ptr + kvh.to(tl.int64) * k_stride_h
+    v_head = v_ptr + kvh.to(tl.int64) * v_stride_h
+    if PERSISTENT:
+        for it in tl.range(tl.load(cta_ptr + cta), tl.load(cta_ptr + cta + 1), num_stages=1):
+            _gqa_item(it, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                      qk_scale, num_pages, max_keys, heads, offs_g, offs_n, offs_d, mask_g, mask_d,
+                      q_stride_b, q_stride_h, q_stride_d, k_stride_p, k_stride_s, k_stride_d,
+                      v_stride_p, v_stride_s, v_stride_d, bt_stride_b, bt_stride_p,
+                      out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
+                      po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                      PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION)
+    else:
+        _gqa_item(cta, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                  qk_scale, num_pages, max_keys, heads, offs_g, offs_n, offs_d, mask_g, mask_d,
+                  q_stride_b, q_stride_h, q_stride_d, k_stride_p, k_stride_s, k_stride_d,
+                  v_stride_p, v_stride_s, v_stride_d, bt_stride_b, bt_stride_p,
+                  out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
+                  po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                  PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION)
+
+
+def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                         work: WorkList, *, block_n: int | None = None, num_warps: int | None = None,
+                         num_stages: int | None = None, sm_scale: float | None = None, return_lse: bool = False):
+    """Paged GQA decode over a schedule's work list (``WorkList.from_schedule``): ``kernels.gqa.gqa_decode``'s
+    inputs and outputs, the split of the keys taken from ``work`` instead of a split count. The request lengths are
+    the schedule's (the keys its items cover); ``seq_lens`` is not read."""
+    from splitlab.kernels import gqa
+
+    gqa._check_inputs(q, k_cache, v_cache, block_table, torch.zeros(q.shape[0], dtype=torch.int32,
+                                                                     device=q.device))
+    _launch.check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache)
+    B, Hq, D = q.shape
+    num_pages, page_size, Hkv, _ = k_cache.shape
+    max_keys = block_table.shape[1] * page_size
+    check_worklist(work, B, max_keys, q.device, "gqa_decode_scheduled")
+    scale = _launch.resolve_sm_scale(sm_scale, D)
+    d = gqa.default_knobs(Hq // Hkv, D, _launch.TORCH_DTYPE_NAMES[q.dtype])
+    block_n = check_pow2("block_n", d["block_n"] if block_n is None else block_n, lo=16, hi=256)
+    num_warps = check_pow2("num_warps", d["num_warps"] if num_warps is None else num_warps, lo=1, hi=16)
+    num_stages = check_knob("num_stages", d["num_stages"] if num_stages is None else num_stages, lo=1, hi=8)
+    if page_size % block_n == 0 and work.schedule.align % block_n:
+        raise SplitlabError(f"gqa_decode_scheduled: the schedule's items start at multiples of "
+                            f"{work.schedule.align} keys; block_n={block_n} at page_size {page_size} needs "
+                            f"multiples of {block_n} (a smaller block_n, or a schedule aligned to it)")
+    out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
+    lse = _launch.alloc(B, Hq, dtype=torch.float32, device=q.device)
+    po, pl = alloc_partials(work, Hq, D, q.device)
+    upcast = _launch.interpret_upcast(q.dtype)
+    with _launch.device_guard(q):
+        _gqa_worklist_kernel[(work.ctas * Hkv,)](
+            q, k_cache, v_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
+            scale * LOG2E, Hkv, Hq // Hkv, num_pages, max_keys,
+            *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
+            *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
+            PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(Hq // Hkv)), BLOCK_N=block_n,
+            BLOCK_D=max(16, next_power_of_two(D)), UPCAST=upcast,
+            DOT_PRECISION="ieee" if upcast or q.dtype == torch.float32 else None,
+            PERSISTENT=work.schedule.persistent, num_warps=num_warps, num_stages=num_stages,
+        )
+        launch_merge(work, po, pl, out, lse)
+    return (out, lse) if return_lse else out
+
+
+# =====================================================================================================
+# MLA (the tl kernel's tile helpers: kernels.mla)
+# =====================================================================================================
+
+
+@triton.jit
+def _mla_item(it, q_ptr, kv_ptr, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+              qk_scale, v_scale, num_pages, max_keys, offs_h, mask_h, offs_t,
+              q_stride_b, q_stride_h, q_stride_d, kv_stride_p, kv_stride_s, kv_stride_d,
+              bt_stride_b, bt_stride_p, out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
+              po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+              PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+              BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
+              UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
+              FP8_QK: tl.constexpr):
+    """One work item of one head tile: its keys streamed (as ``kernels.mla``'s loop), its row stored."""
+    b = tl.load(items_ptr + it * 4)
+    start = tl.load(items_ptr + it * 4 + 1)
+    end = tl.load(items_ptr + it * 4 + 2)
+    row = tl.load(items_ptr + it * 4 + 3)
+    bad_len = (start < 0) | (end > max_keys) | (start > end)
+    end = tl.where(bad_len, start, end)
+    b64 = b.to(tl.int64)
+    q_v, q_r, q_row_scale = load_q_tile(q_ptr + b64 * q_stride_b, offs_h, mask_h, q_stride_h, q_stride_d,
+                                        HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST, FP8_QK)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+    bt_row = bt_ptr + b64 * bt_stride_b
+    # Per tile: BLOCK_N latent rows (BLOCK_N * Dqk * elt bytes) and the pages' table entries, a tile ahead.
+    page_next, seen = tile_pages(bt_row, bt_stride_p, start, end, offs_t, num_pages, PAGE_SIZE, BLOCK_N)
+    for t in range(0, num_tiles(start, end, BLOCK_N)):
+        n0 = start + t * BLOCK_N
+        offs_n = n0 + offs_t
+        valid = offs_n < end
+        page = page_next
+        page_next, raw_next = tile_pages(bt_row, bt_stride_p, n0 + BLOCK_N, end, offs_t, num_pages,
+                                         PAGE_SIZE, BLOCK_N)
+        seen = tl.maximum(seen, raw_next)
+        rows = kv_ptr + page * kv_stride_p + (offs_n % PAGE_SIZE) * kv_stride_s
+        kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
+                                      UPCAST)
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, float("-inf"), m_i, l_i, acc, qk_scale,
+                                       q_row_scale, HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
+                                       q_ptr.dtype.element_ty)
+    l_i = poison(l_i, bad_len | any_bad(seen, num_pages, PAGE_SIZE % BLOCK_N != 0))
+    if row < 0:
+        store_head_tile(acc, m_i, l_i, v_scale, out_ptr + b64 * out_stride_b, lse_ptr + b64 * lse_stride_b,
+                        offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
+    else:
+        r64 = row.to(tl.int64)
+        store_head_tile(acc, m_i, l_i, v_scale, po_ptr + r64 * po_stride_r, pl_ptr + r64 * pl_stride_r,
+                        offs_h, mask_h, po_stride_h, po_stride_d, pl_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
+
+
+@triton.jit
+def _mla_worklist_kernel(
+    q_ptr, kv_ptr, bt_ptr, items_ptr, cta_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+    num_heads, num_head_tiles, qk_scale, v_scale, num_pages, max_keys,
+    q_stride_b, q_stride_h, q_stride_d,
+    kv_stride_p, kv_stride_s, kv_stride_d,
+    bt_stride_b, bt_stride_p,
+    out_stride_b, out_stride_h, out_stride_d,
+    lse_stride_b, lse_stride_h,
+    po_stride_r, po_stride_h, po_stride_d,
+    pl_stride_r, pl_stride_h,
+    PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
+    FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2.
+    pid = tl.program_id(0)
+    head_tile = pid % num_head_tiles
+    cta = pid // num_head_tiles
+    offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_t = tl.arange(0, BLOCK_N)
+    if PERSISTENT:
+        for it in tl.range(tl.load(cta_ptr + cta), tl.load(cta_ptr + cta + 1), num_stages=1):
+            _mla_item(it, q_ptr, kv_ptr, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                      qk_scale, v_scale, num_pages, max_keys, offs_h, mask_h, offs_t,
+                      q_stride_b, q_stride_h, q_stride_d, kv_stride_p, kv_stride_s, kv_stride_d,
+                      bt_stride_b, bt_stride_p, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+                      lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                      PAGE_SIZE, HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_N, BLOCK_DV, BLOCK_DR,
+                      UPCAST, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK)
+    else:
+        _mla_item(cta, q_ptr, kv_ptr, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                  qk_scale, v_scale, num_pages, max_keys, offs_h, mask_h, offs_t,
+                  q_stride_b, q_stride_h, q_stride_d, kv_stride_p, kv_stride_s, kv_stride_d,
+                  bt_stride_b, bt_stride_p, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+                  lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                  PAGE_SIZE, HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_N, BLOCK_DV, BLOCK_DR,
+                  UPCAST, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK)
+
+
+def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
+                         head_dim_v: int = 512, block_n: int | None = None, block_h: int | None = None,
+                         num_warps: int | None = None, num_stages: int | None = None,
+                         sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False):
+    """Absorbed MLA decode over a schedule's work list: ``kernels.mla.mla_decode``'s inputs and outputs (the tl
+    tile; the Gluon tile does not take work lists yet), the split of the keys taken from ``work``."""
+    from splitlab.kernels import mla
+
+    check = mla.check_tensor
+    q = check("q", q, 3, dtypes=_launch.FLOAT_DTYPES)
+    _launch.check_launch_device("q", q)
+    check("kv_cache", kv_cache, 3, dtypes=(*_launch.FLOAT_DTYPES, _launch.FP8_KV_DTYPE), device=q.device)
+    kv_scale = _launch.check_kv_dtype(q, kv_cache, kv_scale)
+    _launch.check_no_grad(q=q, kv_cache=kv_cache)
+    check("block_table", block_table, 2, dtypes=(torch.int32,), device=q.device)
+    B, H, Dqk = q.shape
+    num_pages, page_size, kv_dim = kv_cache.shape
+    if kv_dim != Dqk or block_table.shape[0] != B or H < 1:
+        raise SplitlabError(f"mla_decode_scheduled: q {tuple(q.shape)}, kv_cache {tuple(kv_cache.shape)}, "
+                            f"block_table {tuple(block_table.shape)}; expected [B, H, Dqk], [pages, page, Dqk], "
+                            "[B, max_pages]")
+    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1, 2)), ("block_table", block_table, (1,))):
+        check_spans(name, t, dims)
+    max_keys = block_table.shape[1] * page_size if num_pages else 0
+    check_worklist(work, B, max_keys, q.device, "mla_decode_scheduled")
+    Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
+    scale = _launch.resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
+    d = mla.mla_defaults(H, Dqk, _launch.TORCH_DTYPE_NAMES[kv_cache.dtype], head_dim_v=Dv,
+                         block_h=None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=64),
+                         block_n=None if block_n is None else check_pow2("block_n", block_n, lo=16, hi=256))
+    nw = d.num_warps if num_warps is None else mla.check_num_warps(num_warps)
+    ns = d.num_stages if num_stages is None else check_knob("num_stages", num_stages, lo=1, hi=8)
+    if page_size % d.block_n == 0 and work.schedule.align % d.block_n:
+        raise SplitlabError(f"mla_decode_scheduled: the schedule's items start at multiples of "
+                            f"{work.schedule.align} keys; block_n={d.block_n} at page_size {page_size} needs "
+                            f"multiples of {d.block_n}")
+    block_dv, block_dr = mla.padded_dims(Dqk, Dv)
+    out = _launch.alloc(B, H, Dv, dtype=q.dtype, device=q.device)
+    lse = _launch.alloc(B, H, dtype=torch.float32, device=q.device)
+    po, pl = alloc_partials(work, H, Dv, q.device)
+    tiles = -(-H // d.block_h)
+    with _launch.device_guard(q):
+        _mla_worklist_kernel[(work.ctas * tiles,)](
+            q, kv_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
+            H, tiles, scale * kv_scale * LOG2E, kv_scale, num_pages, max_keys,
+            *q.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(), *lse.stride(),
+            *po.stride(), *pl.stride(),
+            PAGE_SIZE=page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv, BLOCK_H=d.block_h, BLOCK_N=d.block_n,
+            BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, mla.MIN_DOT), UPCAST=_launch.interpret_upcast(q.dtype),
+            DOT_PRECISION=_launch.dot_input_precision(q.dtype),
+            ISOLATE_QK=mla.isolate_qk(d.block_h, nw, q.dtype), KV_FP8=kv_cache.dtype == _launch.FP8_KV_DTYPE,
+            FP8_QK=mla.fp8_qk_on(kv_cache.dtype, d.block_h), PERSISTENT=work.schedule.persistent,
+            num_warps=nw, num_stages=ns,
+        )
+        launch_merge(work, po, pl, out, lse)
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["WorkList", "gqa_decode_scheduled", "mla_decode_scheduled", "launch_merge"]

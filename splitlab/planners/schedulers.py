@@ -1,0 +1,329 @@
+"""Schedulers: functions of plain numbers that turn a batch's lengths into a ``Schedule`` (``planners.schedule``).
+
+* ``uniform``: every request in ``num_splits`` equal, tile-aligned chunks, issued split-major (every request's
+  first chunk, then every second, ...): what splitlab's kernels ran before schedules, one item per CTA.
+* ``flashmla``: FlashMLA's ``get_mla_metadata`` (``planners.flashmla``, ported exactly): each of ``num_sm_parts``
+  persistent CTAs takes an equal payload of 64-key blocks plus a fixed overhead per request span; one item per
+  (SM part, request span).
+* ``flashinfer``: FlashInfer's tensor-core decode plan (``PrefillPlan``: the smallest KV chunk, in pages, whose
+  chunks fit ``2 * SMs / kv heads`` CTAs; ``planners.flashinfer.prefill_kv_chunk_pages``), one chunk per CTA.
+* ``stream_k``: LeanAttention's stream-K: every persistent CTA streams the same number of key tiles of the
+  batch laid end to end (its span may cross requests), so no CTA waits on a long request's chunk.
+* ``balanced``: every request in chunks of one size, the smallest whose chunk count fits a CTA budget (FlashInfer's
+  rule, in key tiles).
+* ``splitlab``: the candidate of ``uniform``, ``balanced`` and ``stream_k`` of least modelled makespan under the
+  fitted cost model (``splitlab`` below).
+
+Every scheduler returns a checked schedule (``Schedule.check``). Sources are cited per function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from splitlab.errors import SplitlabError, bad, check_int
+from splitlab.intmath import cdiv
+from splitlab.planners.schedule import Item, Schedule, chunks, make
+
+#: Keys per tile the dense kernels stream (and the alignment of every item a scheduler below makes).
+TILE_KEYS = 64
+
+
+def _lengths(lengths: Sequence[int]) -> list[int]:
+    out = [check_int("seq_lens[i]", n, minimum=0) for n in lengths]
+    if not out:
+        raise bad("seq_lens", list(lengths), "at least one request")
+    return out
+
+
+def uniform(lengths: Sequence[int], num_splits: int, *, tile: int = TILE_KEYS,
+            request_major: bool = False) -> Schedule:
+    """Request ``i`` in ``num_splits`` chunks of ``cdiv(cdiv(L_i, num_splits), tile) * tile`` keys (the last ones
+    shorter, or absent where the request runs out of keys), one per CTA, in the order the split-count kernels' grids
+    issue them: split-major (chunk 0 of every request, then chunk 1: ``kernels.gqa.GRID_ORDER``) or, with
+    ``request_major``, a request's chunks together (``kernels.mla.GRID_ORDER``). Source: splitlab."""
+    lens = _lengths(lengths)
+    num_splits = check_int("num_splits", num_splits)
+    tile = check_int("tile", tile)
+    per = [cdiv(cdiv(n, num_splits), tile) * tile for n in lens]
+    order = ([(r, s) for r in range(len(lens)) for s in range(num_splits)] if request_major else
+             [(r, s) for s in range(num_splits) for r in range(len(lens))])
+    items: list[Item] = []
+    for r, s in order:
+        n = lens[r]
+        if n == 0:
+            if s == 0:
+                items.append((-1, r, 0, 0))
+        elif s * per[r] < n:
+            items.append((-1, r, s * per[r], min((s + 1) * per[r], n)))
+    return make("uniform", lens, items, align=tile, num_splits=num_splits, request_major=request_major)
+
+
+def by_chunk(lengths: Sequence[int], chunk_keys: int, *, name: str = "balanced", align: int = TILE_KEYS,
+             **params: object) -> Schedule:
+    """Every request in consecutive chunks of ``chunk_keys`` keys, one per CTA, request-major (a request's chunks
+    together, as FlashInfer's ``DecodeSplitKVIndptr`` and ``PrefillSplitQOKVIndptr`` lay them out)."""
+    lens = _lengths(lengths)
+    chunk_keys = check_int("chunk_keys", chunk_keys)
+    items = [(-1, r, b, e) for r, n in enumerate(lens) for b, e in chunks(n, chunk_keys)]
+    return make(name, lens, items, align=align, chunk_keys=chunk_keys, **params)
+
+
+def smallest_chunk(tiles: Sequence[int], budget: int, low: int = 1) -> int:
+    """The smallest chunk (in tiles, at least ``low``) whose chunk count ``sum(cdiv(max(t, 1), chunk))`` fits
+    ``budget``, by FlashInfer's binary search (``PrefillBinarySearchKVChunkSize``: ``low`` to the longest
+    request; the longest is returned where nothing smaller fits)."""
+    hi = max(max(tiles), low)
+    lo = low
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sum(cdiv(max(t, 1), mid) for t in tiles) > budget:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def balanced(lengths: Sequence[int], budget: int, *, tile: int = TILE_KEYS) -> Schedule:
+    """Every request in chunks of the smallest whole number of ``tile``-key tiles whose chunk count fits ``budget``
+    CTAs (``smallest_chunk``); one chunk per CTA. FlashInfer's balanced chunk search, in the kernel's key tiles
+    rather than pages. Source: splitlab, after flashinfer-ai/flashinfer ``scheduler.cuh``."""
+    lens = _lengths(lengths)
+    budget = check_int("budget", budget)
+    tiles = [cdiv(n, tile) for n in lens]
+    chunk = smallest_chunk(tiles, budget)
+    return by_chunk(lens, chunk * tile, name="balanced", align=tile, budget=budget)
+
+
+def flashinfer(lengths: Sequence[int], *, page_size: int, num_kv_heads: int, sm_count: int,
+               blocks_per_sm: int = 2) -> Schedule:
+    """FlashInfer's tensor-core paged decode plan (``BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)``,
+    one query token per request, no CUDA-graph padding): ``budget = blocks_per_sm * sm_count // num_kv_heads``
+    CTAs per kv head; the smallest chunk in pages from ``max(128 // page_size, 1)`` whose chunks fit it; each request
+    in chunks of that many pages, one per CTA (a request without keys one empty chunk). ``blocks_per_sm`` is the
+    plan's assumption of two CTAs per SM. Source: flashinfer-python 0.7.2.post1
+    ``include/flashinfer/attention/scheduler.cuh`` (``PrefillPlan``, ``PrefillSplitQOKVIndptr``,
+    ``PrefillBinarySearchKVChunkSize``), the version the peer cards run; for groups above 16 query rows per kv head
+    FlashInfer also tiles the queries (``cta_tile_q``), which this port leaves out (one query tile)."""
+    lens = _lengths(lengths)
+    page_size = check_int("page_size", page_size)
+    budget = max(1, check_int("blocks_per_sm", blocks_per_sm) * check_int("sm_count", sm_count)
+                 // check_int("num_kv_heads", num_kv_heads))
+    pages = [cdiv(n, page_size) for n in lens]
+    chunk = smallest_chunk(pages, budget, low=max(128 // page_size, 1))
+    return by_chunk(lens, chunk * page_size, name="flashinfer", align=page_size, chunk_pages=chunk, budget=budget)
+
+
+def flashmla(lengths: Sequence[int], num_sm_parts: int, *, block_size_n: int = 64,
+             fixed_overhead_num_blocks: int = 5) -> Schedule:
+    """FlashMLA's decode schedule: ``get_mla_metadata`` (``planners.flashmla``, ported exactly) turned into items,
+    one per (SM part, request span): part ``p`` runs request ``begin_req_idx``'s blocks from ``begin_block_idx``,
+    the requests between whole, and ``end_req_idx``'s blocks up to ``end_block_idx``; a span is keys ``[block *
+    block_size_n, min(end_block * block_size_n, L))``. ``ctas`` is ``num_sm_parts`` (trailing parts may run
+    nothing). Source: deepseek-ai/FlashMLA ``csrc/smxx/decode/get_decoding_sched_meta`` @ 9241ae3e."""
+    from splitlab.planners.flashmla import get_mla_metadata
+
+    lens = _lengths(lengths)
+    meta, prefix = get_mla_metadata(lens, num_sm_parts, block_size_n, fixed_overhead_num_blocks)
+    blocks = [max(n - 1, 0) // block_size_n + 1 for n in lens]
+    items: list[Item] = []
+    for p, m in enumerate(meta):
+        if m.empty:
+            continue
+        for r in range(m.begin_req_idx, m.end_req_idx + 1):
+            b0 = m.begin_block_idx if r == m.begin_req_idx else 0
+            b1 = m.end_block_idx if r == m.end_req_idx else blocks[r]
+            if lens[r] == 0:
+                items.append((p, r, 0, 0))
+            elif b1 > b0:
+                items.append((p, r, b0 * block_size_n, min(b1 * block_size_n, lens[r])))
+    s = make("flashmla", lens, items, persistent=True, align=block_size_n, ctas=num_sm_parts,
+             num_sm_parts=num_sm_parts, block_size_n=block_size_n, overhead=fixed_overhead_num_blocks)
+    if tuple(prefix[i + 1] - prefix[i] for i in range(len(lens))) != s.partials:
+        raise SplitlabError("flashmla schedule: items disagree with get_mla_metadata's split counts")
+    return s
+
+
+def stream_k(lengths: Sequence[int], ctas: int, *, tile: int = TILE_KEYS) -> Schedule:
+    """Stream-K (LeanAttention): the batch's key tiles laid end to end, request after request, and cut into
+    ``ctas`` spans of ``T // ctas`` or one more tiles (``T`` the batch's tiles; the first ``T % ctas`` spans take
+    the extra one); each persistent CTA runs its span's pieces of the requests it crosses, in order. A request
+    without keys is one empty item of the CTA whose span holds its place. Source: Sanovar et al., "Lean Attention:
+    Hardware-Aware Scalable Attention Mechanism for the Decode-Phase of Transformers" (arXiv 2405.10480), section
+    4; splitlab's port cuts at key tiles."""
+    lens = _lengths(lengths)
+    ctas = check_int("ctas", ctas)
+    tile = check_int("tile", tile)
+    tiles = [cdiv(n, tile) for n in lens]
+    total = sum(tiles)
+    ctas = max(1, min(ctas, total)) if total else 1
+    q, extra = divmod(total, ctas)
+    bounds = [0]
+    for c in range(ctas):
+        bounds.append(bounds[-1] + q + (c < extra))
+    items: list[Item] = []
+    pos, c = 0, 0  # pos: the first tile of request r in the batch's tile order
+    for r, (n, t) in enumerate(zip(lens, tiles, strict=True)):
+        if t == 0:
+            while c < ctas - 1 and bounds[c + 1] <= pos:
+                c += 1
+            items.append((c, r, 0, 0))
+            continue
+        lo, hi = pos, pos + t
+        while lo < hi:
+            while bounds[c + 1] <= lo:
+                c += 1
+            e = min(hi, bounds[c + 1])
+            items.append((c, r, (lo - pos) * tile, min((e - pos) * tile, n)))
+            lo = e
+        pos = hi
+    return make("stream_k", lens, items, persistent=True, align=tile, ctas=ctas)
+
+
+#: Schedulers by name (``splitlab schedule --scheduler``; ``splitlab`` is ``splitlab`` below).
+NAMES = ("splitlab", "uniform", "balanced", "stream_k", "flashinfer", "flashmla")
+
+
+# =====================================================================================================
+# splitlab's own: the candidate of least modelled makespan under the fitted cost model
+# =====================================================================================================
+
+#: Wave multiples the balanced candidates aim at (CTAs = m x the slots a head group has).
+BALANCED_WAVES = (1, 2, 3, 4, 6, 8)
+#: Wave multiples of the stream-K candidates: none. The persistent work-list kernels (a loop over a slot's items
+#: around the key loop) compile to 255 registers with spills (sm_90a, triton 3.6; the one-item kernels to the
+#: split-count kernels' 137-208), and on the H200 stream-K ran 1.02-1.14x the best measured schedule where balanced
+#: chunks ran 1.004-1.014x (experiments/schedules, 80 ragged batches); weighed, the model took stream-K on 50 of them.
+STREAM_K_WAVES: tuple[int, ...] = ()
+
+
+def head_groups(w: object, block_h: int | None = None) -> int:
+    """Programs a slot launches: GQA's kv heads, MLA's head tiles (``waves.ctas`` of one request, one split)."""
+    from splitlab import waves
+
+    return waves.ctas(w, 1, block_h=block_h) // w.batch
+
+
+def modelled_time(s: Schedule, w: object, sm_count: int, c: object, arch: str = "") -> float:
+    """The modelled time of ``s`` for workload ``w`` (its kind, heads, dims) on ``sm_count`` SMs under the fitted
+    constants ``c`` (``CostConstants``), in key tiles of one CTA (a modelled figure, not a time):
+
+        launch = ragged_launch_time over the slots' programs, in slot order, each streaming its items' key tiles
+                 at the tile's rate plus FIXED per item (a persistent slot pays FIXED for every item it starts)
+        + PARTIAL x P x ceil(partial rows x head groups / SMs)        (the busiest SM's partial-row writes)
+        + (partial rows > 0) x (COMBINE + COMBINE_PER_SPLIT x partial rows x head groups x P / SMs)   (the merge)
+
+    with the wave width, tile rate, drain cap and P of ``planners.splitlab.fitted_cost``, so that a uniform schedule
+    is priced as the split-count rule prices it. Source: splitlab."""
+    from splitlab.planners import splitlab as rule
+
+    rows = rule.tile_rows(w)
+    wide = rule.wide_tile(w, rows)
+    mid = rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0
+    per_sm = c.ctas_per_sm if wide else c.ctas_per_sm_mid if mid else c.ctas_per_sm_narrow
+    slots = sm_count * per_sm
+    scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
+    lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
+    cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
+    rate = rule._tile_rate(w, rows, arch, None, c)
+    h = head_groups(w)
+    p = rule.partial_tiles(w, None, arch)
+    per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
+    tiles = [t + max(n - 1, 0) * c.fixed / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
+    busy = [t for t, n in zip(tiles, per_cta, strict=True) if n]
+    launch = rule.ragged_launch_time(busy, h, 1, slots, rate, c.fixed, cap, request_major=True) if busy else 0.0
+    if s.partial_rows:
+        launch += c.partial * p * cdiv(s.partial_rows * h, sm_count)
+        launch += c.combine + c.combine_per_split * s.partial_rows * h * p / sm_count
+    return launch
+
+
+def candidates(w: object, sm_count: int, c: object) -> list[Schedule]:
+    """The schedules splitlab's scheduler weighs for ``w``: ``uniform`` at the split-count rule's candidates (in the
+    family's grid order), and ``balanced`` and ``stream_k`` at ``BALANCED_WAVES`` / ``STREAM_K_WAVES`` times the
+    slots a head group has."""
+    from splitlab.planners import splitlab as rule
+
+    lens = list(w.lengths)
+    major = rule.REQUEST_MAJOR[w.kind]
+    out = [uniform(lens, n, request_major=major) for n in rule.split_candidates(w, c.max_splits, sm_count)]
+    h = head_groups(w)
+    rows = rule.tile_rows(w)
+    per_sm = c.ctas_per_sm if rule.wide_tile(w, rows) else (
+        c.ctas_per_sm_mid if rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0 else c.ctas_per_sm_narrow)
+    base = max(1, sm_count * per_sm // h)
+    budgets = sorted({max(1, m * base) for m in BALANCED_WAVES})
+    out += [balanced(lens, b) for b in budgets if b >= w.batch]
+    out += [stream_k(lens, max(1, m * base)) for m in STREAM_K_WAVES]
+    return out
+
+
+def splitlab(w: object, dev: object, constants: object = None) -> Schedule:
+    """splitlab's scheduler: of ``candidates``, the schedule of least ``modelled_time`` on ``dev`` (ties: fewer
+    partial rows, then fewer items), with the family's fitted constants for ``dev``
+    (``planners.splitlab.constants_for``) unless ``constants`` are given. Source: splitlab."""
+    from splitlab.planners import splitlab as rule
+
+    c = rule.constants_for(dev, w.kind).constants if constants is None else constants
+    best, key = None, None
+    for s in candidates(w, dev.sm_count, c):
+        k = (modelled_time(s, w, dev.sm_count, c, dev.arch), s.partial_rows, len(s.items))
+        if key is None or k < key:
+            best, key = s, k
+    return Schedule(best.scheduler if best.scheduler != "uniform" else "uniform", best.lengths, best.ctas,
+                    best.items, best.persistent, best.align, dict(best.params, chosen_by="splitlab",
+                                                                  modelled=round(key[0], 2)))
+
+
+def slots_per_group(w: object, dev: object, c: object = None) -> int:
+    """CTA slots per head group on ``dev`` (SMs x the tile's CTAs per SM, over the head groups): the CTA count
+    ``stream_k`` and ``balanced`` default to."""
+    from splitlab.planners import splitlab as rule
+
+    c = rule.constants_for(dev, w.kind).constants if c is None else c
+    rows = rule.tile_rows(w)
+    per_sm = c.ctas_per_sm if rule.wide_tile(w, rows) else (
+        c.ctas_per_sm_mid if rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0 else c.ctas_per_sm_narrow)
+    return max(1, dev.sm_count * per_sm // head_groups(w))
+
+
+def schedule(w: object, dev: object, name: str = "splitlab", *, num_splits: int | None = None,
+             ctas: int | None = None) -> Schedule:
+    """The schedule scheduler ``name`` (``NAMES``) makes for workload ``w`` on ``dev``: ``uniform`` at
+    ``num_splits`` (default: the ``splitlab`` planner's split count), ``balanced`` and ``stream_k`` over ``ctas``
+    CTAs per head group (default: ``slots_per_group``), ``flashinfer`` (GQA) and ``flashmla`` (MLA) as their
+    libraries plan on ``dev``'s SMs, ``splitlab`` by its cost model. A knob the scheduler does not take, or a
+    family it does not cover, is one ``SplitlabError``."""
+    if name not in NAMES:
+        raise bad("scheduler", name, "one of " + ", ".join(NAMES))
+    if w.kind == "sparse_mla":
+        raise SplitlabError("kind sparse_mla is not allowed for schedules yet; expected gqa or mla (the sparse "
+                            "kernel walks each token's top-k, split by num_splits)")
+    if num_splits is not None and name != "uniform":
+        raise SplitlabError(f"--num-splits is not allowed with scheduler {name!r}; expected it with uniform")
+    if ctas is not None and name not in ("balanced", "stream_k"):
+        raise SplitlabError(f"--ctas is not allowed with scheduler {name!r}; expected it with balanced or stream_k")
+    lens = list(w.lengths)
+    if name == "splitlab":
+        return splitlab(w, dev)
+    if name == "uniform":
+        if num_splits is None:
+            from splitlab.planners.registry import plan
+
+            num_splits = plan(w, dev, "splitlab").num_splits
+        from splitlab.planners import splitlab as rule
+
+        return uniform(lens, num_splits, request_major=rule.REQUEST_MAJOR[w.kind])
+    if name in ("balanced", "stream_k"):
+        n = slots_per_group(w, dev) if ctas is None else check_int("ctas", ctas)
+        return balanced(lens, n) if name == "balanced" else stream_k(lens, n)
+    if name == "flashinfer":
+        if w.kind != "gqa":
+            raise SplitlabError(f"scheduler 'flashinfer' is not allowed for kind {w.kind}; expected gqa (its paged "
+                                "decode plan)")
+        return flashinfer(lens, page_size=w.page_size, num_kv_heads=w.num_kv_heads, sm_count=dev.sm_count)
+    if w.kind != "mla":
+        raise SplitlabError(f"scheduler 'flashmla' is not allowed for kind {w.kind}; expected mla")
+    from splitlab.planners.flashmla import num_sm_parts
+
+    return flashmla(lens, num_sm_parts(dev.sm_count, w.num_q_heads, w.num_kv_heads))

@@ -1,0 +1,121 @@
+"""Schedules (``planners.schedule``) and the schedulers (``planners.schedulers``): pure Python, no GPU."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splitlab import devices
+from splitlab.errors import SplitlabError
+from splitlab.planners import flashmla as flashmla_port
+from splitlab.planners import schedulers as S
+from splitlab.planners.schedule import Schedule, make
+from splitlab.workloads import DecodeWorkload
+
+LENGTHS = st.lists(st.one_of(st.sampled_from([0, 1, 63, 64, 65, 128]), st.integers(0, 20000)), min_size=1,
+                   max_size=40)
+
+
+def every_scheduler(lens: list[int]) -> list[Schedule]:
+    return [S.uniform(lens, 5), S.uniform(lens, 1), S.balanced(lens, 50), S.stream_k(lens, 17),
+            S.flashinfer(lens, page_size=16, num_kv_heads=8, sm_count=132), S.flashmla(lens, 33)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(LENGTHS)
+def test_every_schedule_covers_every_key_once(lens):
+    for s in every_scheduler(lens):
+        assert s.check() is s  # make() checked already; check() again is idempotent
+        covered = [0] * len(lens)
+        for _, r, b, e in s.items:
+            covered[r] += e - b
+        assert covered == lens, s.scheduler
+        assert len(s.item_rows) == len(s.items)
+        assert sum(r >= 0 for r in s.item_rows) == s.partial_rows
+        assert sorted(r for r in s.item_rows if r >= 0) == list(range(s.partial_rows))
+        for r, n in enumerate(s.partials):
+            assert n >= 1 and (lens[r] > 0 or n == 1)
+
+
+def test_check_names_the_broken_rule():
+    lens = (100, 0)
+    good = [(0, 0, 0, 64), (1, 0, 64, 100), (2, 1, 0, 0)]
+    assert make("t", lens, good, align=64).partials == (2, 1)
+    cases = {
+        "reads twice": [(0, 0, 0, 64), (1, 0, 0, 100), (2, 1, 0, 0)],
+        "covers keys": [(0, 0, 0, 64), (1, 1, 0, 0)],
+        "empty request 1 has 2 items": [(0, 0, 0, 100), (1, 1, 0, 0), (2, 1, 0, 0)],
+        "not a multiple of align": [(0, 0, 0, 60), (1, 0, 60, 100), (2, 1, 0, 0)],
+        "names request 5": [(0, 0, 0, 100), (1, 5, 0, 0), (2, 1, 0, 0)],
+        "runs two items": [(0, 0, 0, 64), (0, 0, 64, 100), (1, 1, 0, 0)],
+        "keys [0, 0) of request 0": [(0, 0, 0, 0), (1, 0, 0, 100), (2, 1, 0, 0)],
+    }
+    for what, items in cases.items():
+        with pytest.raises(SplitlabError, match=what.replace("[", r"\[").replace(")", r"\)")):
+            make("t", lens, items, align=64)
+    with pytest.raises(SplitlabError, match="runs no item"):
+        Schedule("t", lens, 4, tuple(good), False, 64).check()
+
+
+def test_uniform_is_the_split_count_kernels_split():
+    # kernels.gqa: split_len = cdiv(cdiv(L, S), BLOCK_N) * BLOCK_N, split-major grid, empty splits dropped
+    s = S.uniform([1000, 100, 0], 4)
+    assert s.items == ((0, 0, 0, 256), (1, 1, 0, 64), (2, 2, 0, 0), (3, 0, 256, 512), (4, 1, 64, 100),
+                       (5, 0, 512, 768), (6, 0, 768, 1000))
+    assert s.partials == (4, 2, 1) and s.partial_rows == 6 and not s.persistent
+
+
+@settings(max_examples=100, deadline=None)
+@given(LENGTHS, st.integers(1, 264))
+def test_flashmla_items_are_get_mla_metadata_spans(lens, parts):
+    s = S.flashmla(lens, parts)
+    meta, prefix = flashmla_port.get_mla_metadata(lens, parts)
+    assert s.ctas == parts and s.persistent
+    assert list(s.partials) == [prefix[i + 1] - prefix[i] for i in range(len(lens))]
+    for p, m in enumerate(meta):
+        mine = [it for it in s.items if it[0] == p]
+        if m.empty:
+            assert not mine
+            continue
+        assert [it[1] for it in mine] == list(range(m.begin_req_idx, m.end_req_idx + 1))
+        assert mine[0][2] == (m.begin_block_idx * 64 if lens[m.begin_req_idx] else 0)
+
+
+def test_stream_k_gives_every_cta_the_same_tiles():
+    lens = [random.Random(3).randint(0, 9000) for _ in range(37)]
+    s = S.stream_k(lens, 20)
+    tiles = [sum(-(-(e - b) // 64) for c2, _, b, e in s.items if c2 == c) for c in range(s.ctas)]
+    assert max(tiles) - min(tiles) <= 1 + 1  # a span cut inside a request's partial last tile counts it twice
+
+
+def test_flashinfer_chunk_is_the_smallest_that_fits():
+    lens = [4096] * 4 + [100]
+    s = S.flashinfer(lens, page_size=16, num_kv_heads=8, sm_count=132)  # budget 2 * 132 // 8 = 33 CTAs
+    pages = s.params["chunk_pages"]
+    assert len(s.items) <= 33 and pages >= 8
+    assert sum(-(-max(-(-n // 16), 1) // (pages - 1)) for n in lens) > 33 or pages == 8
+
+
+def test_splitlab_scheduler_is_deterministic_and_priced():
+    dev = devices.get("h200")
+    w = DecodeWorkload("gqa", 64, 32, 8, 128, 128, 32768, page_size=16, length_dist="longtail", length_seed=5)
+    a, b = S.splitlab(w, dev), S.splitlab(w, dev)
+    assert a.digest == b.digest and a.params["chosen_by"] == "splitlab"
+    c = __import__("splitlab.planners.splitlab", fromlist=["x"]).constants_for(dev, "gqa").constants
+    costs = [S.modelled_time(s, w, dev.sm_count, c) for s in S.candidates(w, dev.sm_count, c)]
+    assert a.params["modelled"] == pytest.approx(min(costs), abs=0.01)
+    # a long-tail batch is not split evenly: its short requests take fewer items than its longest
+    per = a.partials
+    longest = max(range(w.batch), key=lambda r: w.lengths[r])
+    assert per[longest] > min(per)
+
+
+def test_summary_and_json_name_what_runs():
+    s = S.flashmla([5000, 0, 300], 8)
+    j = s.to_json()
+    assert j["scheduler"] == "flashmla" and j["ctas"] == 8 and j["partials"] == list(s.partials)
+    assert all(len(it) == 4 for it in j["items"]) and j["schedule_hash"] == s.digest
+    assert S.uniform([5000, 0, 300], 2).digest != S.uniform([5000, 0, 300], 3).digest
