@@ -28,7 +28,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from splitlab import waves
@@ -416,6 +416,15 @@ def ragged_launch_time(tiles: list[int], ctas_per_request: int, num_splits: int,
         # every ragged fit batch of 8 waves or more; the schedule's cost grows with the batch, this does not).
         work = sum(durations) * ctas_per_request * num_splits / slots
         return max(work + cap * sum(durations) / len(durations) / 2, cap * max(durations))
+    return _schedule(tuple(durations), ctas_per_request, num_splits, slots, cap, request_major)
+
+
+@lru_cache(maxsize=1 << 16)
+def _schedule(durations: tuple[float, ...], ctas_per_request: int, num_splits: int, slots: int, cap: float,
+              request_major: bool) -> float:
+    """``ragged_launch_time``'s schedule of a launch of fewer than ``SCHEDULE_WAVES`` waves, remembered: the fit
+    prices the same launch under every setting of the constants it does not depend on (the partial write's; a wide
+    tile's drain), and a plan asked twice costs it once."""
     queue = ([(d, ctas_per_request * num_splits) for d in durations] if request_major else
              [(d, ctas_per_request) for _ in range(num_splits) for d in durations])
     pending = []  # heap of (the virtual work at which a group of CTAs ends, its CTAs)
