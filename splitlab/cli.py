@@ -277,6 +277,40 @@ def _plan(args: argparse.Namespace, given=None) -> int:
     return 0
 
 
+#: ``splitlab schedule --scheduler`` (``planners.schedulers.NAMES``, restated so that the parser needs no planner
+#: import; ``tests/test_cli.py`` holds the two equal).
+SCHEDULERS = ("splitlab", "uniform", "balanced", "stream_k", "flashinfer", "flashmla")
+#: ``splitlab schedule``: the largest split count and CTA count asked for, and the most items it prints.
+MAX_SCHEDULE_SPLITS, MAX_SCHEDULE_CTAS, MAX_SCHEDULE_ITEMS = 1 << 16, 1 << 20, 1 << 20
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from splitlab.planners import schedulers
+
+    dev = devices.get(args.device)
+    if args.batch is not None and len(args.batch) > 1 or args.ctx is not None and len(args.ctx) > 1:
+        raise SplitlabError("--batch and --ctx take one value each with schedule; expected one batch")
+    (w,) = _build_workloads(args)
+    if w.batch * max(1, args.num_splits or 1) > MAX_SCHEDULE_ITEMS:
+        raise SplitlabError(f"--batch {w.batch} x --num-splits {args.num_splits} items is not allowed; expected at "
+                            f"most {MAX_SCHEDULE_ITEMS}")
+    s = schedulers.schedule(w, dev, args.scheduler, num_splits=args.num_splits, ctas=args.ctas)
+    if args.json:
+        print(json.dumps(dict(s.to_json(), device=dev.name, kind=w.kind)))
+        return 0
+    summary = s.summary()
+    per_cta = [s.cta_offsets[c + 1] - s.cta_offsets[c] for c in range(s.ctas)]
+    print(f"# {dev.name} ({dev.sm_count} SMs), {w.kind} {w.num_q_heads}/{w.num_kv_heads}, batch {w.batch}, "
+          f"keys {min(w.lengths)}-{max(w.lengths)} (mean {sum(w.lengths) / w.batch:.0f})")
+    _print_table([dict(summary, mean_keys_per_cta=round(sum(s.cta_keys) / s.ctas),
+                       items_per_cta=f"{min(per_cta)}-{max(per_cta)}")],
+                 ["scheduler", "ctas", "items", "items_per_cta", "partial_rows", "max_partials", "busiest_keys",
+                  "mean_keys_per_cta", "persistent", "schedule_hash"])
+    if s.params:
+        print("# " + ", ".join(f"{k}={v}" for k, v in s.params.items()))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
@@ -306,7 +340,7 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-#: ``--scheduler``: a Dask address, ``[scheme://]host:port``.
+#: ``--dask-scheduler``: a Dask address, ``[scheme://]host:port``.
 SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
 _ADDRESS = re.compile(r"^(?:(?P<scheme>[A-Za-z0-9+.-]+)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
                       r":(?P<port>\d{1,5})$")
@@ -398,6 +432,32 @@ def _add_plugin_flags(p: argparse.ArgumentParser, sub) -> None:
         sp.add_argument("--plugin", dest="plugin_here", action="append", default=[], metavar="MODULE", help=text)
 
 
+def _add_workload_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that describe a workload, shared by ``plan`` and ``schedule``."""
+    p.add_argument("--workload", help="model preset: " + ", ".join(workloads.names()))
+    p.add_argument("--kind", choices=workloads.KINDS)
+    p.add_argument("--batch", type=int_list_type(1, LIMITS["batch"]),
+                    help=f"requests (sparse: query tokens), 1..{LIMITS['batch']}; list: 1,2,8 (default 1)")
+    p.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"], sizes=True),
+                    help="keys per request, the longest of a ragged batch (sparse: pool size), "
+                    f"1..{LIMITS['ctx_len']}; list; sizes: 32k,128K,1M (default 8192)")
+    p.add_argument("--lengths", type=lengths_type, metavar="DIST[:SEED]",
+                    help="a ragged batch: each request's keys (sparse: valid top-k) drawn from a named distribution "
+                    f"({', '.join(workloads.LENGTH_DISTS)}) with SEED (default 0), the longest exactly --ctx "
+                    "(sparse: --topk)")
+    p.add_argument("--seq-lens", type=seq_lens_type, metavar="L1,L2,...",
+                    help="a ragged batch given request by request (keys each, 0 allowed; sizes: 32k); sets --batch "
+                    "(give none or the same count) and the context (its longest); not for sparse_mla")
+    p.add_argument("--heads", type=int_type(1, LIMITS["num_q_heads"]), help="query heads (overrides the preset)")
+    p.add_argument("--kv-heads", type=int_type(1, LIMITS["num_kv_heads"]))
+    p.add_argument("--head-dim", type=int_type(1, LIMITS["head_dim_qk"]), help="head dim of q/k")
+    p.add_argument("--head-dim-v", type=int_type(1, LIMITS["head_dim_v"]))
+    p.add_argument("--topk", type=int_type(1, LIMITS["topk"], sizes=True),
+                    help="candidates per query token (sparse_mla only); 2048 or 2k")
+    p.add_argument("--page-size", type=int_type(1, LIMITS["page_size"], sizes=True), help="keys per page")
+    p.add_argument("--dtype", default="bf16", choices=workloads.DTYPES)
+
+
 def build_parser() -> argparse.ArgumentParser:
     import splitlab
 
@@ -417,28 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(fn=cmd_schema)
 
     pl = sub.add_parser("plan", help="what each planner picks for a workload on each device")
-    pl.add_argument("--workload", help="model preset: " + ", ".join(workloads.names()))
-    pl.add_argument("--kind", choices=workloads.KINDS)
-    pl.add_argument("--batch", type=int_list_type(1, LIMITS["batch"]),
-                    help=f"requests (sparse: query tokens), 1..{LIMITS['batch']}; list: 1,2,8 (default 1)")
-    pl.add_argument("--ctx", type=int_list_type(1, LIMITS["ctx_len"], sizes=True),
-                    help="keys per request, the longest of a ragged batch (sparse: pool size), "
-                    f"1..{LIMITS['ctx_len']}; list; sizes: 32k,128K,1M (default 8192)")
-    pl.add_argument("--lengths", type=lengths_type, metavar="DIST[:SEED]",
-                    help="a ragged batch: each request's keys (sparse: valid top-k) drawn from a named distribution "
-                    f"({', '.join(workloads.LENGTH_DISTS)}) with SEED (default 0), the longest exactly --ctx "
-                    "(sparse: --topk)")
-    pl.add_argument("--seq-lens", type=seq_lens_type, metavar="L1,L2,...",
-                    help="a ragged batch given request by request (keys each, 0 allowed; sizes: 32k); sets --batch "
-                    "(give none or the same count) and the context (its longest); not for sparse_mla")
-    pl.add_argument("--heads", type=int_type(1, LIMITS["num_q_heads"]), help="query heads (overrides the preset)")
-    pl.add_argument("--kv-heads", type=int_type(1, LIMITS["num_kv_heads"]))
-    pl.add_argument("--head-dim", type=int_type(1, LIMITS["head_dim_qk"]), help="head dim of q/k")
-    pl.add_argument("--head-dim-v", type=int_type(1, LIMITS["head_dim_v"]))
-    pl.add_argument("--topk", type=int_type(1, LIMITS["topk"], sizes=True),
-                    help="candidates per query token (sparse_mla only); 2048 or 2k")
-    pl.add_argument("--page-size", type=int_type(1, LIMITS["page_size"], sizes=True), help="keys per page")
-    pl.add_argument("--dtype", default="bf16", choices=workloads.DTYPES)
+    _add_workload_flags(pl)
     pl.add_argument("--device", default="h200", help="preset name(s), comma-separated: " + ", ".join(devices.names()))
     pl.add_argument("--planner", default="all", help="planner name(s) or all: " + ", ".join(planners.names()))
     pl.add_argument("--json", action="store_true", help="machine-readable rows (with each adapter's note)")
@@ -446,6 +485,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--constants", metavar="FILE", help="the splitlab planner takes this constants file (splitlab "
                     "fit --out) for the device it was fitted for, in place of the shipped ones")
     pl.set_defaults(fn=cmd_plan)
+
+    sd = sub.add_parser("schedule", help="the work items a scheduler deals one batch's keys into (no GPU needed)")
+    _add_workload_flags(sd)
+    sd.add_argument("--device", default="h200", help="one preset name: " + ", ".join(devices.names()))
+    sd.add_argument("--scheduler", default="splitlab", choices=SCHEDULERS,
+                    help="who deals the keys (default splitlab: its cost model's choice)")
+    sd.add_argument("--num-splits", type=int_type(1, MAX_SCHEDULE_SPLITS), help="uniform: chunks per request "
+                    "(default: the splitlab planner's split count)")
+    sd.add_argument("--ctas", type=int_type(1, MAX_SCHEDULE_CTAS), help="balanced, stream_k: CTAs per head group "
+                    "(default: the device's slots for the tile)")
+    sd.add_argument("--json", action="store_true", help="one object: scheduler, ctas, items [cta, request, "
+                    "key_begin, key_end], partials per request, the summary")
+    sd.set_defaults(fn=cmd_schedule)
 
     from splitlab import report
 
@@ -484,7 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
     par = sw.add_mutually_exclusive_group()
     par.add_argument("--workers", type=int_type(1, MAX_WORKERS), help="N: run on a local Dask cluster of N worker "
                      "processes, one per visible GPU (CPU workers where there is none); needs splitlab[dist]")
-    par.add_argument("--scheduler", type=_address, help="ADDRESS: run on this Dask cluster (one single-threaded "
+    par.add_argument("--dask-scheduler", dest="scheduler", type=_address,
+                     help="ADDRESS: run on this Dask cluster (one single-threaded "
                      "worker per GPU, CUDA_VISIBLE_DEVICES set; see README); needs splitlab[dist]")
     sw.add_argument("--quiet", action="store_true", help="no progress output")
     sw.add_argument("--rows", type=int_type(0, MAX_ROWS), default=8, help="--dry-run: how many points to show")

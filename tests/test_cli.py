@@ -123,10 +123,10 @@ LONG = "x" * 300  # longer than a file name may be (255 bytes)
     (["sweep", "gqa_decode", "--dry-run", "--max-minutes", "nan"], "--max-minutes: 'nan' is not allowed"),
     (["sweep", "gqa_decode", "--dry-run", "--workers", "0"], "--workers: '0'"),
     (["sweep", "gqa_decode", "--dry-run", "--workers", "100000"], "--workers: '100000'"),
-    (["sweep", "gqa_decode", "--dry-run", "--scheduler", "notaurl"], "--scheduler: 'notaurl' is not allowed"),
-    (["sweep", "gqa_decode", "--dry-run", "--scheduler", "tcp://host"], "[scheme://]host:port"),
-    (["sweep", "gqa_decode", "--dry-run", "--scheduler", "http://host:8786"], "scheme one of tcp"),
-    (["sweep", "gqa_decode", "--dry-run", "--scheduler", "tcp://host:70000"], "--scheduler"),
+    (["sweep", "gqa_decode", "--dry-run", "--dask-scheduler", "notaurl"], "--dask-scheduler: 'notaurl' is not allowed"),
+    (["sweep", "gqa_decode", "--dry-run", "--dask-scheduler", "tcp://host"], "[scheme://]host:port"),
+    (["sweep", "gqa_decode", "--dry-run", "--dask-scheduler", "http://host:8786"], "scheme one of tcp"),
+    (["sweep", "gqa_decode", "--dry-run", "--dask-scheduler", "tcp://host:70000"], "--dask-scheduler"),
     (["sweep", "x" * 5000, "--dry-run"], "(5000 characters) is not allowed; expected a card file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
@@ -179,8 +179,8 @@ def test_scheduler_that_does_not_answer_fails_fast_in_one_line(tmp_path, capsys)
     card.write_text(tiny_card("t_sched"))
     t0 = time.monotonic()
     code, out, err = run(capsys, "sweep", str(card), "--grid", "quick", "--out", str(tmp_path / "runs"), "--timer",
-                         "fake", "--device", "h200", "--quiet", "--scheduler", "tcp://127.0.0.1:1")
-    assert code == 2 and err.count("\n") == 1 and "--scheduler='tcp://127.0.0.1:1'" in err, err
+                         "fake", "--device", "h200", "--quiet", "--dask-scheduler", "tcp://127.0.0.1:1")
+    assert code == 2 and err.count("\n") == 1 and "--dask-scheduler='tcp://127.0.0.1:1'" in err, err
     assert time.monotonic() - t0 < 25  # the connect timeout is seconds (Dask's default waits 30)
 
 

@@ -144,8 +144,8 @@ def test_cli_flags_and_the_single_process_path_without_dask(tmp_path, capsys, mo
     p.write_text(card_text("exact"))
     base = ["sweep", str(p), "--grid", "quick", "--out", str(tmp_path / "runs"), "--timer", "fake", "--quiet",
             "--device", "h200"]
-    bad_flags = [(["--workers", "0"], "--workers"), (["--scheduler", " "], "--scheduler"),
-                 (["--workers", "2", "--scheduler", "tcp://x:1"], "not allowed"),
+    bad_flags = [(["--workers", "0"], "--workers"), (["--dask-scheduler", " "], "--dask-scheduler"),
+                 (["--workers", "2", "--dask-scheduler", "tcp://x:1"], "not allowed"),
                  (["--workers", "2", "--shard", "0/2"], "--shard"), (["--workers", "2", "--limit", "3"], "--limit")]
     for bad, word in bad_flags:
         assert main(base + bad) == 2, bad

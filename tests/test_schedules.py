@@ -119,3 +119,36 @@ def test_summary_and_json_name_what_runs():
     assert j["scheduler"] == "flashmla" and j["ctas"] == 8 and j["partials"] == list(s.partials)
     assert all(len(it) == 4 for it in j["items"]) and j["schedule_hash"] == s.digest
     assert S.uniform([5000, 0, 300], 2).digest != S.uniform([5000, 0, 300], 3).digest
+
+
+def test_the_cli_schedule_json_contract(capsys):
+    import json
+
+    from splitlab import cli
+
+    assert cli.SCHEDULERS == S.NAMES
+    assert cli.main(["schedule", "--kind", "mla", "--seq-lens", "5000,0,300", "--scheduler", "flashmla",
+                     "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    want = S.flashmla([5000, 0, 300], flashmla_port.num_sm_parts(132, 128, 1))
+    assert j["scheduler"] == "flashmla" and j["ctas"] == want.ctas
+    assert j["items"] == [list(it) for it in want.items] and j["partials"] == list(want.partials)
+    assert cli.main(["schedule", "--kind", "gqa", "--batch", "8", "--ctx", "32k", "--lengths", "longtail:3"]) == 0
+    assert "schedule_hash" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--kind", "mla", "--seq-lens", "10,0", "--scheduler", "flashinfer"], "not allowed for kind mla"),
+    (["--kind", "gqa", "--seq-lens", "10,0", "--scheduler", "flashmla"], "not allowed for kind gqa"),
+    (["--kind", "gqa", "--seq-lens", "10", "--scheduler", "uniform", "--ctas", "3"], "--ctas is not allowed"),
+    (["--kind", "gqa", "--seq-lens", "10", "--num-splits", "3"], "--num-splits is not allowed"),
+    (["--kind", "gqa", "--batch", "1,2"], "one value each"),
+    (["--kind", "sparse_mla"], "sparse_mla is not allowed"),
+    (["--kind", "gqa", "--scheduler", "nope"], "invalid choice"),
+])
+def test_the_cli_schedule_refuses_in_one_line(capsys, argv, says):
+    from splitlab import cli
+
+    assert cli.main(["schedule", *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1, err

@@ -1,11 +1,11 @@
-"""Sweeps past one GPU on Dask (``splitlab sweep ... --workers N | --scheduler ADDRESS``); needs the ``dist``
+"""Sweeps past one GPU on Dask (``splitlab sweep ... --workers N | --dask-scheduler ADDRESS``); needs the ``dist``
 extra (``pip install splitlab[dist]``), imported only here and only when asked for.
 
 Pinning. ``--workers N`` starts a local cluster of N worker processes (a ``distributed.SpecCluster`` of
 ``Nanny`` workers, i.e. a ``LocalCluster`` with per-worker options), one per visible GPU: worker i gets
 ``CUDA_VISIBLE_DEVICES`` = the i-th visible GPU and its own ``TRITON_CACHE_DIR`` in its environment, set in
 the fresh (spawned) process before anything imports torch; one thread each, so a GPU never runs two points at
-once. Without GPUs the workers are CPU processes (fake timer, Triton's interpreter). ``--scheduler ADDRESS``
+once. Without GPUs the workers are CPU processes (fake timer, Triton's interpreter). ``--dask-scheduler ADDRESS``
 uses a running cluster whose operator started one single-threaded worker per GPU with ``CUDA_VISIBLE_DEVICES``
 set (``dask worker ADDRESS --nthreads 1 --resources GPU=1``); when every worker declares a ``GPU`` resource,
 each task asks for ``GPU=1``, otherwise workers with more than one thread are refused.
@@ -42,9 +42,9 @@ from splitlab.bench.cards import Card
 from splitlab.bench.sweep import Runner, SweepAborted, SweepOptions, SweepResult
 from splitlab.errors import SplitlabError
 
-SCHEDULER_CONNECT_S = 5  # --scheduler: seconds to wait for the scheduler to answer
+SCHEDULER_CONNECT_S = 5  # --dask-scheduler: seconds to wait for the scheduler to answer
 TASKS_PER_WORKER = 4  # shards per worker: finer shards balance better and a KilledWorker costs less
-MISSING = "--workers/--scheduler need Dask: pip install splitlab[dist] (dask and distributed)"
+MISSING = "--workers/--dask-scheduler need Dask: pip install splitlab[dist] (dask and distributed)"
 
 
 def _import_distributed():
@@ -173,9 +173,9 @@ def run(card: Card, options: SweepOptions, *, workers: int | None = None, schedu
     the cluster at ``scheduler``, or (tests) an existing ``cluster``. Returns the sweep's state when every task
     has ended (``statuses``: the rows this run's sessions wrote)."""
     if options.shard is not None:
-        raise SplitlabError("--shard is not allowed with --workers/--scheduler (they shard the sweep themselves)")
+        raise SplitlabError("--shard is not allowed with --workers/--dask-scheduler (they shard the sweep themselves)")
     if options.limit is not None:
-        raise SplitlabError("--limit is not allowed with --workers/--scheduler (it counts points per session); "
+        raise SplitlabError("--limit is not allowed with --workers/--dask-scheduler (it counts points per session); "
                             "use --max-minutes")
     distributed = _import_distributed()
     say = log or (lambda msg: None if options.quiet else print(f"splitlab: {msg}", file=sys.stderr, flush=True))
@@ -198,7 +198,8 @@ def run(card: Card, options: SweepOptions, *, workers: int | None = None, schedu
             client = distributed.Client(scheduler, set_as_default=False, timeout=SCHEDULER_CONNECT_S)
         except (OSError, TimeoutError, ValueError) as e:
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SplitlabError(f"--scheduler={scheduler!r}: no Dask scheduler answered within {SCHEDULER_CONNECT_S} s "
+            raise SplitlabError(f"--dask-scheduler={scheduler!r}: no Dask scheduler answered within "
+                                f"{SCHEDULER_CONNECT_S} s "
                                 f"({why}); expected the address of a running scheduler (dask scheduler prints it)"
                                 ) from None
     else:
