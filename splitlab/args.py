@@ -32,10 +32,47 @@ EXIT_BROKEN_PIPE = 141
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """``argparse`` with the one-line error: a parse error raises ``SplitlabError`` (no usage block)."""
+    """``argparse`` with the one-line error: a parse error raises ``SplitlabError`` (no usage block); a flag it does
+    not know is named with the closest flag the command takes (``--worklaod``: did you mean ``--workload``?)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise SplitlabError(message)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unrecognized(self, ns, extras))
+        return ns
+
+
+def _flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> list[str]:
+    """The long flags ``parser`` takes, with those of the subcommand ``ns`` chose."""
+    out = []
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            chosen = a.choices.get(getattr(ns, a.dest, None) or "")
+            out += _flags(chosen, ns) if chosen is not None else []
+        else:
+            out += [s for s in a.option_strings if s.startswith("--")]
+    return out
+
+
+def unrecognized(parser: argparse.ArgumentParser, ns: argparse.Namespace, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the closest known flag for each unknown one
+    (``difflib``), in one line."""
+    import difflib
+
+    flags = sorted(set(_flags(parser, ns)))
+    hints = []
+    for x in extras:
+        name = x.split("=", 1)[0]
+        close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6) if name.startswith("--") else []
+        if close:
+            hints.append(f"{name}: did you mean {close[0]}?")
+    given = " ".join(extras)
+    given = given if len(given) <= 80 else shown(given)  # a 5000-character argument stays readable
+    return f"unrecognized arguments: {given}" + (f" ({'; '.join(hints)})" if hints else "") + \
+        "; expected the flags `-h` lists"
 
 
 def shown(value: object, limit: int = 80) -> str:

@@ -85,15 +85,29 @@ def _entry(name: str, raw: dict, where: Path, table: str, allowed: set[str], dat
         raise SplitlabError(f"{where}: [{table}.{name!r}] is not allowed; a name has no path separator and is no "
                             f"role ({', '.join(ROLES)})")
     return Entry(name=name, path=data_dir / raw["path"], roles=tuple(roles), kernel_version=raw["kernel_version"],
+    sweeps = raw.get("sweeps", [])
+    if not isinstance(sweeps, list) or any(not isinstance(s, str) or not s for s in sweeps):
+        raise bad("sweeps", f"= {sweeps!r} is not allowed; expected a list of sweep folder names")
+    for key, value in (("path", raw["path"]), *(("sweeps", s) for s in sweeps)):
+        if _escapes(value):
+            raise bad(key, f"= {value!r} is not allowed; expected a folder inside {data_dir} (a relative path "
+                      "without '..')")
                  command=raw["command"], purpose=" ".join(raw["purpose"].split()), sweeps=tuple(raw.get("sweeps", ())),
                  device=raw.get("device", ""), gpu=raw.get("gpu", ""), timer=tuple(raw.get("timer", ())),
                  rotation=raw.get("rotation", ""), commit=raw.get("commit", ""))
 
 
 def read(path: str | Path | None = None) -> Catalog:
+def _escapes(text: str) -> bool:
+    """Whether a catalog path could lead out of the data folder: absolute, from the home folder, or with a ``..``."""
+    p = Path(text)
+    return p.is_absolute() or text.startswith("~") or ".." in p.parts or ".." in Path(text.replace("\\", "/")).parts
+
+
     """The catalog at ``path`` (default ``CATALOG``, ``data/catalog.toml``); empty when the file does not exist
     (splitlab installed without its data). A malformed catalog is one ``SplitlabError`` naming the file and the
-    key."""
+    key: one that is empty or holds no table (cut short), is not valid TOML (the line where it breaks off), or
+    whose ``path`` or ``sweeps`` lead out of the catalog's folder (absolute, ``~`` or ``..``)."""
     path = Path(path) if path is not None else CATALOG
     if not path.is_file():
         return Catalog({}, {})
@@ -104,9 +118,22 @@ def read(path: str | Path | None = None) -> Catalog:
 @cache
 def _read(path: Path, mtime_ns: int, size: int) -> Catalog:
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SplitlabError(f"{path}: not a readable TOML catalog ({e})") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SplitlabError(f"{path}: not a readable TOML catalog ({e}); expected the catalog of result sets") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:  # the message ends "(at line N, column M)": where it broke off
+        raise SplitlabError(f"{path}: not a readable TOML catalog: not valid TOML ({e}); expected the catalog of "
+                            "result sets (a truncated file: restore it)") from None
+    if not raw.get("sets") and not raw.get("bench"):
+        what = "is empty" if not text.strip() else "holds no [sets.NAME] or [bench.NAME] table"
+        raise SplitlabError(f"{path}: the catalog {what}; expected the catalog of result sets (a truncated file: "
+                            "restore it)")
+    for table in ("sets", "bench"):
+        tables = raw.get(table, {})
+        if not isinstance(tables, dict) or any(not isinstance(v, dict) for v in tables.values()):
+            raise SplitlabError(f"{path}: [{table}] is not allowed; expected tables [{table}.NAME]")
     sets = {n: _entry(n, v, path, "sets", _SET_KEYS, path.parent) for n, v in raw.get("sets", {}).items()}
     bench = {n: _entry(n, v, path, "bench", _BENCH_KEYS, path.parent) for n, v in raw.get("bench", {}).items()}
     return Catalog(sets, bench)
@@ -128,7 +155,8 @@ def get(name: str) -> Entry:
     """The result set called ``name``; an unknown name is one ``SplitlabError`` listing the known ones."""
     sets = read().sets
     if name not in sets:
-        known = ", ".join(sets) or f"none: {CATALOG} does not exist"
+        known = ", ".join(sets) or ("none: " + (f"{CATALOG} does not exist" if not CATALOG.is_file() else
+                                                  f"{CATALOG} holds no [sets.NAME] table"))
         raise SplitlabError(f"data set {name!r} is not in the catalog; expected a path or one of {known}")
     return sets[name]
 
@@ -146,6 +174,14 @@ def current(device: str | None = None) -> Entry:
 
 
 def confirm_for(entry: Entry) -> list[Entry]:
+def why_none(role: str) -> str:
+    """Why the catalog names no set with ``role``, for a message: the file is missing (splitlab runs outside its
+    checkout), or it holds none (a malformed file is refused by ``read`` before this is asked)."""
+    if not CATALOG.is_file():
+        return f"{CATALOG} does not exist: splitlab runs outside its checkout"
+    return f"{CATALOG} holds no set with the role {role}"
+
+
     """The confirm sets of ``entry``'s device, in catalog order."""
     return [e for e in entries("confirm") if e.device == entry.device]
 

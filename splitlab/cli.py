@@ -239,6 +239,13 @@ def _plan(args: argparse.Namespace, given=None) -> int:
         raise SplitlabError(f"--constants={args.constants!r} holds constants fitted for {given.device}; expected "
                             f"--device {given.device} among the devices (a file applies to the device it was fitted "
                             "for)")
+    from splitlab.planners.splitlab import ENV_CONSTANTS, env_constants
+
+    for fc in env_constants().values():  # refused as --constants is: a file applies to the device it was fitted for
+        if fc.device not in {d.name for d in devs}:
+            raise SplitlabError(f"{ENV_CONSTANTS}={str(fc.path)!r} holds constants fitted for {fc.device}; expected "
+                                f"--device {fc.device} among the devices (a file applies to the device it was fitted "
+                                "for)")
     every = args.planner == "all"
     names = planners.names() if every else [planners.entry(p).name
                                             for p in split_list("--planner", args.planner, "planner names or all")]

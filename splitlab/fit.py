@@ -495,8 +495,8 @@ def run(a) -> int:
 
     out = None if a.out is None else _out_file("--out", a.out)
     if not a.data and not catalog.names("fit"):
-        raise SplitlabError(f"data: none given, and no catalog of shipped sets here ({catalog.CATALOG} does not "
-                            "exist: splitlab runs outside its checkout); expected DATA, a folder of splitlab sweeps "
+        raise SplitlabError(f"data: none given, and no fit set in a catalog here ({catalog.why_none('fit')}); "
+                            "expected DATA, a folder of splitlab sweeps "
                             "(splitlab fit DIR)")
     # Everything is read before the fit (minutes) starts: a bad set fails at once.
     data = list(a.data or catalog.names("fit"))

@@ -43,15 +43,20 @@ def _on_path(folder: str) -> None:
 
 
 def import_plugin(spec: str, arg: str = "--plugin") -> ModuleType:
-    """Import one plugin (a module name or a ``.py`` file); anything that goes wrong, in the plugin too, is one
+    """Import one plugin (a module name or a ``.py`` file); anything that goes wrong, in the plugin too (an
+    exception, or ``sys.exit`` while it is imported: any ``BaseException`` but ``KeyboardInterrupt``), is one
     ``SplitlabError`` naming ``arg`` and the spec."""
     what = "a module name on the import path or a .py file"
     if not spec or "\0" in spec:
         raise SplitlabError(f"{arg}={spec!r} is not allowed; expected {what}")
     if _is_file_spec(spec):
         p = Path(spec).expanduser()
-        if p.suffix != ".py" or not p.is_file():
+        if p.suffix != ".py":
             raise SplitlabError(f"{arg}={spec!r} is not a .py file; expected {what}")
+        if not p.exists():
+            raise SplitlabError(f"{arg}={spec!r} does not exist; expected {what}")
+        if not p.is_file():
+            raise SplitlabError(f"{arg}={spec!r} is not a file; expected {what}")
         name, folder = p.stem, str(p.resolve().parent)
         if not name.isidentifier():
             raise SplitlabError(f"{arg}={spec!r}: {name!r} is not a module name; expected a file named like one "
@@ -73,7 +78,9 @@ def import_plugin(spec: str, arg: str = "--plugin") -> ModuleType:
             return importlib.import_module(name)
     except SplitlabError as e:
         raise SplitlabError(f"{arg}={spec!r}: {e}") from None
-    except Exception as e:  # the plugin's own code failed
+    except KeyboardInterrupt:  # Ctrl-C stays Ctrl-C
+        raise
+    except BaseException as e:  # the plugin's own code failed, or ended the process (sys.exit) while imported
         raise SplitlabError(f"{arg}={spec!r} cannot be imported: {type(e).__name__}: {e}") from None
 
 

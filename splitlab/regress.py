@@ -348,8 +348,8 @@ def run(args: argparse.Namespace) -> int:
     data = args.data
     if on_data and not data:
         if not catalog.entries("current"):
-            raise SplitlabError(f"--data is missing and there is no catalog of shipped sets here ({catalog.CATALOG} "
-                                "does not exist: splitlab runs outside its checkout); expected --data DIR, a folder "
+            raise SplitlabError(f"--data is missing and there is no current set in a catalog here "
+                                f"({catalog.why_none('current')}); expected --data DIR, a folder "
                                 "of splitlab sweeps")
         data = [catalog.current().name]
 

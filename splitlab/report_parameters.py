@@ -30,6 +30,12 @@ FLAG_PARAMETERS = {"data": "--data", "allow_fake": "--allow-fake"}
 TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,), "list": (list,),
                                       "dict": (dict,)}
 EXAMPLE = "devices='[b200, mi300x]'"
+#: Bounds on a ``-p`` value, held before it is read or walked: its text, and the items of the value YAML makes of it
+#: (an alias counts each time it is used: ``&a [...]``, ``[*a, *a, ...]`` nest to billions of items in a few hundred
+#: characters) and their depth. A notebook parameter is a few names or numbers.
+MAX_VALUE_CHARS = 10_000
+MAX_VALUE_ITEMS = 1_000
+MAX_VALUE_DEPTH = 16
 
 
 def parameter_text(text: str) -> tuple[str, str]:
@@ -41,6 +47,25 @@ def parameter_text(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"{shown(text)} is not allowed; expected NAME=VALUE with NAME a notebook "
                                          f"parameter, e.g. {EXAMPLE}")
     return name, value
+
+
+def _too_big(value: Any) -> str | None:
+    """Why ``value`` is too large to walk (more than ``MAX_VALUE_ITEMS`` items, aliases counted each time they are
+    used, or nested deeper than ``MAX_VALUE_DEPTH``), or None; never walks more than that many items (a value that
+    holds itself too)."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUE_ITEMS:
+            return f"holds more than {MAX_VALUE_ITEMS} items (YAML aliases counted each time they are used)"
+        if depth > MAX_VALUE_DEPTH:
+            return f"is nested more than {MAX_VALUE_DEPTH} levels deep"
+        if isinstance(v, list | tuple):
+            stack.extend((x, depth + 1) for x in v[: MAX_VALUE_ITEMS + 1])
+        elif isinstance(v, dict):
+            stack.extend((x, depth + 1) for kv in list(v.items())[: MAX_VALUE_ITEMS + 1] for x in kv)
+    return None
 
 
 def _plain(value: Any) -> bool:
@@ -62,11 +87,18 @@ def typed(name: str, text: str, notebook: str, declared: str | None) -> Any:
     import yaml
 
     flag = f"-p {name}={shown(text)}"
+    if len(text) > MAX_VALUE_CHARS:
+        raise SplitlabError(f"{flag} is not allowed: {len(text)} characters; expected a value of at most "
+                            f"{MAX_VALUE_CHARS}")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, RecursionError) as e:
         problem = getattr(e, "problem", None) or type(e).__name__
         raise SplitlabError(f"{flag} is not YAML ({problem}); expected a YAML value, e.g. {EXAMPLE}") from None
+    too_big = _too_big(value)
+    if too_big is not None:
+        raise SplitlabError(f"{flag} is not allowed: the value YAML makes of it {too_big}; expected at most "
+                            f"{MAX_VALUE_ITEMS} items, {MAX_VALUE_DEPTH} levels deep")
     if declared == "str":
         return value if isinstance(value, str) else text
     if declared == "int" and isinstance(value, str):

@@ -82,7 +82,7 @@ def test_plugins_from_the_environment_and_on_a_subcommand(isolated, capsys, monk
 
 @pytest.mark.parametrize("spec, body, needle", [
     ("nonesuch_plugin_xyz", None, "--plugin='nonesuch_plugin_xyz' cannot be imported: ModuleNotFoundError"),
-    ("missing.py", None, "is not a .py file"),
+    ("missing.py", None, "--plugin='missing.py' does not exist"),
     ("bad_plugin.py", "raise RuntimeError('boom')\n", "cannot be imported: RuntimeError: boom"),
     ("twice_plugin.py", "from splitlab import planners\nplanners.register('splitlab', lambda w, d: None, "
      "kinds=('gqa',))\n", "planner 'splitlab' is registered twice: by splitlab.planners.splitlab and by twice_plugin"),

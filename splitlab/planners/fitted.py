@@ -79,11 +79,33 @@ class CostConstants:
 
 
 _INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "ctas_per_sm_mid", "max_splits")
-#: The integer constants that must be at least 1 (``ctas_per_sm_mid`` may be 0: not fitted, the narrow width).
-_POSITIVE_INT = ("ctas_per_sm", "ctas_per_sm_narrow", "max_splits")
 _REQUIRED = tuple(f.name for f in fields(CostConstants) if f.default is MISSING)
-#: The largest integer constant a file may hold (CTAs per SM, splits).
-_MAX_INT = 1 << 16
+#: The split range per family: the kernel cards' ``num_splits`` range (``kernels/*.toml``; a test holds them equal),
+#: what the sweeps time (``planners.splitlab.MAX_SPLITS`` is this dict). A file's ``max_splits`` stays within it.
+MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}
+#: The most CTAs one SM (CU) runs at once, on any GPU (NVIDIA: 32 resident blocks; AMD: 32 workgroups).
+MAX_CTAS_PER_SM = 64
+#: The largest cost constant a file may hold, in key tiles of one CTA (the fitted ones are below 50).
+MAX_COST = 1e6
+#: What each constant may be, by its meaning: (lowest, highest, lowest excluded, what it is). No cost is negative;
+#: ``max_splits`` (None here) is bounded by the family's ``MAX_SPLITS``.
+BOUNDS: dict[str, tuple[float, float | None, bool, str]] = {
+    "ctas_per_sm": (1, MAX_CTAS_PER_SM, False, "CTAs an SM runs at once"),
+    "ctas_per_sm_narrow": (1, MAX_CTAS_PER_SM, False, "CTAs an SM runs at once"),
+    "ctas_per_sm_mid": (0, MAX_CTAS_PER_SM, False, "CTAs an SM runs at once (0: the narrow width)"),
+    "max_splits": (1, None, False, "the family's split limit"),
+    "fixed": (0, MAX_COST, False, "a cost (never negative)"),
+    "combine": (0, MAX_COST, False, "a cost (never negative)"),
+    "combine_per_split": (0, MAX_COST, False, "a cost (never negative)"),
+    "partial": (0, MAX_COST, False, "a cost (never negative)"),
+    "small_key_tile": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
+    "narrow_tile": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
+    "tile32": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
+    "sm90_tile": (0, MAX_COST, True, "a cost (> 0)"),
+    "tail": (0, 1, False, "a share of a wave"),
+    "lone": (-MAX_COST, 1, False, "a share of a wave (< 0: off)"),
+    "drain": (-MAX_COST, 1, False, "a share of a wave's time (< 0: LONE's)"),
+}
 
 
 @dataclass(frozen=True)
@@ -117,15 +139,25 @@ def _bad(path: Path, key: str, value: object, allowed: str) -> SplitlabError:
     return SplitlabError(f"{path}: {key}={value!r} is not allowed; expected {allowed}")
 
 
-def _number(path: Path, key: str, v: object, *, integer: bool, lowest: int = 1) -> int | float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise _bad(path, key, v, "an integer" if integer else "a number")
-    if integer:
-        if not isinstance(v, int) or not lowest <= v <= _MAX_INT:
-            raise _bad(path, key, v, f"an integer in [{lowest}, {_MAX_INT}]")
+def _g(x: float) -> str:
+    return f"{x:g}".replace("e+0", "e")  # 1e6, not 1e+06
+
+
+def _number(path: Path, kind: str, name: str, v: object) -> int | float:
+    """Constant ``name`` of family ``kind``, held to ``BOUNDS`` (its meaning's range)."""
+    key = f"{kind}.{name}"
+    lo, hi, open_lo, what = BOUNDS[name]
+    if hi is None:
+        hi = MAX_SPLITS[kind]
+        what = f"the {kind} kernels' split limit (their cards' num_splits range, planners.splitlab.MAX_SPLITS)"
+    if name in _INT_FIELDS:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise _bad(path, key, v, f"an integer in [{lo}, {hi}]: {what}")
         return v
-    if not math.isfinite(v) or abs(v) > 1e6:
-        raise _bad(path, key, v, "a finite number (|x| <= 1e6)")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not (
+            lo < v if open_lo else lo <= v) or v > hi:
+        rng = f"{'(' if open_lo else '['}{_g(lo)}, {_g(hi)}]"
+        raise _bad(path, key, v, f"a finite number in {rng}: {what}")
     return float(v)
 
 
@@ -138,8 +170,7 @@ def _constants(path: Path, kind: str, table: dict) -> CostConstants:
         if k not in known:
             raise SplitlabError(f"{path}: key '{kind}.{k}' is not allowed; expected the constants "
                                 f"{', '.join(sorted(known))} (and the tables {', '.join(_RECORD_KEYS)})")
-        values[k] = _number(path, f"{kind}.{k}", v, integer=k in _INT_FIELDS,
-                            lowest=1 if k in _POSITIVE_INT else 0)
+        values[k] = _number(path, kind, k, v)
     missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise SplitlabError(f"{path}: [{kind}] lacks {', '.join(missing)}; expected every constant the rule "

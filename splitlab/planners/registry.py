@@ -64,6 +64,11 @@ class Entry:
 
 _REGISTRY: dict[str, Entry] = {}
 
+#: The most splits splitlab's kernels launch, per family: the split grid dimension's CUDA limit
+#: (``kernels.gqa.MAX_SPLITS``, ``kernels.mla.MAX_SPLITS``, which sparse MLA's launcher takes too; restated here, where
+#: no torch is imported, and held equal by a test). A plugin's plan beyond it is refused.
+KERNEL_MAX_SPLITS = {"gqa": 65535, "mla": 65535, "sparse_mla": 65535}
+
 
 def register(name: str, adapter: Adapter | None = None, *, kinds: Sequence[str], source: str = ""
              ) -> Callable[[Adapter], Adapter]:
@@ -119,7 +124,8 @@ def plan(workload: DecodeWorkload, device: DeviceSpec | str, planner: str = "spl
 
     A plugin's adapter (``Entry.builtin`` false) is held to the interface: anything but a ``SplitlabError`` it
     raises, and a result that is not a ``Plan`` with a split count of at least 1, becomes one ``SplitlabError``
-    naming the planner (a refusal, as a built-in rule's out-of-domain ``SplitlabError`` is)."""
+    naming the planner (a refusal, as a built-in rule's out-of-domain ``SplitlabError`` is); so does a split count
+    (or a request's, in ``per_request``) beyond the kernels' limit for the family (``KERNEL_MAX_SPLITS``)."""
     e = entry(planner)
     dev = get_device(device) if isinstance(device, str) else device
     if workload.kind not in e.kinds:
@@ -139,4 +145,11 @@ def plan(workload: DecodeWorkload, device: DeviceSpec | str, planner: str = "spl
         got = f"num_splits={p.num_splits!r}" if isinstance(p, Plan) else repr(p)
         raise SplitlabError(f"planner {planner!r} ({e.module}) returned {got}; expected a Plan with an integer "
                             "num_splits >= 1")
+    limit = KERNEL_MAX_SPLITS[workload.kind]
+    per_request = p.per_request if isinstance(p.per_request, tuple | list) else ()
+    most = max([p.num_splits, *(n for n in per_request if isinstance(n, int) and not isinstance(n, bool))])
+    if most > limit:
+        where = "num_splits=" if most == p.num_splits else "a per_request split count of "
+        raise SplitlabError(f"planner {planner!r} ({e.module}) returned {where}{most}; expected at most {limit} "
+                            f"splits (the {workload.kind} kernels' limit)")
     return p

@@ -42,7 +42,7 @@ from splitlab.workloads import DecodeWorkload
 
 #: The split range per family: the kernel cards' ``num_splits`` range (``kernels/*.toml``; a test holds them equal),
 #: what the sweeps time. The fitted rule and ``splitlab.fit`` search up to it: nothing beyond it was measured.
-MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}
+MAX_SPLITS = fitted.MAX_SPLITS  # (defined there: a constants file's max_splits is held to it)
 #: The first rule's own range: GQA to 64 splits, the GQA card's range when that rule was written (MQA-128 at one
 #: request and 64K-128K keys, fastest at 128 splits, widened the card later). Kept so that ``plan_splitlab_v0``
 #: still makes the choices the shipped sweeps tag it with.
