@@ -205,3 +205,12 @@ def sources(data: str | Path) -> list[Path]:
         return [Path(data)]
     return [src for e in (entries(str(data)) if data in ROLES else [get(str(data))]) for src in e.sources()]
 
+
+def bench(name: str) -> Entry:
+    """The bench run or study folder called ``name`` (``[bench.NAME]``); an unknown name is one ``SplitlabError``
+    listing the known ones."""
+    runs = read().bench
+    if name not in runs:
+        raise SplitlabError(f"bench run {name!r} is not in the catalog; expected one of {', '.join(runs) or 'none'}")
+    return runs[name]
+

@@ -55,7 +55,7 @@ from splitlab.resources import notebooks_dir
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = notebooks_dir()  # the repository's notebooks/, or their copy in an installed package
 #: The notebooks, in report order.
-NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "sweep")
+NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "schedules", "sweep")
 
 
 # --- running the notebooks --------------------------------------------------------------------------------

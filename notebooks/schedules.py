@@ -1,0 +1,158 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Schedules: how each scheduler deals a ragged batch's keys, and what the GPU says
+#
+# A split count cuts every request of a batch into the same number of chunks, so a long-tail batch runs as long
+# as its longest requests' chunks while most CTAs idle. A *schedule* deals the keys into work items instead
+# (`splitlab.planners.schedulers`; `splitlab schedule --json` prints one). Above: one batch's schedule under each
+# scheduler, one row per CTA slot, each item a bar over the keys it streams, coloured by request; the title gives
+# the time the H200 measured for exactly that schedule (matched by its hash). Below: every batch of the shipped
+# study, splitlab's split-count kernel and its work-list kernel at splitlab's schedule against the best peer
+# (FlashInfer, FlashMLA) measured in the same run.
+
+# %% tags=["parameters"]
+study: str = "h200-schedules"  # a catalog bench entry written by experiments/schedules/ragged_ab.py
+run: str = "confirm_ab.csv"  # which of its runs: confirm_ab.csv (fresh batches) or ragged_ab.csv
+shape: str = "32/8"  # the batch drawn above: shape label (32/8, 64/8, 128/1, mla16, mla128), batch, longest, dist
+batch: int = 64
+longest: int = 32768
+dist: str = "longtail"
+seed_offset: int = 1000  # the run's --seed-offset (confirm_ab.csv: 1000; ragged_ab.csv: 0)
+device: str = "h200"
+
+# %%
+import math
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from splitlab import catalog, devices, notebook, plots
+from splitlab.errors import SplitlabError
+from splitlab.planners import schedulers
+from splitlab.planners import splitlab as rule
+from splitlab.planners.flashmla import num_sm_parts
+from splitlab.workloads import DecodeWorkload
+
+plots.setup()
+warnings.filterwarnings("ignore", category=UserWarning)
+try:
+    rows = pd.read_csv(catalog.bench(study).path / run, dtype={"shape": str})
+except (SplitlabError, OSError) as e:
+    rows = pd.DataFrame()
+    display(Markdown(f"**No schedule study here** ({e}): the page needs the catalog's `{study}`."))
+dev = devices.get(device)
+SHAPES = {"32/8": ("gqa", 32, 8), "64/8": ("gqa", 64, 8), "128/1": ("gqa", 128, 1), "mla16": ("mla", 16, 1),
+          "mla128": ("mla", 128, 1)}
+PEERS = ("flashinfer", "flashinfer-fa3", "flashmla")
+
+# %% [markdown]
+# **One batch, each scheduler.** The uniform schedule is the split count v6 ran (the row `splitlab-v6` of the
+# study); `balanced` is FlashInfer's chunk search in key tiles; `flashinfer` and `flashmla` are the libraries' own
+# plans ported (run here on splitlab's work-list kernel); `stream_k` gives every persistent CTA the same key
+# tiles. The busiest CTA's keys bound the launch; the merge reads the partial rows back.
+
+# %%
+kind, hq, hkv = SHAPES[shape]
+dims = (128, 128, 16) if kind == "gqa" else (576, 512, 64)
+w = DecodeWorkload(kind, batch, hq, hkv, dims[0], dims[1], longest, page_size=dims[2], length_dist=dist,
+                   length_seed=batch + longest + seed_offset)
+lens = list(w.lengths)
+here = rows[(rows.get("shape") == shape) & (rows.get("batch") == batch) & (rows.get("longest") == longest)
+            & (rows.get("dist") == dist)] if not rows.empty else rows
+v6 = here[here["impl"] == "splitlab-v6"]["scheduler"] if not here.empty else pd.Series(dtype=str)
+splits = int(v6.iloc[0].split(":")[1]) if len(v6) else rule.fitted_plan(w, dev).num_splits
+shown = {"uniform (v6's split)": schedulers.uniform(lens, splits, request_major=rule.REQUEST_MAJOR[kind]),
+         "splitlab": schedulers.splitlab(w, dev),
+         "stream_k": schedulers.stream_k(lens, schedulers.slots_per_group(w, dev))}
+if kind == "gqa":
+    shown["flashinfer"] = schedulers.flashinfer(lens, page_size=w.page_size, num_kv_heads=hkv, sm_count=dev.sm_count)
+else:
+    shown["flashmla"] = schedulers.flashmla(lens, num_sm_parts(dev.sm_count, hq, 1))
+measured = dict(zip(here["schedule_hash"], here["us"], strict=True)) if not here.empty else {}
+peer_us = here[here["impl"].isin(PEERS)]["us"].min() if not here.empty else float("nan")
+
+fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 5.2), sharex=True)
+cmap = plt.get_cmap("tab20")
+table = []
+for ax, (name, s) in zip(np.atleast_1d(axes), shown.items(), strict=True):
+    offsets = [0] * s.ctas
+    for c, r, b, e in s.items:
+        ax.barh(c, max(e - b, longest / 400), left=offsets[c], height=0.9, color=cmap(r % 20), linewidth=0)
+        offsets[c] += e - b
+    us = measured.get(s.digest)
+    sm = s.summary()
+    table.append(dict(scheduler=name, ctas=sm["ctas"], items=sm["items"], partial_rows=sm["partial_rows"],
+                      busiest_keys=sm["busiest_keys"], measured_us=us, schedule_hash=s.digest))
+    ax.set_title(f"{name}\n{sm['ctas']} CTAs, busiest {sm['busiest_keys']} keys\n"
+                 + (f"measured {us:.0f} us" if us == us and us is not None else "not measured"), fontsize=9)
+    ax.set_xlabel("keys streamed by the CTA")
+    ax.invert_yaxis()
+np.atleast_1d(axes)[0].set_ylabel("CTA slot (issue order)")
+peer_note = f"; best peer {peer_us:.0f} us" if peer_us == peer_us else ""
+fig.suptitle(f"{shape}, {batch} requests, {dist} up to {longest} keys (colour: request){peer_note}", fontsize=10)
+fig.tight_layout()
+notebook.show_figure(fig, "one-batch", pd.DataFrame(table))
+
+# %% [markdown]
+# **Every batch of the study.** The best peer's time over splitlab's (above 1: splitlab faster), per family and
+# length distribution: the split-count kernel at its planner's default (`v6`) and the work-list kernel at splitlab's
+# schedule (`schedule`). Markers only: each is one batch.
+
+# %%
+if rows.empty:
+    summary = pd.DataFrame()
+else:
+    ok = rows[rows["status"] == "ok"]
+    key = ["shape", "batch", "longest", "dist"]
+    peer = ok[ok["impl"].isin(PEERS)].groupby(key)["us"].min()
+    t = ok.pivot_table(index=key, columns="impl", values="us", aggfunc="min")
+    cmp = pd.DataFrame({"v6": peer / t["splitlab-v6"], "schedule": peer / t["wl-splitlab"]}).dropna().reset_index()
+    fig, ax = plt.subplots(figsize=(11, 4.6))
+    groups = list(cmp.groupby(["shape", "dist"], sort=True))
+    for i, (_, g) in enumerate(groups):
+        ax.plot(np.full(len(g), i - 0.12), g["v6"], "o", color="0.6", ms=4,
+                label="split count (v6)" if i == 0 else None)
+        ax.plot(np.full(len(g), i + 0.12), g["schedule"], "D", color="C0", ms=4,
+                label="work list, splitlab's schedule" if i == 0 else None)
+    ax.axhline(1.0, color="0.3", lw=0.8)
+    ax.axhline(0.9, color="0.3", lw=0.6, ls=":")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{sh} {d}" for (sh, d), _ in groups], fontsize=8, rotation=55, ha="right")
+    ax.set_ylabel("best peer's time / splitlab's")
+    ax.set_title("splitlab against the best peer measured in the same run, one marker per batch", fontsize=10)
+    plots.legend_outside(ax)
+    notebook.show_figure(fig, "all-batches", cmp)
+
+    def gm(x: pd.Series) -> float:
+        return math.exp(np.log(x).mean())
+
+    ragged = cmp[cmp["dist"] != "uniform"]
+    summary = ragged.groupby("shape").agg(v6=("v6", gm), schedule=("schedule", gm), worst=("schedule", "min"),
+                                          batches=("schedule", "size")).round(3)
+    display(Markdown("Ragged batches, geomean of the best peer's time over splitlab's (worst batch at the "
+                     "schedule):\n\n" + notebook.table_html(summary)))
+
+# %%
+if not summary.empty:
+    gqa = summary.loc[[s for s in summary.index if SHAPES[s][0] == "gqa"]]
+    notebook.record_finding(
+        f"On ragged batches splitlab's schedule runs GQA at {gqa['schedule'].min():.2f}-{gqa['schedule'].max():.2f}x "
+        f"the best peer's speed (worst batch {gqa['worst'].min():.2f}x), where the split count stood at "
+        f"{gqa['v6'].min():.2f}-{gqa['v6'].max():.2f}x; MLA-16 {summary.loc['mla16', 'schedule']:.2f}x "
+        f"(v6 {summary.loc['mla16', 'v6']:.2f}x).")
+else:
+    notebook.record_finding("No schedule study in these data.")
