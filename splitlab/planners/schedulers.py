@@ -180,7 +180,7 @@ def stream_k(lengths: Sequence[int], ctas: int, *, tile: int = TILE_KEYS) -> Sch
     return make("stream_k", lens, items, persistent=True, align=tile, ctas=ctas)
 
 
-#: Schedulers by name (``splitlab schedule --scheduler``; ``splitlab`` is ``splitlab`` below).
+#: Schedulers by name (``splitlab schedule --scheduler``; ``schedule`` dispatches on it).
 NAMES = ("splitlab", "uniform", "balanced", "stream_k", "flashinfer", "flashmla")
 
 
@@ -195,6 +195,17 @@ BALANCED_WAVES = (1, 2, 3, 4, 6, 8)
 #: split-count kernels' 137-208), and on the H200 stream-K ran 1.02-1.14x the best measured schedule where balanced
 #: chunks ran 1.004-1.014x (experiments/schedules, 80 ragged batches); weighed, the model took stream-K on 50 of them.
 STREAM_K_WAVES: tuple[int, ...] = ()
+
+
+def ctas_per_sm(w: object, c: object) -> int:
+    """CTAs of ``w``'s tile an SM runs at once under the fitted constants ``c`` (the wave width
+    ``planners.splitlab.fitted_cost`` takes: wide, mid or narrow tile)."""
+    from splitlab.planners import splitlab as rule
+
+    rows = rule.tile_rows(w)
+    if rule.wide_tile(w, rows):
+        return c.ctas_per_sm
+    return c.ctas_per_sm_mid if rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0 else c.ctas_per_sm_narrow
 
 
 def head_groups(w: object, block_h: int | None = None) -> int:
@@ -220,8 +231,7 @@ def modelled_time(s: Schedule, w: object, sm_count: int, c: object, arch: str = 
     rows = rule.tile_rows(w)
     wide = rule.wide_tile(w, rows)
     mid = rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0
-    per_sm = c.ctas_per_sm if wide else c.ctas_per_sm_mid if mid else c.ctas_per_sm_narrow
-    slots = sm_count * per_sm
+    slots = sm_count * ctas_per_sm(w, c)
     scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
     lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
     cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
@@ -281,10 +291,7 @@ def slots_per_group(w: object, dev: object, c: object = None) -> int:
     from splitlab.planners import splitlab as rule
 
     c = rule.constants_for(dev, w.kind).constants if c is None else c
-    rows = rule.tile_rows(w)
-    per_sm = c.ctas_per_sm if rule.wide_tile(w, rows) else (
-        c.ctas_per_sm_mid if rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0 else c.ctas_per_sm_narrow)
-    return max(1, dev.sm_count * per_sm // head_groups(w))
+    return max(1, dev.sm_count * ctas_per_sm(w, c) // head_groups(w))
 
 
 def schedule(w: object, dev: object, name: str = "splitlab", *, num_splits: int | None = None,
