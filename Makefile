@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: setup test demo lint
 setup: $(VENV)/.installed
 
-# dist/splitlab-*.whl: the package with its kernel cards, notebooks and constants inside (pyproject's package-dir);
+# dist/splitlab-*.whl: the package with its kernel cards, notebooks, constants and the sets the default report reads
+# inside (pyproject's package-dir and package-data);
 # install-check installs such a wheel into a fresh folder and runs splitlab from outside the checkout (make test
 # runs it too).
 .PHONY: wheel install-check

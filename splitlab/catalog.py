@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from splitlab import resources
 from splitlab.errors import SplitlabError
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = ROOT / "data"
+DATA_DIR = resources.data_dir()  # the repository's data/, or the sets a wheel carries (splitlab/_data)
 CATALOG = DATA_DIR / "catalog.toml"
 ROLES = ("current", "fit", "held-out", "confirm", "peers", "study", "archive")
 _SET_KEYS = {"path", "sweeps", "roles", "device", "gpu", "kernel_version", "timer", "rotation", "command", "purpose"}
@@ -84,7 +85,6 @@ def _entry(name: str, raw: dict, where: Path, table: str, allowed: set[str], dat
     if "/" in name or os.sep in name or name in ROLES:
         raise SplitlabError(f"{where}: [{table}.{name!r}] is not allowed; a name has no path separator and is no "
                             f"role ({', '.join(ROLES)})")
-    return Entry(name=name, path=data_dir / raw["path"], roles=tuple(roles), kernel_version=raw["kernel_version"],
     sweeps = raw.get("sweeps", [])
     if not isinstance(sweeps, list) or any(not isinstance(s, str) or not s for s in sweeps):
         raise bad("sweeps", f"= {sweeps!r} is not allowed; expected a list of sweep folder names")
@@ -92,18 +92,19 @@ def _entry(name: str, raw: dict, where: Path, table: str, allowed: set[str], dat
         if _escapes(value):
             raise bad(key, f"= {value!r} is not allowed; expected a folder inside {data_dir} (a relative path "
                       "without '..')")
+    return Entry(name=name, path=data_dir / raw["path"], roles=tuple(roles), kernel_version=raw["kernel_version"],
                  command=raw["command"], purpose=" ".join(raw["purpose"].split()), sweeps=tuple(raw.get("sweeps", ())),
                  device=raw.get("device", ""), gpu=raw.get("gpu", ""), timer=tuple(raw.get("timer", ())),
                  rotation=raw.get("rotation", ""), commit=raw.get("commit", ""))
 
 
-def read(path: str | Path | None = None) -> Catalog:
 def _escapes(text: str) -> bool:
     """Whether a catalog path could lead out of the data folder: absolute, from the home folder, or with a ``..``."""
     p = Path(text)
     return p.is_absolute() or text.startswith("~") or ".." in p.parts or ".." in Path(text.replace("\\", "/")).parts
 
 
+def read(path: str | Path | None = None) -> Catalog:
     """The catalog at ``path`` (default ``CATALOG``, ``data/catalog.toml``); empty when the file does not exist
     (splitlab installed without its data). A malformed catalog is one ``SplitlabError`` naming the file and the
     key: one that is empty or holds no table (cut short), is not valid TOML (the line where it breaks off), or
@@ -173,7 +174,6 @@ def current(device: str | None = None) -> Entry:
     return found[0]
 
 
-def confirm_for(entry: Entry) -> list[Entry]:
 def why_none(role: str) -> str:
     """Why the catalog names no set with ``role``, for a message: the file is missing (splitlab runs outside its
     checkout), or it holds none (a malformed file is refused by ``read`` before this is asked)."""
@@ -182,6 +182,7 @@ def why_none(role: str) -> str:
     return f"{CATALOG} holds no set with the role {role}"
 
 
+def confirm_for(entry: Entry) -> list[Entry]:
     """The confirm sets of ``entry``'s device, in catalog order."""
     return [e for e in entries("confirm") if e.device == entry.device]
 
@@ -206,6 +207,61 @@ def sources(data: str | Path) -> list[Path]:
     return [src for e in (entries(str(data)) if data in ROLES else [get(str(data))]) for src in e.sources()]
 
 
+
+def sets_of(data: str | Path) -> list[Entry]:
+    """The catalog sets ``data`` is or holds: by name (that set), by role (every set with it), or by path (the sets
+    whose folders are the path, lie under it or hold it: a set's folder, one of its sweep folders, a folder of
+    sets), paths compared resolved (a symbolic link to a set's folder is that set); none for data outside the
+    catalog. A relative path is taken from the current folder."""
+    if is_name(data):
+        return entries(str(data)) if data in ROLES else [get(str(data))]
+    try:
+        p = Path(data).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return []
+    found = []
+    for e in entries():
+        try:
+            srcs = [s.resolve() for s in e.sources()]
+        except (OSError, RuntimeError):
+            continue
+        if any(s == p or p in s.parents or s in p.parents for s in srcs):
+            found.append(e)
+    return found
+
+
+def set_at(data: str | Path) -> Entry | None:
+    """The one catalog set ``data`` names: by name, or by path (its folder, resolved, when the set is that whole
+    folder, or its one sweep folder); None otherwise (a role, a folder of several sets, data outside the
+    catalog)."""
+    if is_name(data):
+        return None if data in ROLES else get(str(data))
+    try:
+        p = Path(data).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    for e in entries():
+        try:
+            if [s.resolve() for s in e.sources()] == [p]:
+                return e
+        except (OSError, RuntimeError):
+            continue
+    return None
+
+
+def peers_of(data: str | Path) -> list[Entry] | None:
+    """The sets whose role is to compare splitlab's kernels with their peers, for ``data``: where ``data`` is catalog
+    data (``sets_of``: a set by name or by path, a role, a folder of sets or inside one) of one device, that
+    device's peers sets (``peers_for``: the comparison first, then its repeats; empty where the catalog has none
+    for it, or the data span several devices); None for data outside the catalog (whose own peers, if any, are
+    theirs to compare)."""
+    found = sets_of(data)
+    if not found:
+        return None
+    devices = {e.device for e in found}
+    return peers_for(found[0]) if len(devices) == 1 else []
+
+
 def bench(name: str) -> Entry:
     """The bench run or study folder called ``name`` (``[bench.NAME]``); an unknown name is one ``SplitlabError``
     listing the known ones."""
@@ -213,4 +269,3 @@ def bench(name: str) -> Entry:
     if name not in runs:
         raise SplitlabError(f"bench run {name!r} is not in the catalog; expected one of {', '.join(runs) or 'none'}")
     return runs[name]
-

@@ -365,14 +365,19 @@ def _address(text: str) -> str:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import os
 
+    from splitlab.bench import cards
+
+    # What can be refused without torch, Triton or the card's kernel (seconds to import) is refused first.
+    if args.device is not None:
+        devices.get(args.device)  # '' too: the preset named, or the one-line error
+    cards.check_grid(cards.find(args.card), args.grid)
+    out_dir("--out", args.out, create=False)
     import torch
 
     if not torch.cuda.is_available():  # kernels then run under Triton's interpreter (set before they import)
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from splitlab.bench import cards, sweep
+    from splitlab.bench import sweep
 
-    if args.device is not None:
-        devices.get(args.device)  # '' too: the preset named, or the one-line error
     card = cards.load(args.card)
     card.grid(args.grid)
     out = out_dir("--out", args.out, create=not args.dry_run)

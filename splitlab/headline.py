@@ -113,8 +113,8 @@ class PeerScore:
 class Headline:
     """See the module docstring. ``sets``: the planner columns (``held-out``, then each confirm set's name);
     ``planners[kernel, lengths][set]`` (lengths ``uniform`` or ``ragged``) and ``peers[kernel]`` (absent: not
-    measured); ``peers_set``: the set the kernels were compared on; ``summary``: every planner's score per (kernel,
-    set, lengths)."""
+    measured); ``peers_set``: the set the kernels were compared on (``peers_note``: why there is no comparison, where
+    there is none); ``summary``: every planner's score per (kernel, set, lengths)."""
 
     data: str
     sets: list[str]
@@ -122,6 +122,7 @@ class Headline:
     peers: dict[str, PeerScore]
     peers_set: str
     summary: pd.DataFrame = field(repr=False)
+    peers_note: str = ""  # why no kernel has a peer comparison (``build``), where none has
 
     @property
     def kernels(self) -> list[str]:
@@ -240,11 +241,15 @@ def peer_scores(df: pd.DataFrame, *, allow_fake: bool = False) -> dict[str, Peer
     return out
 
 
-def build(data: str, confirm: Sequence[str] = (), peers: Sequence[str] = (), *,
+def build(data: str, confirm: Sequence[str] = (), peers: Sequence[str] | None = None, *,
           allow_fake: bool = False) -> Headline:
     """The ``Headline`` of ``data`` (a catalog name or a folder of sweeps): its held-out shapes and each ``confirm``
-    set for the planner, the first of ``peers`` (else ``data`` itself, as the kernels notebook does) for the
-    kernels. A set that cannot be read raises ``SplitlabError`` naming it."""
+    set for the planner; for the kernels, the first of ``peers``, else (none given) the sets whose catalog role is
+    the comparison wherever ``data`` is catalog data, by name or by path (``catalog.peers_of``: the same numbers
+    whichever way the data are named), and only for data outside the catalog ``data``'s own peers. Where there is
+    no comparison, ``peers_note`` says why (``NO_PEER_MEASURED`` for data outside the catalog without peers). A set
+    that cannot be read raises ``SplitlabError`` naming it."""
+    from splitlab import catalog
     from splitlab.datasets import load_data
 
     df, info = load_data(data, allow_fake=allow_fake)
@@ -254,16 +259,33 @@ def build(data: str, confirm: Sequence[str] = (), peers: Sequence[str] = (), *,
         conf[cinfo.name] = rows
     tables = shootouts(df, conf, allow_fake=allow_fake)
     scores, summary = planner_scores(tables)
-    peer_df, peer_info = (df, info) if not peers else load_data(peers[0], allow_fake=allow_fake)
-    try:
-        kernels = peer_scores(peer_df, allow_fake=allow_fake)
-    except SplitlabError as e:
-        raise SplitlabError(f"peers {peer_info.name!r}: {e}") from None
+    own = False
+    if not peers:
+        found = catalog.peers_of(str(data) if catalog.is_name(data) else info.path)
+        own = found is None  # data outside the catalog: their own peers are the comparison
+        peers = [e.name for e in found or ()]
+    kernels: dict[str, PeerScore] = {}
+    peers_set, note = "", ""
+    if peers or own:
+        peer_df, peer_info = (df, info) if own else load_data(peers[0], allow_fake=allow_fake)
+        try:
+            kernels = peer_scores(peer_df, allow_fake=allow_fake)
+        except SplitlabError as e:
+            raise SplitlabError(f"peers {peer_info.name!r}: {e}") from None
+        peers_set = peer_info.name
+        if not kernels:
+            note = NO_PEER_MEASURED if own else f"no peer measured in {peer_info.name}"
+    else:
+        note = f"no peers set in the catalog for the device of {info.name}"
     sets = [s for s, t in tables.items() if not t.empty and (t["set"] == s).any()]
     if not sets and not kernels:
         raise SplitlabError(f"data={str(data)!r}: no splitlab kernel with planner choices or peers to score")
-    return Headline(data=info.name, sets=sets, planners=scores, peers=kernels, peers_set=peer_info.name,
-                    summary=summary)
+    return Headline(data=info.name, sets=sets, planners=scores, peers=kernels, peers_set=peers_set,
+                    summary=summary, peers_note=note)
+
+
+#: The kernels' cells of data outside the catalog that hold no peer library's sweep (``build``).
+NO_PEER_MEASURED = "no peer measured in these data"
 
 
 # --- showing it -----------------------------------------------------------------------------------------------
@@ -296,7 +318,8 @@ def html(h: Headline, *, kernels: bool = True) -> str:
         head += [f"{label}: splitlab<br><span class=muted>geomean / worst regret</span>",
                  f"{label}: best ported rule<br><span class=muted>geomean regret</span>"]
     if kernels:
-        head += [f"kernel: roofline fraction<br><span class=muted>splitlab / best peer ({e(h.peers_set)})</span>",
+        where = f" ({e(h.peers_set)})" if h.peers_set else ""
+        head += [f"kernel: roofline fraction<br><span class=muted>splitlab / best peer{where}</span>",
                  "kernel: speed over the best peer<br><span class=muted>geomean (faster on)</span>"]
 
     def cell(s: str) -> str:
@@ -312,7 +335,7 @@ def html(h: Headline, *, kernels: bool = True) -> str:
             q = h.peers.get(k)
             peer = ([f"{q.roofline:.2f} / {q.peer_roofline:.2f}",
                      f"{q.speedup:.3f}x ({q.wins} of {q.shapes} shapes)"]
-                    if q else ['<span class="muted">not measured</span>'] * 2)
+                    if q else [f'<span class="muted">{e(h.peers_note or "not measured")}</span>'] * 2)
             span = sum(r == k for r, _ in h.rows)
             tds += "".join(f"<td rowspan={span}>{c}</td>" if span > 1 else f"<td>{c}</td>" for c in peer)
         body.append(f"<tr>{tds}</tr>")

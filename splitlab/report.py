@@ -56,6 +56,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = notebooks_dir()  # the repository's notebooks/, or their copy in an installed package
 #: The notebooks, in report order.
 NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "schedules", "sweep")
+#: The index's answer (``splitlab.headline``) as a page ``--only`` can name: a report of some pages (``--only waves``)
+#: builds it only when named (``--only waves,headline``; ``--only headline``: the index alone), a whole report always.
+HEADLINE = "headline"
+#: What ``--only`` takes.
+PAGES = (*NOTEBOOKS, HEADLINE)
 
 
 # --- running the notebooks --------------------------------------------------------------------------------
@@ -110,18 +115,43 @@ def _kernel_env(tmp: Path) -> Iterator[None]:
 
 
 def _select(only: Sequence[str] | None) -> list[str]:
+    """The pages ``only`` names (``PAGES``: the notebooks and the ``headline``), in report order; all of them for
+    None."""
     if only is None:
-        return list(NOTEBOOKS)
+        return list(PAGES)
     if isinstance(only, str):
         only = [only]
     names = [n.strip() for item in only for n in str(item).split(",") if n.strip()]
     if not names:
-        raise SplitlabError(f"only={list(only)!r} is not allowed; expected notebook names among "
-                            f"{', '.join(NOTEBOOKS)} (or no --only: all of them)")
+        raise SplitlabError(f"only={list(only)!r} is not allowed; expected page names among "
+                            f"{', '.join(PAGES)} (or no --only: all of them)")
     for n in names:
-        if n not in NOTEBOOKS:
-            raise SplitlabError(f"only={n!r} is not allowed; expected any of {', '.join(NOTEBOOKS)}")
-    return [n for n in NOTEBOOKS if n in names]
+        if n not in PAGES:
+            raise SplitlabError(f"only={n!r} is not allowed; expected any of {', '.join(PAGES)}")
+    return [n for n in PAGES if n in names]
+
+
+#: What executing the notebooks imports: the ``lab`` extra's modules (``pyproject.toml``), and how to install them.
+LAB_MODULES = ("jupytext", "nbformat", "papermill", "nbconvert", "ipykernel", "yaml")
+LAB_EXTRA = "pip install 'splitlab[lab]'"
+
+
+def check_lab() -> None:
+    """Refuse, in one ``SplitlabError`` naming the extra, to run notebooks where the ``lab`` extra is not installed
+    (``splitlab`` alone plans, sweeps and fits; its report executes notebooks). Looks the modules up without
+    importing them."""
+    import importlib.util
+
+    missing = []
+    for m in LAB_MODULES:
+        try:
+            if importlib.util.find_spec(m) is None:
+                missing.append(m)
+        except (ImportError, ValueError):
+            missing.append(m)
+    if missing:
+        raise SplitlabError(f"the report's notebooks need the lab extra ({', '.join(missing)} not installed); "
+                            f"expected {LAB_EXTRA} (or --only {HEADLINE}: the index's answer alone needs none)")
 
 
 def _say(msg: str, progress: bool) -> None:
@@ -170,20 +200,18 @@ def notebook_parameters(data: str | Path | None = None, *, allow_fake: bool = Fa
     """The parameters ``build_report`` passes every notebook (each takes those its ``parameters`` cell declares):
     ``data`` (a catalog name as given, else the resolved path; the catalog's current set when empty),
     ``allow_fake``, ``confirm`` (the names of the catalog's confirm sets of that set's device when ``data`` is a
-    current set, else none: confirm sweeps belong to the data they confirm), ``peers`` (likewise the catalog's
-    peers sets of that device: the comparison, then its repeats) and ``out`` (``<out>/sweep-runs``,
-    where the ``sweep`` notebook sweeps)."""
+    current set, by name or by path, else none: confirm sweeps belong to the data they confirm), ``peers`` (the
+    catalog's peers sets of the device whenever ``data`` is catalog data, by name or by path, whatever its role:
+    the comparison, then those of its repeats that are here, ``catalog.peers_of``; none for data outside the
+    catalog) and ``out`` (``<out>/sweep-runs``, where the ``sweep`` notebook sweeps)."""
     if not data:
         data = catalog.current().name
-    if catalog.is_name(data):
-        data = str(data)
-        entry = catalog.get(data) if data not in catalog.ROLES else None
-    else:
-        data = str(resolve_data(data))
-        entry = next((e for e in catalog.entries("current") if not e.sweeps and str(e.path) == data), None)
+    data = str(data) if catalog.is_name(data) else str(resolve_data(data))
+    entry = catalog.set_at(data)
     current = entry is not None and "current" in entry.roles
     confirm = [e.name for e in catalog.confirm_for(entry)] if current else []
-    peers = [e.name for e in catalog.peers_for(entry)] if current else []
+    # (a wheel carries the comparison, not its repeats: splitlab.resources)
+    peers = [e.name for e in catalog.peers_of(data) or [] if all(s.is_dir() for s in e.sources())]
     return dict(data=data, allow_fake=bool(allow_fake), confirm=confirm, peers=peers,
                 out=str(Path(out).resolve() / "sweep-runs"))
 
@@ -192,8 +220,11 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
                  allow_fake: bool = False, notebooks: Path | None = None, cell_timeout: int | None = None,
                  parameters: Mapping[str, Mapping[str, Any]] | None = None,
                  parameter_texts: Mapping[str, str] | None = None) -> Path:
-    """Execute the notebooks (``only`` those named) on ``data`` (a catalog name or a folder; None: the catalog's
-    current set) into ``out``; return ``out/index.html``.
+    """Execute the notebooks (``only`` those named, of ``PAGES``) on ``data`` (a catalog name or a folder; None: the
+    catalog's current set) into ``out``; return ``out/index.html``. The index's answer (``splitlab.headline``) is
+    computed only where shown: in a whole report, or where ``only`` names ``headline`` (``only=["headline"]``: the
+    index alone, no notebook, no ``lab`` extra needed); notebooks without the ``lab`` extra are one
+    ``SplitlabError`` naming it (``check_lab``).
 
     Each notebook gets the ``notebook_parameters`` it declares (``data``, ``allow_fake``; the confirm sets for
     ``planner_shootout`` when ``data`` is the current set; ``out=<out>/sweep-runs`` for ``sweep``), plus each of
@@ -207,11 +238,10 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
     ``out`` that is a file or cannot be written, or an empty ``only`` raises ``SplitlabError`` naming it before
     anything runs; so does data from the fake timer unless ``allow_fake``. A notebook that fails still gets its
     page (with the error) and its line in the index; ``SplitlabError`` names the failures after all have run."""
-    import jupytext
-    import nbformat
-    import papermill
-
-    names = _select(only)
+    selected = _select(only)
+    names = [n for n in selected if n in NOTEBOOKS]
+    if names:
+        check_lab()
     info = data_info(data or catalog.current().name)
     injected = notebook_parameters(data, allow_fake=allow_fake, out=out)
     if info.fake and not allow_fake:
@@ -221,12 +251,18 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
         if name not in NOTEBOOKS:
             raise SplitlabError(f"parameters[{name!r}] is not allowed; expected notebooks among {', '.join(NOTEBOOKS)}")
     src_dir = Path(notebooks) if notebooks is not None else NOTEBOOK_DIR
-    declared = declared_parameters(names, src_dir)  # each notebook's parameters cell, inspected once
+    declared = declared_parameters(names, src_dir) if names else {}  # each parameters cell, inspected once
     given = notebook_arguments(names, src_dir, parameter_texts, parameters, declared=declared)  # checked up front
     out = out_dir("out", out).resolve()
     remove_stale(out)
+    if names:  # (after every check: a refused argument never waits for these; the index alone needs none)
+        import jupytext
+        import nbformat
+        import papermill
+
     pages: list[Page] = []
-    _say(f"{len(names)} notebook(s) on {info.path} ({info.label}) -> {out}", progress)
+    what = f"{len(names)} notebook(s)" + (" and the answer" if HEADLINE in selected else "")
+    _say(f"{what} on {info.path} ({info.label}) -> {out}", progress)
     # Pages are written into a staging folder inside ``out`` and moved into place (index last) only when every
     # notebook has run: an interrupted report leaves the previous report whole. The staging and temporary
     # folders carry the pid, so a run killed outright has its leftovers removed by the next (remove_stale).
@@ -263,7 +299,11 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             (stage / f"{name}.html").write_text(to_html(done, page.title, name), encoding="utf-8")
             _say(f"[{i}/{len(names)}] {name}: {page.status} in {page.seconds:.1f} s -> {name}.html", progress)
             pages.append(page)
-        head, head_note = _headline(_headline_sets(injected, given), allow_fake, stage, progress)
+        if HEADLINE in selected:
+            head, head_note = _headline(_headline_sets(injected, given), allow_fake, stage, progress)
+        else:  # not shown, so not computed (seconds to a minute): the pages asked for come back alone
+            head, head_note = None, (f"Not built by this report (--only {','.join(selected)}): `splitlab report` "
+                                     f"builds it with every page, `--only {HEADLINE}` alone.")
         (stage / "index.html").write_text(index_html(pages, info, head, head_note), encoding="utf-8")
         for f in sorted(stage.iterdir(), key=lambda f: f.name == "index.html"):  # the index last
             os.replace(f, out / f.name)
@@ -493,6 +533,9 @@ def _headline_html(head: Any, note: str, info: DataInfo) -> str:
             + (f"; <i>confirm</i>: {', '.join(f'<code>{e(c)}</code>' for c in confirm)}, fresh shapes swept after "
                "the rule was final" if confirm else ""))
     png = base64.b64encode(headline.figure_png(head, info)).decode()
+    peers = f"<code>{e(head.peers_set)}</code>" if head.peers_set else "the peers set"
+    if head.peers_note:
+        peers += f" ({e(head.peers_note)})"
     return f"""<h2>The answer</h2>
 <p>Per family: how far splitlab's split planner is from the best measured split, beside the best ported rule, and
 how close splitlab's kernels come to the device's roofline beside the fastest peer library.</p>
@@ -500,7 +543,7 @@ how close splitlab's kernels come to the device's roofline beside the fastest pe
 <p class="muted">Regret: the p50 of the split (and tile) a planner picks over the best p50 measured for that shape, on
 splitlab's kernels; geomean / worst over the shapes ({sets}). Bold: the goal met (geomean &le; 1.02, worst &le; 1.10,
 below every ported rule). Roofline fraction: the device's floor (unique bytes / read ceiling, or FLOPs / matrix
-ceiling) over the measured p50, geomean over the shapes of <code>{e(head.peers_set)}</code> with a peer measured;
+ceiling) over the measured p50, geomean over the shapes of {peers} with a peer measured;
 splitlab at its planner's default against the fastest peer of each shape (FlashInfer, FlashMLA, PyTorch SDPA).
 Numbers: <a href="{HEADLINE_CSV}">{HEADLINE_CSV}</a>.</p>
 <figure><img alt="geomean and worst regret of each planner per family and set" src="data:image/png;base64,{png}">
@@ -516,7 +559,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the catalog's current set, the newest kernel version of every family)")
     p.add_argument("--out", default="reports", help="folder for the executed notebooks and HTML (default reports/)")
     p.add_argument("--only", action="append", metavar="NAME",
-                   help=f"run only these notebooks (repeat or comma-separate): {', '.join(NOTEBOOKS)}")
+                   help=f"run only these pages (repeat or comma-separate): {', '.join(PAGES)}; the index's answer "
+                   f"is computed only where {HEADLINE} is named (--only {HEADLINE}: the index alone, in seconds)")
     p.add_argument("--allow-fake", action="store_true",
                    help="report modelled rows (timer=fake) too; every figure then says MODELLED")
     p.add_argument("-p", "--parameter", action="append", type=parameter_text, metavar="NAME=VALUE",

@@ -121,6 +121,32 @@ def test_the_report_reads_names_and_injects_the_catalog_s_sets():
     assert report.notebook_parameters("h200-v2")["data"] == "h200-v2"
 
 
+def test_catalog_data_is_known_by_name_by_path_and_inside_and_peers_come_from_the_catalog(tmp_path, monkeypatch):
+    """Issue 39: the comparison of the kernels with their peers is the catalog's peers set whatever ``--data``
+    names, so long as it is catalog data: a set by name, its folder by path (absolute, relative, through a link), a
+    sweep folder inside it, a folder of sets, another set of the device; data outside the catalog have none."""
+    h200 = REPO / "data" / "h200"
+    (tmp_path / "link").symlink_to(h200)
+    monkeypatch.chdir(REPO)
+    peers = ["h200-peers", "h200-peers-repeat"]
+    for data in ("h200", h200, "data/h200", tmp_path / "link", str(h200) + "/"):
+        assert [e.name for e in catalog.sets_of(data)] == ["h200"], data
+        assert catalog.set_at(data).name == "h200" and [e.name for e in catalog.peers_of(data)] == peers, data
+        p = report.notebook_parameters(data)
+        assert (p["confirm"], p["peers"]) == (["h200-confirm"], peers), data  # the report's sets, every way
+    inside = h200 / "gqa_decode-default"
+    assert catalog.set_at(inside) is None and [e.name for e in catalog.sets_of(inside)] == ["h200"]
+    assert report.notebook_parameters(inside)["peers"] == peers and report.notebook_parameters(inside)["confirm"] == []
+    study = REPO / "data" / "h200-study"
+    assert catalog.set_at(study) is None and len(catalog.sets_of(study)) == 3  # a folder of three sets
+    assert catalog.set_at(study / "gqa_decode-keytiles").name == "h200-keytiles"
+    for data in ("h200-v2", "h200-confirm", "confirm", study):
+        assert report.notebook_parameters(data)["peers"] == peers, data
+    outside = REPO / "tests" / "fixtures" / "sweeps"
+    assert catalog.sets_of(outside) == [] and catalog.peers_of(outside) is None and catalog.set_at(outside) is None
+    assert report.notebook_parameters(outside)["peers"] == []
+
+
 def test_adding_a_confirm_set_is_one_entry(tmp_path, monkeypatch):
     text = (REPO / "data" / "catalog.toml").read_text()
     cur = text[text.index("[sets.h200]"):text.index("# --- archive")]

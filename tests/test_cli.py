@@ -490,14 +490,37 @@ def test_a_closed_pipe_is_not_a_traceback():
     assert proc.stdout.startswith("# result schema") and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["plan", "--workload", "llama-3-8b", "--batch", "4", "--ctx", "32k"]])
+#: Bad arguments to ``sweep`` and ``report``: each refused (exit 2) before torch, Triton, pandas or papermill load
+#: (issue 39: they took 8-12 s to be refused on a busy 2-core machine; now a fraction of a second).
+BAD_ARGUMENTS = [
+    ["sweep", "no_such_card"],
+    ["sweep", "gqa_decode", "--grid", "no_such_grid"],
+    ["sweep", "gqa_decode", "--device", "no_such_gpu"],
+    ["sweep", "gqa_decode", "--out", "/dev/null"],
+    ["sweep", "gqa_decode", "--workers", "0"],
+    ["report", "--only", "no_such_page"],
+    ["report", "--data", "no_such_set"],
+    ["report", "--data", "README.md"],
+    ["report", "--out", "/dev/null"],
+    ["report", "-p", "no_equals_sign"],
+]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["plan", "--workload", "llama-3-8b", "--batch", "4", "--ctx", "32k"],
+                                  *BAD_ARGUMENTS])
 def test_start_up_imports_no_heavy_module(argv):
-    # help and plan are pure Python: torch, pandas and Triton stay out of a fresh interpreter.
+    # help and plan are pure Python, and a bad argument is refused before anything heavy: torch, pandas, Triton and
+    # the notebooks' machinery stay out of a fresh interpreter.
     import subprocess
     import sys
 
-    code = ("import sys, contextlib, io\nfrom splitlab.cli import main\n"
-            f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit): main({argv!r})\n"
-            "print(sorted({'torch', 'pandas', 'triton'} & set(sys.modules)))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.strip() == "[]", proc.stdout
+    code = ("import sys, contextlib, io\nfrom splitlab.cli import main\nrc = 0\n"
+            f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit): rc = main({argv!r})\n"
+            "print(rc, sorted({'torch', 'pandas', 'triton', 'papermill', 'jupytext', 'nbformat', 'nbconvert'}"
+            " & set(sys.modules)))")
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo)
+    want = 2 if argv in BAD_ARGUMENTS else 0
+    assert proc.stdout.strip() == f"{want} []", (proc.stdout, proc.stderr)
+    if want:
+        assert proc.stderr.startswith("splitlab: error: ") and proc.stderr.count("\n") == 1, proc.stderr

@@ -166,6 +166,53 @@ def test_the_progress_bar_follows_the_terminal(tmp_path, monkeypatch):
     assert seen == [True, False, False]
 
 
+def test_only_some_pages_computes_no_headline_unless_named(tmp_path, monkeypatch):
+    """Issue 39: ``--only waves`` runs the waves page and no more (the index's answer, seconds to a minute, is not
+    computed); ``--only waves,headline`` computes it, ``--only headline`` alone runs no notebook."""
+    import papermill
+
+    from splitlab import headline
+
+    ran, built = [], []
+
+    def execute(inp, outp, **kw):
+        ran.append(Path(inp).stem)
+        Path(outp).write_text(Path(inp).read_text())
+
+    real = headline.build
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr(headline, "build", lambda *a, **k: built.append(a[0]) or real(*a, **k))
+    index = report.build_report(FIXTURE, tmp_path / "a", only=["waves"], progress=False, allow_fake=bool(FAKE))
+    assert ran == ["waves"] and built == []
+    page = index.read_text()
+    assert "Not built by this report (--only waves)" in page and 'class="headline"' not in page
+    assert not (tmp_path / "a" / report.HEADLINE_CSV).exists()
+    index = report.build_report(FIXTURE, tmp_path / "b", only=["waves,headline"], progress=False,
+                                allow_fake=bool(FAKE))
+    assert ran == ["waves", "waves"] and len(built) == 1 and 'class="headline"' in index.read_text()
+    index = report.build_report(FIXTURE, tmp_path / "c", only=["headline"], progress=False, allow_fake=bool(FAKE))
+    assert ran == ["waves", "waves"] and len(built) == 2 and 'class="headline"' in index.read_text()
+    assert report._select(None) == [*report.NOTEBOOKS, "headline"]  # a whole report: every page and the answer
+
+
+def test_notebooks_without_the_lab_extra_are_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """``splitlab`` installed without ``[lab]``: the report's notebooks are refused in one line naming the extra,
+    before anything is written; ``--only headline`` needs none of it."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("papermill", "jupytext")
+                        else find_spec(name, *a))
+    out = tmp_path / "reports"
+    code, stdout, err = run(capsys, "report", "--data", str(FIXTURE), *FAKE, "--out", str(out), "--only", "waves")
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert "jupytext, papermill not installed" in err and "pip install 'splitlab[lab]'" in err, err
+    assert not out.exists()
+    code, stdout, err = run(capsys, "report", "--data", str(FIXTURE), *FAKE, "--out", str(out), "--only",
+                            "headline", "--quiet")
+    assert code == 0 and (out / "index.html").is_file(), err
+
+
 # --- the README's recipe for one notebook by hand -------------------------------------------------------------
 
 def test_readme_recipe_runs_one_notebook_by_hand_with_a_typed_list(tmp_path):

@@ -40,7 +40,7 @@ def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("pages")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUDA_VISIBLE_DEVICES", "")
-        report.build_report(FIXTURE, out, only=["planner_shootout"], progress=False, allow_fake=FAKE,
+        report.build_report(FIXTURE, out, only=["planner_shootout", "headline"], progress=False, allow_fake=FAKE,
                             parameters={"planner_shootout": {"confirm": [str(FIXTURE)]}})
     return out
 
@@ -113,6 +113,45 @@ def test_readme_table_is_the_headline_and_index_html_shows_it():
         # one cell a family, spanning its uniform and ragged rows
         assert re.search(rf'<td(?: rowspan=\d)?>{q.roofline:.2f} / {q.peer_roofline:.2f}</td>', page), k
     assert page.count("not measured") == 2  # sparse MLA's two kernel cells
+
+
+def test_the_headline_is_one_definition_whichever_way_the_data_are_named(tmp_path, monkeypatch):
+    """Issue 39: ``splitlab report --data h200`` and ``--data data/h200`` (the same folder) state the same numbers:
+    the planner columns on the held-out shapes and the catalog's confirm set, the kernels against the catalog's peers
+    set (not the SDPA sweeps the current set also holds), built as the report builds them."""
+    monkeypatch.chdir(ROOT)
+    heads = {}
+    for data in ("h200", "data/h200"):
+        folder = tmp_path / data.replace("/", "-")
+        folder.mkdir()
+        head, note = report._headline(report._headline_sets(report.notebook_parameters(data), {}), False, folder,
+                                      False)
+        assert head is not None, note
+        heads[data] = head
+        assert head.sets == ["held-out", "h200-confirm"] and head.peers_set == "h200-peers", data
+        assert set(head.peers) == {"gqa_decode", "mla_decode"} and not head.peers_note, data
+    by_name, by_path = heads.values()
+    pd.testing.assert_frame_equal(by_name.table(), by_path.table())
+    assert headline.readme_rows(by_name) == headline.readme_rows(by_path)
+    assert headline.html(by_name) == headline.html(by_path)
+    assert (tmp_path / "h200" / report.HEADLINE_CSV).read_bytes() == (tmp_path / "data-h200" /
+                                                                       report.HEADLINE_CSV).read_bytes()
+
+
+def test_data_outside_the_catalog_without_peers_say_so(tmp_path):
+    """Data outside the catalog are compared with the peers they hold; holding none, the kernels' cells say so
+    instead of comparing with a subset of them or leaving it unexplained."""
+    import shutil
+
+    shutil.copytree(FIXTURE / "gqa_decode-default", tmp_path / "mine" / "gqa_decode-default")
+    head = headline.build(str(tmp_path / "mine"), allow_fake=FAKE)
+    assert head.peers == {} and head.peers_note == headline.NO_PEER_MEASURED and head.peers_set == "mine"
+    page = headline.html(head)
+    assert headline.NO_PEER_MEASURED in page and "not measured" not in page
+    index = report.index_html([], datasets.data_info(tmp_path / "mine"), head)
+    assert f"({headline.NO_PEER_MEASURED})" in index
+    own = headline.build(str(FIXTURE), allow_fake=FAKE)  # the fixture holds SDPA's sweeps: compared with them
+    assert own.peers_set == FIXTURE.name and "gqa_decode" in own.peers and not own.peers_note
 
 
 def test_a_report_without_a_headline_says_why():

@@ -48,6 +48,7 @@ import itertools
 import math
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,27 @@ class Card:
     def grid(self, name: str) -> tuple[Block, ...]:
         """The blocks of grid ``name``; ``CardError`` naming the grids there are otherwise."""
         if name not in self.grids:
-            raise CardError(f"{self.path}: grids.{name} does not exist; expected one of {', '.join(self.grids)}")
+            raise _no_grid(self.path, name, self.grids)
         return self.grids[name]
+
+
+def _no_grid(path: Path, name: str, grids: Iterable[str]) -> CardError:
+    return CardError(f"{path}: grids.{name} does not exist; expected one of {', '.join(grids)}")
+
+
+def check_grid(path: Path, name: str) -> None:
+    """Refuse a grid name the card file at ``path`` does not declare (``Card.grid``'s ``CardError``), reading its
+    TOML only: without importing its kernel (torch, Triton), so that ``splitlab sweep`` refuses a bad ``--grid`` in
+    a fraction of a second. A file that is no readable TOML card with a ``[grids]`` table passes: ``load`` says
+    what is wrong with it."""
+    try:
+        if path.stat().st_size > MAX_CARD_BYTES:
+            return
+        grids = tomllib.loads(path.read_text(encoding="utf-8")).get("grids")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return
+    if isinstance(grids, dict) and name not in grids:
+        raise _no_grid(path, name, grids)
 
 
 # --- locating cards ---------------------------------------------------------------------------------------
