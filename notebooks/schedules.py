@@ -22,6 +22,8 @@
 # (FlashInfer, FlashMLA) measured in the same run.
 
 # %% tags=["parameters"]
+data: str = "h200"  # the report's result set; this page draws the study below whatever the data (its device: H200)
+allow_fake: bool = False  # (every row of the study is measured)
 study: str = "h200-schedules"  # a catalog bench entry written by experiments/schedules/ragged_ab.py
 run: str = "confirm_ab.csv"  # which of its runs: confirm_ab.csv (fresh batches) or ragged_ab.csv
 shape: str = "32/8"  # the batch drawn above: shape label (32/8, 64/8, 128/1, mla16, mla128), batch, longest, dist
