@@ -82,7 +82,16 @@ def default_tile(g: pd.DataFrame, keep: tuple[str, ...]) -> pd.DataFrame:
 for kernel in todo:
     kd = ok[ok["kernel"] == kernel]
     sm = int(kd["sm_count"].dropna().iloc[0]) if kd["sm_count"].notna().any() else info.sm_count
-    fams = kd.groupby(family_cols, dropna=False).size().sort_values(ascending=False).index[:max_families]
+    counts = kd.groupby(family_cols, dropna=False).size().sort_values(ascending=False)
+    fams = counts.index[:max_families]
+    def _label(f) -> str:
+        return family_label(pd.Series(dict(zip(family_cols, f, strict=True))))
+
+    shown_labels = {_label(f) for f in fams}
+    rest = [x for x in dict.fromkeys(_label(f) for f in counts.index) if x not in shown_labels]
+    if rest:  # say which families the panels leave out (max_families); their points are in the data
+        display(Markdown(f"**{kernel}:** the panels show the {len(fams)} families with the most points "
+                         f"(`max_families`); not drawn: {', '.join(rest)}."))
     two_bk = kd["block_k"].dropna().nunique() >= 2
     fig, axes = plt.subplots(2, len(fams), figsize=plots.figsize(3.9 * len(fams) + 1.3, 6.4), squeeze=False,
                              sharex="col")
@@ -172,10 +181,17 @@ else:
     plots.legend_outside(ax)
     plots.title(fig, f"BLOCK_K 32 vs 64: the rule predicts {hit} of {len(dec)} decisive load points", info)
     notebook.show_figure(fig, "block-k-rule", rule.reset_index(drop=True))
+    # The load points that matter: where the rule picks the slower tile, by how much slower its pick is.
+    wrong = dec[~dec["predicted"]].copy()
+    wrong["cost"] = [max(s, lg) / min(s, lg) for s, lg in zip(wrong["p50_small"], wrong["p50_large"], strict=True)]
     cols = [c for c in ("kernel", "num_q_heads", "topk", "batch", "num_splits", "ctas", "p50_small", "p50_large",
-                        "best", "rule", "predicted") if c in rule.columns]
-    display(rule.sort_values("ctas")[cols].rename(columns={"p50_small": "p50 @32 (us)", "p50_large": "p50 @64 (us)"})
-            .round(2).reset_index(drop=True))
+                        "best", "rule", "cost") if c in wrong.columns]
+    notebook.show_table(
+        wrong.sort_values("cost", ascending=False)[cols].rename(columns={
+            "num_q_heads": "heads", "p50_small": "p50 @32 (us)", "p50_large": "p50 @64 (us)", "best": "best BLOCK_K",
+            "rule": "rule's BLOCK_K", "cost": "rule's pick / best"}).reset_index(drop=True),
+        top=10, figure="block-k-rule", page="cta_latency", digits=2,
+        note=f"The load points the rule gets wrong ({len(wrong)} of {len(dec)} decisive), worst first.")
 
 # %% [markdown]
 # ## Where the best split lands, and the one-wave split rule
@@ -224,8 +240,8 @@ else:
     t = splits_rule.groupby("kernel").agg(shapes=("predicted", "size"), predicted=("predicted", "sum"),
                                           geomean_regret=("rule_regret", analysis.geomean),
                                           worst_regret=("rule_regret", "max"))
-    display(Markdown("**One-wave split rule** (predicted: within the tie tolerance of the best split)"))
-    display(t.round(3))
+    notebook.show_table(t, note="One-wave split rule per kernel (predicted: within the tie tolerance of the best "
+                                "split).")
 
 # %%
 parts = []

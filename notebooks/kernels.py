@@ -68,7 +68,9 @@ for ax, fam in zip(axes[:, 0], fams or [None], strict=True):
     for role, h in g.groupby("role", sort=False):
         xs = [x[tuple(r)] for r in h[peer_table.SHAPE].itertuples(index=False)]
         order = np.argsort(xs)
-        ax.plot(np.asarray(xs)[order], h["roofline"].to_numpy()[order], ms=4, lw=0.8, label=role, **looks[role])
+        # markers only: neighbouring shapes are categories, and a line between them would read as a trend
+        ax.plot(np.asarray(xs)[order], h["roofline"].to_numpy()[order], ms=5, ls="none", alpha=0.9, label=role,
+                **looks[role])
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels([peer_table.shape_label(r) for _, r in shapes.iterrows()], rotation=70,
                        fontsize=plots.MIN_FONT_PT)
@@ -85,19 +87,34 @@ notebook.show_figure(fig, "roofline", roles)
 # %%
 summ = peer_table.summary(cmp) if not cmp.empty else pd.DataFrame()
 if not summ.empty:
-    display(summ.round(3))
-    show = cmp[["family", "num_q_heads", "num_kv_heads", "batch", "ctx_len", "best_peer", "best_peer_us",
-                "speedup_planner", "speedup_best"]]
-    display(show.round(3))
-    fig, ax = plt.subplots(figsize=(10, 3.2))
-    for fam, g in cmp.groupby("family", sort=False):
-        ax.plot(range(len(g)), g["speedup_planner"].to_numpy(), marker="o", ms=4, lw=0.8, label=f"{fam}: planner")
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xlabel("shape (as in the table, per family)")
-    ax.set_ylabel("best peer / splitlab")
-    plots.title(ax, "splitlab at its planner's default against the best peer", info)
-    plots.legend_outside(ax)
+    notebook.show_table(summ.rename(columns={
+        "geomean_planner": "geomean: planner's default", "geomean_best": "geomean: best split",
+        "wins_planner": "faster on", "worst": "worst", "worst_shape": "worst shape", "worst_peer": "against"}))
+    fams_ = list(dict.fromkeys(cmp["family"]))
+    fig, axes = plt.subplots(len(fams_), 1, figsize=(10, 2.9 * len(fams_)), squeeze=False)
+    for ax, (fam, g) in zip(axes[:, 0], cmp.groupby("family", sort=False), strict=True):
+        x = np.arange(len(g))
+        for col, label, look in (("speedup_planner", "at its planner's default", dict(marker="o", color="#0072B2")),
+                                 ("speedup_best", "at its best split", dict(marker="o", color="#E69F00", ms=9,
+                                                                            markerfacecolor="none"))):
+            ax.plot(x, g[col].to_numpy(), ls="none", ms=look.pop("ms", 5), label=label, **look)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(x, [peer_table.shape_label(r) for _, r in g.iterrows()], rotation=70,
+                      fontsize=plots.MIN_FONT_PT)
+        ax.set_xlim(-0.7, len(g) - 0.3)
+        ax.set_ylabel("best peer / splitlab")
+        plots.title(ax, f"{fam.upper()}: the best peer's time over splitlab's (above 1: splitlab faster)", info)
+        plots.legend_outside(ax)
     notebook.show_figure(fig, "speedup", cmp)
+    worst = cmp.sort_values("speedup_planner")
+    notebook.show_table(
+        worst.assign(shape=[peer_table.shape_label(r) for _, r in worst.iterrows()])[
+            ["family", "shape", "best_peer", "best_peer_us", "speedup_planner", "speedup_best"]].rename(columns={
+                "best_peer": "best peer", "best_peer_us": "best peer (us)",
+                "speedup_planner": "best peer / splitlab (planner)",
+                "speedup_best": "best peer / splitlab (best split)"}).reset_index(drop=True),
+        top=8, figure="speedup", page="kernels",
+        note="The shapes where splitlab at its planner's default is furthest behind the best peer.")
 
 # %% [markdown]
 # **Every ported planner on FlashInfer's own kernel.** With FlashInfer's split swept (`flashinfer_decode`:
@@ -123,7 +140,8 @@ if not roles.empty and {"FlashInfer (own plan)", "FlashInfer (best split)"} <= s
 regrets = pd.concat(reg_rows, ignore_index=True) if reg_rows else pd.DataFrame()
 if not regrets.empty:
     table = regrets.pivot_table(index="planner", columns="kernel", values="geomean")
-    display(regrets[["kernel", "planner", "shapes", "geomean", "p90", "worst", "worst_shape"]].round(3))
+    notebook.show_table(regrets[["kernel", "planner", "shapes", "geomean", "p90", "worst", "worst_shape"]].rename(
+        columns={"geomean": "geomean regret", "p90": "p90 regret", "worst": "worst regret", "worst_shape": "at"}))
     if "flashinfer_decode" in table.columns and "gqa_decode" in table.columns:
         t = table[["flashinfer_decode", "gqa_decode"]].dropna(subset=["flashinfer_decode"])
         t = t.sort_values("flashinfer_decode", ascending=False)
@@ -158,7 +176,8 @@ elif rinfo is not None:
     j["ratio"] = j["p50_us_repeat"] / j["p50_us"]
     if not j.empty:
         spread = (float(j["ratio"].quantile(0.05)), float(j["ratio"].quantile(0.95)), len(j))
-        display(j.groupby("kernel")["ratio"].describe(percentiles=[0.05, 0.5, 0.95]).round(3))
+        notebook.show_table(j.groupby("kernel")["ratio"].describe(percentiles=[0.05, 0.5, 0.95])
+                            .rename(columns={"count": "points"}))
 else:
     display(Markdown("No repeat run given (or found): the run-to-run spread is not shown."))
 

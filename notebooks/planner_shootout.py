@@ -91,9 +91,19 @@ shootouts = headline.shootouts(df, confirm_sets, allow_fake=allow_fake) if len(r
 scores, summary = headline.planner_scores(shootouts) if shootouts else ({}, None)
 sets = ["fit", headline.HELD_OUT, *confirm_sets]
 across = headline.summary_table(summary, sets) if summary is not None else pd.DataFrame()
+# A release of a rule that chose what the rule chose wherever both were recorded (flashinfer-0.7.4, flashinfer on
+# dies of 64 SMs or more) is shown once, as the rule; where they differ both are shown, and the note says how often.
+twins = analysis.version_twins(pd.concat([df, *confirm_sets.values()], ignore_index=True))
+merged = analysis.merged_versions(twins)
+reg = reg[~reg["planner"].isin(list(merged))]
+differ = {k: v for k, v in twins.items() if k not in merged}  # the merged ones say so under the figure
+if differ:
+    display(Markdown(analysis.twins_note(differ)))
 if len(across):
     fig = headline.figure(across, info, fig=plt.figure(), title="Each planner's regret per family and set"
-                          + (" and lengths" if ragged else "") + ": geomean (colour, upper number), worst (lower)")
+                          + (" and lengths" if ragged else "") + ": geomean (colour, upper number), worst (lower)",
+                          merged=merged)
+    across = across[~across["planner"].isin(list(merged))]
     notebook.show_figure(fig, "summary", across)
     if scores:
         head = headline.Headline(data=info.name, sets=[s for s in sets[1:] if (across["set"] == s).any()],
@@ -112,22 +122,29 @@ if not confirm:
 #
 # Every shape of the data, fit and held-out together, one panel per kernel (and per lengths, uniform and ragged
 # batches apart, where the data hold ragged ones): the further left and the steeper a planner's line, the better.
+# Each panel's title gives its shapes; under the figure, each planner scored on fewer of them, and why.
 
 # %%
 if todo:
     ncol = min(3, len(todo))
     nrow = int(np.ceil(len(todo) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(4.4 * ncol + 1.2, 3.8 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(3.4 * ncol + 1.6, 3.4 * nrow), squeeze=False)
     for ax, (kernel, lengths) in zip(axes.flat, todo, strict=False):
         g = reg[(reg["kernel"] == kernel) & (reg["lengths"] == lengths)]
-        plots.ecdf(ax, {p: g.loc[g["planner"] == p, "regret"] for p in g["planner"].unique()})
-        ax.set_title(f"{kernel} · {lengths}" if ragged else kernel)
-        ax.legend(loc="lower right", frameon=True)
+        plots.ecdf(ax, {p: g.loc[g["planner"] == p, "regret"] for p in g["planner"].unique()}, counts=False)
+        n_shapes = g[analysis.shape_cols(g)].drop_duplicates().shape[0]
+        ax.set_title(f"{headline.family_label(kernel, lengths, ragged)}: {n_shapes} shapes")
     for ax in list(axes.flat)[len(todo):]:
         ax.axis("off")
+    plots.legend_outside(fig)  # one legend for every panel, beside them (a planner keeps its colour)
     plots.title(fig, "Regret of each planner's choice against the measured best (ECDF)", info)
     notebook.show_figure(fig, "ecdf", reg[["kernel", "lengths", "shape", "planner", "num_splits", "oracle_splits",
                                            "p50_us", "oracle_us", "regret"]].reset_index(drop=True))
+    cov = analysis.coverage(reg, df, by=("kernel", "lengths"), allow_fake=allow_fake)
+    if len(cov):
+        display(Markdown("**Planners scored on fewer shapes than their panel holds:**\n" + "\n".join(
+            f"- {headline.family_label(r.kernel, r.lengths, ragged)}: `{r.planner}` on {r.scored} of {r.shapes}: "
+            f"{r.why}." for r in cov.itertuples())))
 
 # %% [markdown]
 # ## The tables behind the figures

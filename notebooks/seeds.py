@@ -45,18 +45,28 @@ from splitlab.errors import SplitlabError
 from splitlab.planners import aiter, flashinfer, modular
 from splitlab.planners import splitlab as splitlab_rule
 
+PAGE = "seeds"  # the report's name for this page (its CSV files start with it)
 plots.setup()
 notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
-claims: dict[str, str] = {}
+claims: list[dict] = []  # the reproduced claims, one line each
+measured: list[dict] = []  # each rule measured on the H200, one line each
 
 # %% [markdown]
-# ## Seed 000: Modular's Phase 0 table (MI355X, 256 CUs, MLA at 64 heads)
+# ## The seeds' claims, reproduced by the ports
 #
-# MLA packs BM = 32 query heads per CTA, so a partition launches `ceil(64 / 32) x batch` CTAs; the rule takes
-# `np = clamp(ceil(pages / 5), one_wave, two_wave)` with pages of 256 keys, `one_wave = 256 // ctas`,
-# `two_wave = 512 // ctas`, caps at 256 and rounds up the bucket ladder 1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192,
-# 256. The seed's table (contexts 65K, 80K and 131K read as 65536, 81920 and 131072):
+# **Seed 000** (Modular, MI355X, 256 CUs, MLA at 64 heads): MLA packs BM = 32 query heads per CTA, so a partition
+# launches `ceil(64 / 32) x batch` CTAs; the rule takes `np = clamp(ceil(pages / 5), one_wave, two_wave)` with pages
+# of 256 keys, `one_wave = 256 // ctas`, `two_wave = 512 // ctas`, caps at 256 and rounds up the bucket ladder 1, 2,
+# 4, 8, 16, 32, 48, 64, 96, 128, 192, 256 (the seed's contexts 65K, 80K and 131K read as 65536, 81920 and 131072).
+# Its exception, MLA with 16 or fewer heads targeting two full waves ("5-10 % faster", measured on the MI355X), is
+# not checkable here; the port's picks are folded below. **Seed 001** (FlashInfer's cake sparse-MLA rules): the grid
+# is counted in CTAs of 16 x `head_tiles` heads, a chunk is 64 candidates; each rule of the seed's docstring with a
+# worked example (the GB10 values stated in the seed, the others following from its rules) against `plan_splits`
+# (head_tiles = 1). **Seed 003** (aiter, gfx950): 64 heads (4 head blocks of 16), head dim 512, top-k 2048;
+# `num_splits` from aiter's cost model `_decode_num_splits`, then `ctas = num_queries x num_splits x 4` and
+# `BLOCK_K = 32 if ctas > 256 else 64`: the switch tracks CTAs, not queries (32 queries launch fewer CTAs than 24
+# or 34).
 
 # %%
 PHASE0 = [  # (batch, keys, np the seed states, the seed's reason)
@@ -77,29 +87,12 @@ for bs, nk, want, why in PHASE0:
                      two_wave=512 // ctas, work_floor=ceil(pages / modular.MAX_PAGES_PER_SPLIT), seed_np=want,
                      port_np=got, match=got == want, seed_reason=why))
 phase0 = pd.DataFrame(rows)
-display(phase0)
-claims["000"] = f"Phase 0: {int(phase0['match'].sum())} of {len(phase0)} rows reproduced"
-display(Markdown(f"**{claims['000']}** by `hip_mha_decoding_num_partitions(batch, keys, 64, 256, is_mla=True)`."))
-
-# %% [markdown]
-# The seed's exception: MLA with 16 or fewer heads (Kimi-K2.5 at TP4) targets two full waves, `min(two_wave,
-# pages)`, because one CTA per CU leaves no second block to hide the HBM latency ("5-10 % faster across bs=4
-# (32K-128K) and bs=8/16 short context", measured on the MI355X; not checkable here). What the port picks:
-
-# %%
 exc = pd.DataFrame([dict(heads=h, batch=bs, keys=nk,
                          np=modular.hip_mha_decoding_num_partitions(bs, nk, h, 256, is_mla=True))
                     for h in (16, 64) for bs in (1, 4, 8, 16) for nk in (32768, 131072)])
-display(exc.pivot_table(index=["heads", "batch"], columns="keys", values="np"))
+claims.append(dict(seed="000", claim="Phase 0 table: hip_mha_decoding_num_partitions(batch, keys, 64, 256, "
+                   "is_mla=True)", reproduced=f"{int(phase0['match'].sum())} of {len(phase0)} rows"))
 
-# %% [markdown]
-# ## Seed 001: FlashInfer's cake sparse-MLA split rules
-#
-# The grid is counted in CTAs of 16 x `head_tiles` heads; a chunk is 64 candidates. Each rule of the seed's
-# docstring with a worked example: the value the rule text gives (the GB10 values are stated in the seed; the
-# others follow from its rules), and what the port returns (`plan_splits`, head_tiles = 1).
-
-# %%
 PRO, R5090, GB10 = 188, 170, 48
 EXAMPLES = [  # (rule, device, sms, tokens, heads, topk, the rule's splits)
     ("two chunks never split", "RTX PRO 6000", PRO, 1, 16, 128, 1),
@@ -131,13 +124,34 @@ try:
 except ValueError as e:
     raised = f"ValueError: {e}"
 ex001 = pd.DataFrame(rows)
-display(ex001)
-display(Markdown(f"max_splits below the forced minimum raises, as the seed says: `{raised}`"))
-claims["001"] = f"cake examples: {int(ex001['match'].sum())} of {len(ex001)} reproduced"
-display(Markdown(f"**{claims['001']}**."))
+claims.append(dict(seed="001", claim="cake's worked examples: plan_splits(num_tokens, num_heads, topk, num_sms)",
+                   reproduced=f"{int(ex001['match'].sum())} of {len(ex001)} examples"))
+claims.append(dict(seed="001", claim="max_splits below the forced minimum raises",
+                   reproduced="yes" if raised.startswith("ValueError") else "no: " + raised))
+
+nqs = [1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 34, 40, 48, 56, 64, 80, 96, 112, 128]
+rows = []
+for dev in (devices.get("mi355x"), devices.get("h200")):
+    for nq in nqs:
+        s = aiter.decode_num_splits(nq, 4, 2048.0, 0.0, 64, num_sms=dev.sm_count)
+        ctas = nq * s * 4
+        rows.append(dict(device=dev.name, sms=dev.sm_count, num_queries=nq, num_splits=s, ctas=ctas,
+                         block_k=aiter.pa_decode_sparse_block_k(ctas, dev.sm_count)))
+s003 = pd.DataFrame(rows)
+mono = s003[s003["device"] == "mi355x"].sort_values("ctas")
+monotone = bool((mono["block_k"].diff().fillna(0) <= 0).all())
+claims.append(dict(seed="003", claim="BLOCK_K switches on CTAs, not queries (pa_decode_sparse_block_k)",
+                   reproduced="yes: monotone in CTAs, one switch at 256 CUs" if monotone else "no: not monotone"))
+notebook.show_table(pd.DataFrame(claims))
+notebook.show_table(phase0, folded="Seed 000: the Phase 0 table, row by row")
+notebook.show_table(exc.pivot_table(index=["heads", "batch"], columns="keys", values="np"),
+                    folded="Seed 000's few-head exception: the port's partitions at 16 and 64 heads")
+notebook.show_table(ex001, folded=f"Seed 001: cake's examples, rule by rule (and: {raised})")
+notebook.show_table(s003[s003["device"] == "mi355x"].set_index("num_queries")[["num_splits", "ctas", "block_k"]].T,
+                    folded="Seed 003: aiter's split count, CTAs and BLOCK_K per query count (MI355X)")
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=plots.figsize(11.5, 3.6), sharey=True)
+fig, axes = plt.subplots(1, 3, figsize=plots.figsize(11.5, 3.1), sharey=True)
 tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 cake_rows = []
 for ax, (dev, sms) in zip(axes, (("RTX PRO 6000", PRO), ("RTX 5090", R5090), ("GB10", GB10)), strict=True):
@@ -154,29 +168,7 @@ plots.legend_outside(axes[-1])
 plots.title(fig, "Seed 001: cake's split count against tokens", device="rule text, head_tiles = 1")
 notebook.show_figure(fig, "seed001-cake", pd.DataFrame(cake_rows))
 
-# %% [markdown]
-# ## Seed 003: aiter's load-dependent BLOCK_K (MI355X, 256 CUs)
-#
-# 64 heads (4 head blocks of 16), head dim 512, top-k 2048. `num_splits` comes from aiter's gfx950 cost model
-# `_decode_num_splits`, then `ctas = num_queries x num_splits x 4` and `BLOCK_K = 32 if ctas > 256 else 64`. The
-# seed's point that the switch tracks CTAs, not queries: 32 queries launch fewer CTAs than 24 or 34.
-
-# %%
-nqs = [1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 34, 40, 48, 56, 64, 80, 96, 112, 128]
-rows = []
-for dev in (devices.get("mi355x"), devices.get("h200")):
-    for nq in nqs:
-        s = aiter.decode_num_splits(nq, 4, 2048.0, 0.0, 64, num_sms=dev.sm_count)
-        ctas = nq * s * 4
-        rows.append(dict(device=dev.name, sms=dev.sm_count, num_queries=nq, num_splits=s, ctas=ctas,
-                         block_k=aiter.pa_decode_sparse_block_k(ctas, dev.sm_count)))
-s003 = pd.DataFrame(rows)
-display(s003[s003["device"] == "mi355x"].set_index("num_queries")[["num_splits", "ctas", "block_k"]].T)
-mono = s003[s003["device"] == "mi355x"].sort_values("ctas")
-monotone = bool((mono["block_k"].diff().fillna(0) <= 0).all())
-claims["003"] = ("BLOCK_K is monotone in CTAs (one switch at 256 CUs)" if monotone else
-                 "BLOCK_K is not monotone in CTAs")
-fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.4))
+fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.0))
 for ax, dev in zip(axes, ("mi355x", "h200-sxm"), strict=True):
     g = s003[s003["device"] == dev]
     ax.plot(g["num_queries"], g["ctas"], color="#999999", lw=0.8)
@@ -193,10 +185,18 @@ plots.title(fig, "Seed 003: CTAs and the rule's BLOCK_K against query count", de
 notebook.show_figure(fig, "seed003-ctas", s003)
 
 # %% [markdown]
-# ## Each rule measured on the H200 analogue
+# ## Each rule measured on the H200
 #
 # From here on the numbers come from the data: splitlab's kernels timed on the data's GPU, each rule's choice
-# against the best point measured for the same shape.
+# against the best point measured for the same shape (regret: p50 over that best p50). The transfer studies
+# (`analysis.replay`: the rule asked for its plan per shape, the measured point with exactly those knobs looked up;
+# a shape whose plan was not measured is left out) ask three questions of the seeds' rules: **000** for MLA with 16
+# or 32 heads (a CTA holds all heads, so a split launches `batch` CTAs), two waves (`2 x SMs // batch` splits) or
+# one (`SMs // batch`), both rounded down to a power of two, capped by 64 keys per split and 256 splits; **001**
+# while the unsplit grid covers at most 40% of the SMs, the largest power-of-two split that keeps the grid within
+# 80% of the SMs and at least two chunks (BLOCK_K tiles of the kernel's default, 64 candidates for 512-wide rows)
+# per CTA; **003** "BLOCK_K 32 once CTAs exceed the SMs" beside "BLOCK_K 64 always", counted in load points (a
+# shape at one split count with both BLOCK_K measured; within the tie tolerance, no side).
 
 # %%
 try:
@@ -205,7 +205,6 @@ try:
 except SplitlabError as e:
     df, info = None, None
     display(Markdown(f"**No data:** {e}. The measured part is left out."))
-measured_notes: list[str] = []
 
 
 def at_tile(g: pd.DataFrame, keep: tuple[str, ...] = ("num_splits",)) -> pd.DataFrame:
@@ -223,16 +222,20 @@ def t_of(s: pd.DataFrame, splits: int) -> float:
     return float(v.min()) if len(v) else np.nan
 
 
-# %% [markdown]
-# ### Seed 000 on the H200: Phase 0 shapes on `mla_decode`
-#
-# For each Phase 0 shape: the measured best split, the HIP rule as it plans for the MI355X (`modular@mi355x`),
-# the same rule at the H200's SM count (computed here; measured when the grid holds that split count), and
-# Modular's own choice on the H200 (its NVIDIA MLA call site uses one partition).
+def line(seed: str, what: str, shapes, result: str) -> None:
+    measured.append(dict(seed=seed, measured=what, shapes=shapes, result=result))
 
-# %%
-if df is not None:
-    ok = analysis.measured(df, allow_fake=allow_fake)
+
+def regret_text(r: pd.Series) -> str:
+    r = r.dropna()
+    return f"geomean regret {analysis.geomean(r):.3f}, worst {r.max():.2f}x" if len(r) else "not measured"
+
+
+ok = analysis.measured(df, allow_fake=allow_fake) if df is not None else None
+reg = analysis.regret(df, allow_fake=allow_fake) if df is not None else None
+m000 = r001 = pd.DataFrame()
+rule = pd.DataFrame()
+if df is not None:  # seed 000: the Phase 0 shapes on mla_decode
     mla = ok[(ok["kernel"] == "mla_decode") & (ok["num_q_heads"] == 64)]
     rows = []
     for bs, nk, want, _ in PHASE0:
@@ -241,7 +244,6 @@ if df is not None:
             continue
         best = s.loc[s["p50_us"].idxmin()]
         sm = int(best["sm_count"]) if pd.notna(best["sm_count"]) else info.sm_count
-
         here = modular.hip_mha_decoding_num_partitions(bs, nk, 64, sm, is_mla=True)
         pl = s["planners"].fillna("").str.split(",")
         mine = s[pl.apply(lambda x: "modular" in x)]
@@ -252,131 +254,53 @@ if df is not None:
                          regret_modular_h200=(float(mine["p50_us"].iloc[0]) / best["p50_us"]) if len(mine) else np.nan))
     m000 = pd.DataFrame(rows)
     if m000.empty:
-        measured_notes.append("seed 000: the data hold none of the Phase 0 shapes on mla_decode (64 heads)")
-        display(Markdown("The data hold **none of seed 000's Phase 0 shapes** on `mla_decode` (64 heads, batch 1, 2, "
-                         "8, 16, context 64K-128K): the `mla_decode` card's `seed` grid measures them."))
+        line("000", "Phase 0 shapes on mla_decode (64 heads)", 0, "not in the data (the mla_decode card's `seed` grid "
+             "measures them)")
     else:
-        display(m000.round(3))
-        missing = len(PHASE0) - len(m000)
-        g = analysis.geomean(m000["regret_mi355x_np"])
-        measured_notes.append(f"seed 000's MI355X choices on the H200: geomean regret {g:.2f}x over {len(m000)} "
-                              "Phase 0 shapes")
-        if missing:
-            display(Markdown(f"{missing} of the {len(PHASE0)} Phase 0 shapes are not in the data."))
-        fig, ax = plt.subplots(figsize=(7.5, 3.3))
-        x = np.arange(len(m000))
-        for k, (col, label, color) in enumerate((("regret_mi355x_np", "HIP rule @ MI355X (256 CUs)", "#1f77b4"),
-                                                 ("regret_h200_np", "HIP rule @ H200 SMs", "#17becf"),
-                                                 ("regret_modular_h200", "modular on H200 (1 split)", "#7f7f7f"))):
-            ax.bar(x + (k - 1) * 0.27, m000[col].fillna(0), width=0.27, color=color, label=label)
-            for xi in x[m000[col].isna().to_numpy()]:
-                ax.text(xi + (k - 1) * 0.27, 1.0, "not\nmeasured", rotation=90, fontsize=plots.MIN_FONT_PT, ha="center",
-                        va="bottom")
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_xticks(x, [f"B{b}\n{plots.fmt_pow2(n)}" for b, n in zip(m000["batch"], m000["keys"], strict=True)])
-        ax.set_yscale("log", base=2)
-        ax.set_ylim(bottom=0.8)
-        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
-        ax.set_ylabel("regret (p50 / best)")
-        plots.legend_outside(ax)
-        plots.title(fig, "Seed 000 on the H200: Phase 0 shapes, mla_decode at 64 heads", info)
-        notebook.show_figure(fig, "seed000-h200", m000)
-
-# %% [markdown]
-# ### Seed 000 on the H200: all shapes, both kernels
-#
-# Regret of Modular's choices where the data hold them: as it plans for the H200 (`modular`) and as it would
-# plan for the MI355X (`modular@mi355x`, from the `seed` grids).
-
-# %%
-if df is not None:
-    reg = analysis.regret(df, allow_fake=allow_fake)
-    r000 = reg[reg["planner"].isin(["modular", "modular@mi355x"])]
-    if r000.empty:
-        display(Markdown("The data hold no Modular choice."))
-    else:
-        display(analysis.summary(r000.assign(planner=r000["kernel"] + ": " + r000["planner"])).round(3))
-
-# %% [markdown]
-# ### Seed 001 on the H200: cake's splits on `sparse_mla_decode`
-#
-# The cake rules were measured on sm_120 parts; on the H200 (132 SMs, not a small die) they are the same loop
-# at 132 SMs. `flashinfer@<device>` rows are the choices cake makes for that device, measured on the H200.
-
-# %%
-if df is not None:
+        line("000", "Phase 0 shapes, the HIP rule's MI355X partitions", len(m000),
+             regret_text(m000["regret_mi355x_np"]))
+        line("000", "Phase 0 shapes, the same rule at the H200's SMs", int(m000["regret_h200_np"].notna().sum()),
+             regret_text(m000["regret_h200_np"]))
+    for name in ("modular", "modular@mi355x"):
+        for kernel, g in reg[reg["planner"] == name].groupby("kernel"):
+            line("000", f"{name} on every {kernel} shape", int(g["regret"].notna().sum()), regret_text(g["regret"]))
     r001 = reg[(reg["kernel"] == "sparse_mla_decode") & reg["planner"].str.startswith("flashinfer")]
+    twins = analysis.version_twins(df[df["kernel"] == "sparse_mla_decode"])
+    merged = analysis.merged_versions(twins)
+    r001 = r001[~r001["planner"].isin(list(merged))]  # a release that chose as the rule: shown once
+    s001 = analysis.summary(r001) if len(r001) else pd.DataFrame()
     if r001.empty:
-        measured_notes.append("seed 001: no flashinfer choice on sparse_mla_decode in the data")
-        display(Markdown("The data hold **no FlashInfer choice on `sparse_mla_decode`**: not measured here."))
-    else:
-        s001 = analysis.summary(r001)
-        display(s001.round(3))
-        own = s001[s001["planner"] == "flashinfer"]
-        if len(own):
-            measured_notes.append(f"cake on the H200: geomean regret {own['geomean'].iloc[0]:.2f}x "
-                                  f"(worst {own['worst'].iloc[0]:.2f}x) over {int(own['measured'].iloc[0])} shapes")
-        fig, ax = plt.subplots(figsize=(7.0, 3.3))
-        plots.ecdf(ax, {p: r001.loc[r001["planner"] == p, "regret"] for p in r001["planner"].unique()})
-        ax.legend(loc="lower right")
-        plots.title(fig, "Seed 001 on the H200: regret of cake's choices (sparse_mla_decode)", info)
-        notebook.show_figure(fig, "seed001-h200", r001.reset_index(drop=True))
-
-# %% [markdown]
-# ### Seed 003 on the H200: BLOCK_K 32 vs 64 across load points
-#
-# Each load point: one shape at one split count with both BLOCK_K values measured. The rule at the H200's SM count
-# predicts 32 right of the SM line. Points within the tie tolerance count for neither side. Then the `aiter`
-# planner as a whole (its split count from the gfx950 cost model at the H200's SMs, then the BLOCK_K rule).
-
-# %%
-if df is not None:
+        line("001", "cake on sparse_mla_decode", 0, "no FlashInfer choice on sparse_mla_decode in the data")
+    for p_ in s001[~s001["planner"].str.contains("@")].itertuples() if len(s001) else []:
+        line("001", f"cake ({p_.planner}) on sparse_mla_decode", int(p_.measured),
+             f"geomean regret {p_.geomean:.3f}, worst {p_.worst:.2f}x")
+    if len(s001) and s001["planner"].str.contains("@").any():
+        f = s001[s001["planner"].str.contains("@")].sort_values("geomean")
+        line("001", "cake as it plans for " + ", ".join(x.split("@")[1] for x in f["planner"]) + ", on the H200",
+             f"{int(f['measured'].min())}-{int(f['measured'].max())}",
+             "geomean regret " + ", ".join(f"{g:.2f}" for g in f["geomean"]) + " (in that order)")
     sp = ok[ok["kernel"] == "sparse_mla_decode"]
-    rule = analysis.cta_rule(sp, tol=tol)
+    rule = analysis.cta_rule(sp, tol=tol) if len(sp) else pd.DataFrame()
     if rule.empty:
-        measured_notes.append("seed 003: no load point with both BLOCK_K values")
-        display(Markdown("The data hold **no load point with both BLOCK_K 32 and 64 measured** on "
-                         "`sparse_mla_decode`: seed 003's rule is not measured here."))
+        line("003", "BLOCK_K rule on sparse_mla_decode", 0, "no load point with both BLOCK_K 32 and 64 measured")
     else:
-        seed_shape = rule[(rule["num_q_heads"] == 64) & (rule["topk"] == 2048)]
-        rows = []
-        for label, r in (("all shapes", rule), ("seed 003's shape (64 heads, top-k 2048)", seed_shape)):
-            d = r[r["decisive"]]
-            rows.append(dict(load_points=label, points=len(r), decisive=len(d), predicted=int(d["predicted"].sum()),
-                             ties=len(r) - len(d)))
-        t003 = pd.DataFrame(rows)
-        display(t003)
         d_all = rule[rule["decisive"]]
-        measured_notes.append(f"BLOCK_K rule at {int(rule['sm_count'].iloc[0])} SMs: predicts "
-                              f"{int(d_all['predicted'].sum())} of {len(d_all)} decisive load points "
-                              f"({len(rule) - len(d_all)} ties)")
-        fig, ax = plt.subplots(figsize=(7.5, 3.4))
-        looks = plots.series_styles(sorted(rule["num_q_heads"].unique()))
-        for heads, g in rule.groupby("num_q_heads"):
-            ax.scatter(g["ctas"], g["gain_small"], s=18, label=f"{heads} heads", **looks[heads])
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
-        plots.log2_axis(ax, "x", label="CTAs of the partial launch (log2)")
-        ax.set_ylabel("p50@64 / p50@32")
-        plots.mark_sm_multiples(ax, int(rule["sm_count"].iloc[0]))
-        plots.legend_outside(ax)
-        plots.title(fig, "Seed 003 on the H200: gain of BLOCK_K 32 against CTAs", info)
-        notebook.show_figure(fig, "seed003-h200", rule.reset_index(drop=True))
-    ra = reg[reg["planner"].str.startswith("aiter")]
-    if len(ra):
-        display(Markdown("**The `aiter` planner's choices** (split count and BLOCK_K):"))
-        display(analysis.summary(ra).round(3))
+        seed_shape = d_all[(d_all["num_q_heads"] == 64) & (d_all["topk"] == 2048)]
+        line("003", f"'BLOCK_K 32 once CTAs > SMs' at {int(rule['sm_count'].iloc[0])} SMs, decisive load points",
+             len(d_all), f"predicts {int(d_all['predicted'].sum())} ({len(rule) - len(d_all)} ties); at the seed's "
+             f"shape (64 heads, top-k 2048) {int(seed_shape['predicted'].sum())} of {len(seed_shape)}; BLOCK_K 64 "
+             f"always: {int((d_all['best'] == 64).sum())}")
+    if reg["planner"].str.startswith("aiter").any():
+        sa = analysis.summary(reg[reg["planner"].str.startswith("aiter")])
+        for p_ in sa[sa["planner"] == "aiter"].itertuples():
+            line("003", "the aiter planner (split count and BLOCK_K)", int(p_.measured),
+                 f"geomean regret {p_.geomean:.3f}, worst {p_.worst:.2f}x")
+        f = sa[sa["planner"].str.contains("@")].sort_values("geomean")
+        if len(f):
+            line("003", "aiter as it plans for " + ", ".join(x.split("@")[1] for x in f["planner"]) + ", on the H200",
+                 f"{int(f['measured'].min())}-{int(f['measured'].max())}",
+                 "geomean regret " + ", ".join(f"{g:.2f}" for g in f["geomean"]) + " (in that order)")
 
-# %% [markdown]
-# ## Transfer studies: do the seeds' rules hold on the H200?
-#
-# Each study scores a seed's rule on splitlab's kernels with `analysis.replay`: the rule is asked for its plan per
-# shape, and the measured point with exactly those knobs (the kernel's default tiles elsewhere) is looked up;
-# regret is against the best point measured for the shape. A shape whose plan was not measured is left out.
-#
-# **Seed 000, few-head MLA: two waves or one?** For MLA with 16 or 32 heads a CTA holds all heads of a request, so
-# a split launches `batch` CTAs; seed 000 targets `two_wave = 2 x SMs // batch` splits instead of
-# `one_wave = SMs // batch` (both rounded down to a power of two here, capped by 64 keys per split and 256 splits).
 
 # %%
 def _pow2_floor(x: int) -> int:
@@ -392,39 +316,6 @@ def _waves_rule(n_waves: int):
     return rule
 
 
-mla_few = ok[(ok["kernel"] == "mla_decode") & ok["num_q_heads"].isin([16, 32])] if df is not None else None
-if mla_few is None or mla_few.empty:
-    text000 = "seed 000 two-wave vs one-wave: the data hold no MLA shape with 16 or 32 heads; not measured"
-    display(Markdown(text000))
-else:
-    one = analysis.replay(mla_few, _waves_rule(1), name="one wave", allow_fake=allow_fake)
-    two = analysis.replay(mla_few, _waves_rule(2), name="two waves", allow_fake=allow_fake)
-    keys = ["num_q_heads", "batch", "ctx_len"]
-    w2 = one[keys + ["num_splits", "p50_us", "regret"]].merge(
-        two[keys + ["num_splits", "p50_us", "regret"]], on=keys, suffixes=("_1w", "_2w"))
-    w2 = w2[(w2["num_splits_1w"] != w2["num_splits_2w"])].dropna(subset=["p50_us_1w", "p50_us_2w"])
-    if w2.empty:
-        text000 = "seed 000 two-wave vs one-wave: no few-head MLA shape has both split counts measured"
-        display(Markdown(text000))
-    else:
-        w2["one_over_two"] = w2["p50_us_1w"] / w2["p50_us_2w"]
-        display(w2.sort_values(keys).round(3).reset_index(drop=True))
-        wins = int((w2["one_over_two"] > 1 + tol).sum())
-        loses = int((w2["one_over_two"] < 1 - tol).sum())
-        text000 = (f"seed 000 on the H200 (MLA 16/32 heads, {len(w2)} shapes where the two targets differ): two waves "
-                   f"faster on {wins}, slower on {loses}, tie on {len(w2) - wins - loses}; one-wave time / two-wave "
-                   f"time geomean {analysis.geomean(w2['one_over_two']):.2f}x (range "
-                   f"{w2['one_over_two'].min():.2f}-{w2['one_over_two'].max():.2f}); geomean regret one wave "
-                   f"{analysis.geomean(w2['regret_1w']):.3f}, two waves {analysis.geomean(w2['regret_2w']):.3f}")
-notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text000 + ".")
-
-# %% [markdown]
-# **Seed 001, sparse MLA: "grid within 80% of the SMs, at least two chunks per CTA".** While the unsplit grid
-# covers at most 40% of the SMs, cake takes the largest power-of-two split that keeps the grid within 80% of the
-# SMs and leaves at least two chunks per CTA; here a chunk is one BLOCK_K tile of the kernel's default (64
-# candidates for 512-wide rows), and the grid is splitlab's CTAs. Scored on the shapes where that branch applies.
-
-# %%
 def _cake_rule(w, dev):
     from splitlab import waves
     from splitlab.kernels.sparse_mla import sparse_block_k
@@ -438,10 +329,31 @@ def _cake_rule(w, dev):
     return Plan("cake-80%", s)
 
 
+w2 = cake = pd.DataFrame()
+mla_few = ok[(ok["kernel"] == "mla_decode") & ok["num_q_heads"].isin([16, 32])] if df is not None else None
+if mla_few is None or mla_few.empty:
+    line("000", "transfer: two waves or one, MLA 16/32 heads", 0, "no MLA shape with 16 or 32 heads in the data")
+else:
+    one = analysis.replay(mla_few, _waves_rule(1), name="one wave", allow_fake=allow_fake)
+    two = analysis.replay(mla_few, _waves_rule(2), name="two waves", allow_fake=allow_fake)
+    keys = [c for c in analysis.shape_cols(one) if c in two.columns]  # every shape column: ragged batches apart
+    w2 = one[keys + ["num_splits", "p50_us", "regret"]].merge(
+        two[keys + ["num_splits", "p50_us", "regret"]], on=keys, suffixes=("_1w", "_2w"))
+    w2 = w2[(w2["num_splits_1w"] != w2["num_splits_2w"])].dropna(subset=["p50_us_1w", "p50_us_2w"])
+    if w2.empty:
+        line("000", "transfer: two waves or one, MLA 16/32 heads", 0, "no shape has both split counts measured")
+    else:
+        w2["one_over_two"] = w2["p50_us_1w"] / w2["p50_us_2w"]
+        wins, loses = int((w2["one_over_two"] > 1 + tol).sum()), int((w2["one_over_two"] < 1 - tol).sum())
+        line("000", "transfer: two waves or one, MLA 16/32 heads (shapes where they differ)", len(w2),
+             f"two waves faster on {wins}, slower on {loses}; one-wave / two-wave time geomean "
+             f"{analysis.geomean(w2['one_over_two']):.2f}x ({w2['one_over_two'].min():.2f}-"
+             f"{w2['one_over_two'].max():.2f}); regret one wave {analysis.geomean(w2['regret_1w']):.3f}, two "
+             f"{analysis.geomean(w2['regret_2w']):.3f}")
+
 sp_all = ok[ok["kernel"] == "sparse_mla_decode"] if df is not None else None
 if sp_all is None or sp_all.empty:
-    text001 = "seed 001 80%-grid rule: the data hold no sparse_mla_decode shape; not measured"
-    display(Markdown(text001))
+    line("001", "transfer: the 80%-grid / two-chunk split", 0, "no sparse_mla_decode shape in the data")
 else:
     from splitlab import results as _results
     from splitlab import waves as _waves
@@ -449,41 +361,99 @@ else:
     sm = int(sp_all["sm_count"].dropna().iloc[0]) if sp_all["sm_count"].notna().any() else 132
     small = sp_all[[_waves.ctas(_results.workload(r), 1) <= 0.4 * sm for _, r in sp_all.iterrows()]]
     if small.empty:
-        text001 = "seed 001 80%-grid rule: no sparse shape has an unsplit grid within 40% of the SMs; not measured"
-        display(Markdown(text001))
+        line("001", "transfer: the 80%-grid / two-chunk split", 0, "no unsplit grid within 40% of the SMs")
     else:
         cake = analysis.replay(small, _cake_rule, name="cake 80%", allow_fake=allow_fake)
-        shown = cake[["num_q_heads", "batch", "topk", "num_splits", "oracle_splits", "regret", "reason"]]
-        display(shown.sort_values(["num_q_heads", "topk", "batch"]).round(3).reset_index(drop=True))
         r = cake["regret"].dropna()
         hit = int((cake["num_splits"] == cake["oracle_splits"]).sum())
-        text001 = (f"seed 001 on the H200 (sparse MLA, {len(r)} shapes with the unsplit grid within 40% of the SMs): "
-                   f"the 80%-grid / two-chunk split is the measured best split on {hit}, geomean regret "
-                   f"{analysis.geomean(r):.3f}, worst {r.max():.2f}x" if len(r) else
-                   "seed 001 80%-grid rule: none of its plans was measured")
-notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text001 + ".")
-
-# %% [markdown]
-# **Seed 003, sparse MLA: "BLOCK_K 32 once CTAs exceed the SMs".** `analysis.cta_rule` counts the load points
-# (a shape at one split count, both BLOCK_K measured) the rule predicts, beside "BLOCK_K 64 always".
+        line("001", "transfer: the 80%-grid / two-chunk split (unsplit grid within 40% of the SMs)", len(r),
+             f"the measured best split on {hit}; {regret_text(r)}")
+if measured:
+    notebook.show_table(pd.DataFrame(measured), note="Regret: p50 of the rule's pick over the best p50 measured for "
+                        "the shape, on splitlab's kernels.")
+if len(m000):
+    notebook.show_table(m000, folded="Seed 000: the Phase 0 shapes on the H200, shape by shape")
+if len(r001):
+    notebook.show_table(s001, folded="Seed 001: cake as it plans for each device, measured on the H200"
+                        + (f" ({'; '.join(merged.values())})" if merged else ""))
+if reg is not None and reg["planner"].str.startswith("aiter").any():
+    notebook.show_table(analysis.summary(reg[reg["planner"].str.startswith("aiter")]),
+                        folded="Seed 003: the aiter planner as it plans for each device, measured on the H200")
+if len(w2):
+    notebook.show_table(w2.assign(_d=(np.log(w2["one_over_two"])).abs()).sort_values("_d", ascending=False)
+                        .drop(columns="_d").reset_index(drop=True), top=10, name="seed000-waves", page=PAGE,
+                        folded="Seed 000 transfer: the shapes where one wave and two differ most", note="One row per "
+                        "shape (ragged batches by distribution and seed); `one_over_two`: one-wave time / two-wave.")
+if len(cake):
+    notebook.show_table(cake[[c for c in ("num_q_heads", "batch", "topk", "length_dist", "length_seed", "num_splits",
+                                          "oracle_splits", "regret") if c in cake.columns]]
+                        .sort_values("regret", ascending=False).reset_index(drop=True), top=10,
+                        name="seed001-cake80", page=PAGE, folded="Seed 001 transfer: the shapes where the 80%-grid "
+                        "split loses most")
 
 # %%
-rule003 = analysis.cta_rule(sp_all, tol=tol) if sp_all is not None and not sp_all.empty else pd.DataFrame()
-if rule003.empty:
-    text003 = "seed 003 BLOCK_K rule: no load point with both BLOCK_K 32 and 64 measured; not measured"
+if len(m000):
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    x = np.arange(len(m000))
+    for k, (col, label, color) in enumerate((("regret_mi355x_np", "HIP rule @ MI355X (256 CUs)", "#1f77b4"),
+                                             ("regret_h200_np", "HIP rule @ H200 SMs", "#17becf"),
+                                             ("regret_modular_h200", "modular on H200 (1 split)", "#7f7f7f"))):
+        ax.bar(x + (k - 1) * 0.27, m000[col].fillna(0), width=0.27, color=color, label=label)
+        for xi in x[m000[col].isna().to_numpy()]:
+            ax.text(xi + (k - 1) * 0.27, 1.0, "not\nmeasured", rotation=90, fontsize=plots.MIN_FONT_PT, ha="center",
+                    va="bottom")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(x, [f"B{b}\n{plots.fmt_pow2(n)}" for b, n in zip(m000["batch"], m000["keys"], strict=True)])
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(bottom=0.8)
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
+    ax.set_ylabel("regret (p50 / best)")
+    plots.legend_outside(ax)
+    plots.title(fig, "Seed 000 on the H200: Phase 0 shapes, mla_decode at 64 heads", info)
+    notebook.show_figure(fig, "seed000-h200", m000)
+if len(r001):
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    plots.ecdf(ax, {p: r001.loc[r001["planner"] == p, "regret"] for p in r001["planner"].unique()})
+    plots.legend_outside(ax)
+    plots.title(fig, "Seed 001 on the H200: regret of cake's choices (sparse_mla_decode)", info)
+    notebook.show_figure(fig, "seed001-h200", r001.reset_index(drop=True))
+if not rule.empty:
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    looks = plots.series_styles(sorted(rule["num_q_heads"].unique()))
+    for heads, g in rule.groupby("num_q_heads"):
+        ax.scatter(g["ctas"], g["gain_small"], s=18, label=f"{heads} heads", **looks[heads])
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
+    plots.log2_axis(ax, "x", label="CTAs of the partial launch (log2)")
+    ax.set_ylabel("p50@64 / p50@32")
+    plots.mark_sm_multiples(ax, int(rule["sm_count"].iloc[0]))
+    plots.legend_outside(ax)
+    plots.title(fig, "Seed 003 on the H200: gain of BLOCK_K 32 against CTAs", info)
+    notebook.show_figure(fig, "seed003-h200", rule.reset_index(drop=True))
+
+# %%
+reproduced = bool(phase0["match"].all() and ex001["match"].all() and raised.startswith("ValueError") and monotone)
+text = ("The ports reproduce every checked claim of the three seeds" if reproduced else
+        "The ports do not reproduce every checked claim: " + "; ".join(f"{c['seed']} {c['reproduced']}"
+                                                                        for c in claims))
+if df is None:
+    text += "; not measured: no data"
 else:
-    dec = rule003[rule003["decisive"]]
-    always64 = int((dec["best"] == 64).sum())
-    text003 = (f"seed 003 on the H200: 'BLOCK_K 32 once CTAs > SMs' predicts {int(dec['predicted'].sum())} of "
-               f"{len(dec)} decisive load points ({len(rule003) - len(dec)} ties); BLOCK_K 64 always: {always64}")
-display(Markdown(text003))
-notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text003 + ".")
-
-# %%
-text = "; ".join([claims["000"], claims["001"], "seed 003: " + claims["003"]])
-if df is not None and measured_notes:
-    text += ". Measured" + (" (MODELLED)" if info.fake else "") + f" on {info.device}: " + "; ".join(measured_notes)
-elif df is None:
-    text += ". Not measured: no data"
-notebook.record_finding(text + ".", phase0_reproduced=int(phase0["match"].sum()),
+    parts = []
+    if len(m000):
+        parts.append(f"seed 000's MI355X partitions are {analysis.geomean(m000['regret_mi355x_np']):.2f}x off the best "
+                     f"on its Phase 0 shapes")
+    if len(w2):
+        parts.append(f"two waves beat one on {int((w2['one_over_two'] > 1 + tol).sum())} of {len(w2)} few-head MLA "
+                     "shapes")
+    own = s001[s001["planner"] == "flashinfer"] if len(s001) else s001
+    if len(own):
+        parts.append(f"cake's splits are {own['geomean'].iloc[0]:.2f}x off in geomean on sparse MLA")
+    if not rule.empty:
+        d_all = rule[rule["decisive"]]
+        parts.append(f"seed 003's BLOCK_K switch is right on {int(d_all['predicted'].sum())} of {len(d_all)} load "
+                     f"points, BLOCK_K 64 always on {int((d_all['best'] == 64).sum())}")
+    text += "; on " + info.device + (" (MODELLED)" if info.fake else "") + ": " + "; ".join(parts)
+notebook.record_finding(("MODELLED: " if info is not None and info.fake else "") + text + ".",
+                        phase0_reproduced=int(phase0["match"].sum()),
                         cake_examples_reproduced=int(ex001["match"].sum()))

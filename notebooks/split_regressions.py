@@ -11,16 +11,18 @@
 # ---
 
 # %% [markdown]
-# # Split regressions: a candidate against a baseline
+# # Split regressions: one split rule against another
 #
-# A *candidate* (a planner's choices, or the best of another result set) against a *baseline* on the same shapes:
-# per shape, each one's regret against the measured optimum (p50 over the best p50 measured for that shape in
-# `data`), the ratio candidate / baseline (above 1: the candidate is slower), the shapes that got slower sorted by
-# how much, and the ratio as a heatmap over batch and context. The default compares splitlab's own planner with
-# FlashInfer's, the one other planner that covers every kernel. `splitlab` is replayed (today's rule on the measured
-# points) since the shipped sweeps tagged more than one version of it; `replay_splitlab=False` compares the choices
-# as each sweep tagged them (two versions' sweeps: `candidate_data` and `baseline_data`). A shape is one call on one
-# device (and SM count): data from several devices compare each device's shapes with themselves.
+# A *candidate* (a planner's rule, or the best point of another result set) against a *baseline* on the same shapes,
+# **both planning the same kernel** (splitlab's, as swept in `data`): per shape, the time of the point the candidate
+# picks over the time of the point the baseline picks (the *time ratio*; above 1: the candidate's pick is slower),
+# and each one's regret against the best point measured for that shape. The default compares **splitlab's rule with
+# FlashInfer's rule**, the one other rule that covers every kernel, both choosing splits (and tiles) for splitlab's
+# kernels: a ratio here measures the choice, not a kernel (the kernels page compares kernels). `splitlab` is
+# replayed (today's rule on the measured points) since the shipped sweeps tagged more than one version of it;
+# `replay_splitlab=False` compares the choices as each sweep tagged them (two versions' sweeps: `candidate_data` and
+# `baseline_data`). A shape is one call on one device (and SM count): data from several devices compare each
+# device's shapes with themselves.
 
 # %% tags=["parameters"]
 data: str = "h200"  # result set: a catalog name (data/catalog.toml) or a folder of sweeps; h200: the current set
@@ -41,9 +43,10 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import analysis, datasets, notebook, plots
+from splitlab import analysis, datasets, headline, notebook, plots, scoring
 from splitlab.errors import SplitlabError
 
+PAGE = "split_regressions"  # the report's name for this page (its CSV files start with it)
 plots.setup()
 notebook.show_whole_tables()
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -67,133 +70,188 @@ if multi_device:
     display(Markdown(f"**{len(devs)} devices:** {where}. Each shape is compared on its own device."))
 
 
+def is_oracle(name: str) -> bool:
+    return name in ("oracle", "best", "")
+
+
 def who(name: str, path: str) -> str:
-    label = "best measured" if name in ("oracle", "best", "") else name
+    """A side as a reader names it: "splitlab's rule", "FlashInfer's rule", "the best measured point"."""
+    label = "the best measured point" if is_oracle(name) else f"{headline.PLANNER_NAMES.get(name, name)}'s rule"
     return label + (f" in {path}" if path else "")
 
 
+def short(name: str) -> str:
+    return "best" if is_oracle(name) else headline.PLANNER_NAMES.get(name, name)
+
+
 cand_label, base_label = who(candidate, candidate_data), who(baseline, baseline_data)
-display(Markdown(f"**Candidate:** {cand_label}. **Baseline:** {base_label}. A shape counts as slower (faster) when "
-                 f"the ratio is above {1 + tol:.2f} (below {1 - tol:.2f})."))
+same_kernel = not candidate_data and not baseline_data
+vs = f"{cand_label} vs {base_label}" + (", both on splitlab's kernels" if same_kernel else "")
+ratio_label = f"time ratio {short(candidate)} / {short(baseline)}"
+display(Markdown(f"**{vs[0].upper() + vs[1:]}.** Per shape, the *time ratio*: the p50 of the candidate's pick "
+                 f"({cand_label}) over the p50 of the baseline's pick ({base_label}); a shape counts as slower "
+                 f"(faster) when the ratio is above {1 + tol:.2f} (below {1 - tol:.2f})."))
 
 # %%
 keys = [c for c in analysis.SHAPE if c in df.columns]
 best = analysis.oracle(df, allow_fake=allow_fake)[keys + ["p50_us", "num_splits"]].rename(
     columns={"p50_us": "oracle_us", "num_splits": "oracle_splits"})
-frames, notes = [], []
+frames, left_out = [], []
 for kernel in sorted(set(cand_df["kernel"]) & set(base_df["kernel"])):
     try:
         m = analysis.compare(base_df[base_df["kernel"] == kernel], cand_df[cand_df["kernel"] == kernel],
-                             base_planner=None if baseline in ("oracle", "best", "") else baseline,
-                             cand_planner=None if candidate in ("oracle", "best", "") else candidate,
+                             base_planner=None if is_oracle(baseline) else baseline,
+                             cand_planner=None if is_oracle(candidate) else candidate,
                              allow_fake=allow_fake, replayed=("splitlab",) if replay_splitlab else ())
-    except SplitlabError as e:
-        notes.append(f"- {kernel}: {e}")
+    except SplitlabError:
+        left_out.append(kernel)
         continue
     frames.append(m)
-if notes:
-    display(Markdown("Kernels left out:\n" + "\n".join(notes)))
 cmp_cols = keys + ["p50_us_base", "num_splits_base", "p50_us_cand", "num_splits_cand", "ratio"]
 cmp = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cmp_cols)
 cmp = cmp.merge(best, on=keys, how="left")
 cmp["regret_cand"] = pd.to_numeric(cmp["p50_us_cand"], errors="coerce") / cmp["oracle_us"]
 cmp["regret_base"] = pd.to_numeric(cmp["p50_us_base"], errors="coerce") / cmp["oracle_us"]
+cmp["lengths"] = scoring.lengths_of(cmp)
+cmp["family"] = [headline.FAMILIES.get(k, k) for k in cmp["kernel"]]
 cmp["shape"] = [f"{r.kind} H{r.num_q_heads}/{r.num_kv_heads} B{r.batch} N{plots.fmt_pow2(r.ctx_len)}"
-                + (f" top-k {r.topk}" if r.topk else "") + (f" on {dev_label(r)}" if multi_device else "")
-                for r in cmp.itertuples()]
+                + (f" top-k {r.topk}" if r.topk else "")
+                + (f" {r.length_dist} seed {r.length_seed}" if r.lengths == headline.RAGGED else "")
+                + (f" on {dev_label(r)}" if multi_device else "") for r in cmp.itertuples()]
 valid = cmp.dropna(subset=["ratio"])
-display(Markdown(f"{len(cmp)} shapes in common, {len(valid)} with both choices measured correctly."))
+display(Markdown(f"{len(cmp)} shapes in common, {len(valid)} with both picks measured correctly"
+                 + (f"; kernels without both sides' choices (the peers' kernels) left out: {', '.join(left_out)}"
+                    if left_out else "") + "."))
 
 # %% [markdown]
-# ## Per kernel
+# ## Per family
 
 # %%
-summary = valid.groupby(["kernel", *(["device", "sm_count"] if multi_device else [])], dropna=False).agg(
+group = ["family", "lengths", *(["device", "sm_count"] if multi_device else [])]
+order = {k: i for i, k in enumerate(headline.FAMILIES.values())}
+summary = valid.groupby(group, dropna=False, sort=False).agg(
     shapes=("ratio", "size"), slower=("ratio", lambda r: int((r > 1 + tol).sum())),
-    faster=("ratio", lambda r: int((r < 1 - tol).sum())), geomean_ratio=("ratio", analysis.geomean),
-    worst_ratio=("ratio", "max"), regret_candidate=("regret_cand", analysis.geomean),
-    regret_baseline=("regret_base", analysis.geomean))
-display(summary.round(3))
+    faster=("ratio", lambda r: int((r < 1 - tol).sum())), geomean=("ratio", analysis.geomean),
+    worst=("ratio", "max"), regret_cand=("regret_cand", analysis.geomean),
+    regret_base=("regret_base", analysis.geomean)).reset_index()
+summary = summary.sort_values(["family", "lengths"], key=lambda c: c.map(order) if c.name == "family" else
+                              c.map({n: i for i, n in enumerate(scoring.LENGTHS)})).reset_index(drop=True)
+notebook.show_table(summary.rename(columns={
+    "geomean": f"geomean {ratio_label}", "worst": f"worst {ratio_label}",
+    "regret_cand": f"regret of {short(candidate)}'s pick", "regret_base": f"regret of {short(baseline)}'s pick"}),
+    name="family-summary", page=PAGE,
+    note="Regret: p50 of a pick over the best p50 measured for the shape (geomean over the family's shapes).")
 
 # %% [markdown]
 # ## The shapes that got slower, worst first
 
 # %%
 slow = valid[valid["ratio"] > 1 + tol].sort_values("ratio", ascending=False)
-cols = ["kernel", "shape", "num_splits_base", "num_splits_cand", "oracle_splits", "p50_us_base", "p50_us_cand",
+cols = ["family", "shape", "num_splits_base", "num_splits_cand", "oracle_splits", "p50_us_base", "p50_us_cand",
         "ratio", "regret_base", "regret_cand"]
 if slow.empty:
     display(Markdown(f"No shape is slower by more than {tol:.0%}."))
 else:
-    t = slow[cols].head(top).rename(columns={"num_splits_base": "splits (base)", "num_splits_cand": "splits (cand)",
-                                             "oracle_splits": "best splits", "p50_us_base": "base us",
-                                             "p50_us_cand": "cand us"})
-    display(t.round(3).reset_index(drop=True))
-    if len(slow) > top:
-        display(Markdown(f"... and {len(slow) - top} more."))
+    t = slow[cols].rename(columns={"num_splits_base": f"splits: {short(baseline)}",
+                                   "num_splits_cand": f"splits: {short(candidate)}", "oracle_splits": "best splits",
+                                   "p50_us_base": f"us: {short(baseline)}", "p50_us_cand": f"us: {short(candidate)}",
+                                   "ratio": ratio_label, "regret_base": f"regret: {short(baseline)}",
+                                   "regret_cand": f"regret: {short(candidate)}"}).reset_index(drop=True)
+    notebook.show_table(t, top=top, name="slower", page=PAGE)
 
 # %%
 if len(valid):
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
-    groups = list(valid.groupby(["kernel", *(["device", "sm_count"] if multi_device else [])], dropna=False))
+    groups = list(valid.groupby(group, dropna=False, sort=False))
+    groups.sort(key=lambda kg: (order.get(kg[0][0], 9), scoring.LENGTHS.index(kg[0][1])))
     looks = plots.series_styles(range(len(groups)))
     for n, (key, g) in enumerate(groups):
-        kernel = key[0] if isinstance(key, tuple) else key
         on = f" on {dev_label(g.iloc[0].to_dict())}" if multi_device else ""
         v = np.sort(g["ratio"].to_numpy(dtype=float))
-        ax.plot(np.arange(1, len(v) + 1) / len(v), v, ms=3.5, lw=1.2, label=f"{kernel}{on} ({len(v)})", **looks[n])
+        ax.plot(np.arange(1, len(v) + 1) / len(v), v, ms=3.5, lw=1.2, label=f"{key[0]} · {key[1]}{on} ({len(v)})",
+                **looks[n])
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
-    ax.set_xlabel("share of shapes (sorted by ratio)")
-    ax.set_ylabel(f"{candidate} / {baseline} (p50)")
+    ax.set_xlabel("share of the family's shapes (sorted by the ratio)")
+    ax.set_ylabel(ratio_label)
     plots.legend_outside(ax)
-    plots.title(fig, f"{cand_label} against {base_label}: p50 ratio per shape", info, device=where)
+    plots.title(fig, f"{vs}: time ratio per shape", info, device=where)
     notebook.show_figure(fig, "ratio", valid.reset_index(drop=True))
 
 # %% [markdown]
-# ## Over batch and context
+# ## Every family, over context, batch and heads
 #
-# The ratio candidate / baseline per shape (orange: the candidate is slower; blue: faster; hatched: not measured).
-# For sparse MLA the context is the token pool and fixed, so top-k takes its place.
+# One panel per family (GQA, MLA, sparse MLA; same-length and ragged batches apart): each point is one shape, its
+# time ratio against the context (sparse MLA: the top-k, its context being the fixed token pool); the head counts
+# each in their own colour and marker, and within one context the batch grows left to right. Below the grey band
+# the candidate's pick is faster, above it slower.
 
 # %%
-fam_cols = [c for c in keys if c not in ("batch", "ctx_len", "topk")]
-panels = []
-for fam, g in valid.groupby(fam_cols, dropna=False):
-    xcol = "ctx_len" if g["ctx_len"].nunique() > 1 else "topk"
-    if g[xcol].nunique() < 1 or g["batch"].nunique() < 1:
-        continue
-    panels.append((dict(zip(fam_cols, fam, strict=True)), xcol, g))
-panels = sorted(panels, key=lambda p: (p[0]["kernel"], -len(p[2])))[:12]
-if panels:
-    ncol = min(2, len(panels))
-    nrow = int(np.ceil(len(panels) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=plots.figsize(4.8 * ncol, 3.4 * nrow + 0.8), squeeze=False)
-    lim = float(np.nanmax(np.abs(np.log2(valid["ratio"].astype(float))))) if len(valid) else 1.0
-    lim = max(lim, 0.05)
-    for ax, (fam, xcol, g) in zip(axes.flat, panels, strict=False):
-        t = g.pivot_table(index="batch", columns=xcol, values="ratio", aggfunc="max")
-        hm = plots.log2_heatmap(ax, t, cmap=plots.RATIO_CMAP, log_color=True, vmin=2**-lim, vmax=2**lim, annot=t,
-                                fmt="{:.2f}", colorbar=False,
-                                xlabel=("context" if xcol == "ctx_len" else "top-k") + " (log2)", ylabel="batch (log2)")
-        ax.set_title(f"{fam['kernel']}: H{fam['num_q_heads']}/{fam['num_kv_heads']} D{fam['head_dim_qk']}"
-                     + (f" on {dev_label(fam)}" if multi_device else ""))
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    plots.colorbar(hm, axes, label=f"{candidate} / {baseline} (p50)", ratio_ticks=True, location="top", shrink=0.5,
-                   aspect=40)
-    plots.title(fig, f"{cand_label} / {base_label} over batch and context", info, device=where)
-    notebook.show_figure(fig, "ratio-heatmap", pd.concat([g for _, _, g in panels], ignore_index=True))
+valid = valid.assign(panel_row=[f + (f" on {dev_label(r)}" if multi_device else "")
+                                 for f, r in zip(valid["family"], valid.itertuples(), strict=True)])
+# a row of panels per family (and device), splitlab's families first, then any other card's kernel
+rows_ = sorted(valid["panel_row"].unique(), key=lambda r: (order.get(r.split(" on ")[0], len(order)), r))
+if rows_:
+    ncol = 2 if (valid["lengths"] == headline.RAGGED).any() else 1
+    fig, axes = plt.subplots(len(rows_), ncol, figsize=plots.figsize(10.6, 3.1 * len(rows_) + 0.8), squeeze=False,
+                             sharey=True)
+    lo, hi = float(valid["ratio"].min()), float(valid["ratio"].max())
+    for i, row_ in enumerate(rows_):
+        for j in range(ncol):
+            ax = axes[i][j]
+            n = scoring.LENGTHS[j] if ncol == 2 else headline.UNIFORM
+            g = valid[(valid["panel_row"] == row_) & (valid["lengths"] == n)]
+            fam = row_.split(" on ")[0]
+            if g.empty:
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"{row_} · {n} batches: no shape", ha="center", va="center",
+                        transform=ax.transAxes)
+                continue
+            xcol = "topk" if g["ctx_len"].nunique() == 1 and g["topk"].nunique() > 1 else "ctx_len"
+            fam_rows = valid[valid["family"] == fam]  # one colour per head count across the family's panels
+            all_heads = fam_rows[["num_q_heads", "num_kv_heads", "head_dim_qk"]].drop_duplicates().sort_values(
+                ["head_dim_qk", "num_q_heads", "num_kv_heads"])
+            looks = plots.series_styles([tuple(h) for h in all_heads.itertuples(index=False)])
+            heads = g[["num_q_heads", "num_kv_heads", "head_dim_qk"]].drop_duplicates().sort_values(
+                ["head_dim_qk", "num_q_heads", "num_kv_heads"])
+            many_d = all_heads["head_dim_qk"].nunique() > 1
+            batches = sorted(g["batch"].unique())
+            dodge = {b: (k / max(1, len(batches) - 1) - 0.5) * 0.5 for k, b in enumerate(batches)}
+            for h in heads.itertuples(index=False):
+                s = g[(g["num_q_heads"] == h.num_q_heads) & (g["num_kv_heads"] == h.num_kv_heads)
+                      & (g["head_dim_qk"] == h.head_dim_qk)]
+                x = s[xcol].astype(float) * np.exp2(s["batch"].map(dodge).astype(float))
+                ax.scatter(x, s["ratio"], s=16, alpha=0.85, linewidths=0.4, edgecolors="white",
+                           label=f"H{h.num_q_heads}/{h.num_kv_heads}" + (f" D{h.head_dim_qk}" if many_d else ""),
+                           **looks[tuple(h)])
+            plots.log2_axis(ax, "x", label=("context (keys)" if xcol == "ctx_len" else "top-k")
+                            + ", log2; batch left to right")
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.axhspan(1 - tol, 1 + tol, color="#dddddd", alpha=0.6, lw=0)
+            ax.set_yscale("log", base=2)
+            ax.set_ylim(min(lo, 1 - tol) / 1.1, max(hi, 1 + tol) * 1.1)
+            ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _p: f"{v:g}x"))
+            if j == 0:
+                ax.set_ylabel(ratio_label)
+            d = "/".join(f"D{v}" for v in sorted(g["head_dim_qk"].unique()))
+            ax.set_title(f"{row_.replace(fam, f'{fam} {d}', 1)} · {n} batches\n{len(g)} shapes: geomean "
+                         f"{analysis.geomean(g['ratio']):.2f}x, "
+                         f"{int((g['ratio'] > 1 + tol).sum())} slower")
+            plots.legend_outside(ax, title="heads (q/kv)")
+    plots.title(fig, f"{vs}: time ratio per shape, every family", info, device=where)
+    notebook.show_figure(fig, "families", valid.reset_index(drop=True))
 
 # %%
 if len(valid):
     worst = valid.loc[valid["ratio"].idxmax()]
     n_slow, n_fast = int((valid["ratio"] > 1 + tol).sum()), int((valid["ratio"] < 1 - tol).sum())
-    text = (f"{cand_label} against {base_label} on {len(valid)} shapes: slower on {n_slow} (worst "
-            f"{worst['ratio']:.2f}x at {worst['kernel']} {worst['shape']}), faster on {n_fast}; geomean ratio "
-            f"{analysis.geomean(valid['ratio']):.3f}")
+    g = analysis.geomean(valid["ratio"])
+    text = (f"{vs}, on {len(valid)} shapes: the candidate's pick is slower on {n_slow} (worst {worst['ratio']:.2f}x "
+            f"at {worst['shape']}), faster on {n_fast}; geomean time ratio {g:.3f} ({short(candidate)}'s pick takes "
+            f"{g:.2f}x the time of {short(baseline)}'s"
+            + (", on the same kernel: a choice, not a kernel, is compared)" if same_kernel else ")"))
 else:
     text = f"{cand_label} and {base_label} share no correctly measured shape"
 notebook.record_finding(("MODELLED: " if info.fake else "") + text + f" ({where or info.device}, {info.date}).",

@@ -15,9 +15,11 @@
 #
 # A split-K decode launch of splitlab's kernel has `CTAs = batch x (kv heads | head tiles) x splits`. On a device
 # with `SMs` multiprocessors (one CTA per SM in this model) it runs in `ceil(CTAs / SMs)` waves, and the last
-# wave is only partly full unless the CTAs are a multiple of the SMs. The heatmaps show, for one workload
-# family, the **last-wave fill** (color) and the **waves** (number in the cell) over batch and split count, on
-# each device; each planner's choice at the chosen context is drawn on top. Nothing here is measured: the wave
+# wave is only partly full unless the CTAs are a multiple of the SMs. What that costs is the share of the issued
+# wave slots that do work, `waves / ceil(waves)` (the launch's *slot use*): a half-full last wave wastes half the
+# time of a 1-wave launch but 2% of a 31-wave one. The heatmaps show, for one workload family, the **slot use**
+# (color) and the **waves** (number in the cell) over batch and split count, on each device; each planner's
+# choice at the chosen context is drawn on top. Nothing here is measured: the wave
 # model and the planners are pure functions (`splitlab plan` prints the same numbers). Where the data hold the
 # same family on the same device, the measured best split (the oracle) is drawn as a black cross.
 
@@ -40,7 +42,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import datasets, notebook, planners, plots, waves, workloads
+from splitlab import analysis, datasets, notebook, planners, plots, waves, workloads
 from splitlab import devices as devmod
 from splitlab.cli import plan_rows
 from splitlab.errors import SplitlabError
@@ -68,8 +70,6 @@ oracle_pts = pd.DataFrame(columns=["device", "batch", "num_splits", "p50_us"])
 info = None
 try:
     df, info = datasets.load_data(data, allow_fake=allow_fake)
-    from splitlab import analysis
-
     best = analysis.oracle(df, allow_fake=allow_fake)
     fam = best[(best["kind"] == base.kind) & (best["num_q_heads"] == base.num_q_heads)
                & (best["num_kv_heads"] == base.num_kv_heads) & (best["head_dim_qk"] == base.head_dim_qk)
@@ -94,21 +94,36 @@ for dev in devs:
 grid = pd.DataFrame(rows)
 ws_ = [base.with_(batch=int(b)) for b in batches]
 choices = pd.DataFrame(plan_rows(ws_, devs, names)).dropna(subset=["num_splits"])
+choices["slot_use"] = choices["waves"] / np.ceil(choices["waves"])
+# A release of a rule that plans as the rule on every batch and device here (flashinfer-0.7.4 as flashinfer, on
+# dies of 64 SMs or more) is drawn once, labelled with both names.
+plan_cols = [c for c in ("num_splits", "block_n", "block_k", "block_h") if c in choices.columns]
+labels = {n: n for n in choices["planner"].unique()}
+for twin, base_name in analysis.planner_versions(choices["planner"].unique()).items():
+    a = choices[choices["planner"] == base_name].set_index(["device", "batch"])[plan_cols]
+    b = choices[choices["planner"] == twin].set_index(["device", "batch"])[plan_cols]
+    if a.index.equals(b.index) and a.astype(str).equals(b.astype(str)):
+        choices = choices[choices["planner"] != twin]
+        labels[base_name] = f"{base_name} = {twin}"
+        display(Markdown(f"`{twin}` plans as `{base_name}` on every batch and device here: drawn once, as "
+                         f"`{labels[base_name]}`."))
 
 # %% [markdown]
-# ## Last-wave fill over batch and splits
+# ## Slot use over batch and splits
 #
-# Color: how full the last wave is (1 = whole waves). Number: waves, `CTAs / SMs`. Markers: each planner's split
-# count for that batch (slightly offset per planner so that equal choices stay visible).
+# Color: the share of the issued wave slots that do work, `waves / ceil(waves)` (1 = whole waves; many waves are
+# near 1 whatever the last one holds). Number: waves, `CTAs / SMs`. Markers: each planner's split count for that
+# batch (slightly offset per planner so that equal choices stay visible).
 
 # %%
 for dev in devs:
     g = grid[grid["device"] == dev.name]
-    fill = g.pivot(index="batch", columns="splits", values="fill")
+    use = g.pivot(index="batch", columns="splits", values="efficiency")
     nw = g.pivot(index="batch", columns="splits", values="waves")
     fig, ax = plt.subplots(figsize=plots.figsize(10.0, 5.4))
-    hm = plots.log2_heatmap(ax, fill, cmap=plots.FILL_CMAP, vmin=0, vmax=1, annot=nw, fmt="{:.3g}",
-                       cbar_label="last-wave fill", xlabel="splits (log2)", ylabel="batch (log2)", text_dy=0.27)
+    hm = plots.log2_heatmap(ax, use, cmap=plots.FILL_CMAP, vmin=0, vmax=1, annot=nw, fmt="{:.3g}",
+                            cbar_label="slot use: waves / ceil(waves)", xlabel="splits (log2)", ylabel="batch (log2)",
+                            text_dy=0.27)
     ch = choices[choices["device"] == dev.name]
     order = plots.planner_order(ch["planner"])
     for k, name in enumerate(order):
@@ -116,13 +131,14 @@ for dev in devs:
         off = -0.38 + 0.5 * k / max(1, len(order) - 1)  # the lower part of the cell; the number sits above
         st = plots.planner_style(name)
         ax.scatter(hm.x(c["num_splits"]), hm.y(c["batch"]) + off, s=34,
-                   color=st["color"], marker=st["marker"], edgecolor="black", linewidth=0.4, label=name, zorder=3)
+                   color=st["color"], marker=st["marker"], edgecolor="black", linewidth=0.4, label=labels[name],
+                   zorder=3)
     o = oracle_pts[oracle_pts["device"] == dev.name]
     if len(o):
         ax.scatter(hm.x(o["num_splits"]), hm.y(o["batch"]), s=70, marker="x",
                    color=plots.ORACLE_COLOR, linewidth=1.6, label="measured best", zorder=4)
     plots.legend_outside(ax)
-    plots.title(fig, f"{family}: last-wave fill (color), waves (number), planners at {plots.fmt_pow2(ctx_len)}",
+    plots.title(fig, f"{family}: slot use (color), waves (number), planners at {plots.fmt_pow2(ctx_len)}",
                 info if len(o) else None, device=f"{dev.name}, {dev.sm_count} SMs")
     notebook.show_figure(fig, "fill-" + re.sub(r"[^a-z0-9]+", "-", dev.name.lower()), g.reset_index(drop=True))
 
@@ -139,7 +155,7 @@ for ax, dev in zip(axes[0], devs, strict=True):
     ch = choices[choices["device"] == dev.name]
     for name in plots.planner_order(ch["planner"]):
         c = ch[ch["planner"] == name].sort_values("batch")
-        ax.plot(c["batch"], c["ctas"], ms=4, lw=1.1, **plots.planner_style(name))
+        ax.plot(c["batch"], c["ctas"], ms=4, lw=1.1, **(plots.planner_style(name) | {"label": labels[name]}))
     plots.log2_axis(ax, "both")
     ax.set_xlabel("batch (log2)")
     ax.set_ylim(0.7, max(choices["ctas"].max() * 1.5, dev.sm_count * 2))
@@ -154,15 +170,15 @@ notebook.show_figure(fig, "ctas", choices.reset_index(drop=True))
 # %% [markdown]
 # ## The choices as a table
 #
-# `splits (last-wave fill)` per batch and planner.
+# `splits (slot use)` per batch and planner.
 
 # %%
 for dev in devs:
     ch = choices[choices["device"] == dev.name].copy()
-    ch["cell"] = [f"{int(s)} ({f:.0%})" for s, f in zip(ch["num_splits"], ch["last_wave_fill"], strict=True)]
+    ch["cell"] = [f"{int(s)} ({f:.0%})" for s, f in zip(ch["num_splits"], ch["slot_use"], strict=True)]
     t = ch.pivot(index="batch", columns="planner", values="cell")[plots.planner_order(ch["planner"])]
     display(Markdown(f"**{dev.name}** ({dev.sm_count} SMs)"))
-    display(t)
+    notebook.show_table(t.rename(columns=labels))
 
 # %%
 eff = choices.assign(eff=choices["waves"] / np.ceil(choices["waves"]), nw=np.ceil(choices["waves"]))

@@ -127,6 +127,135 @@ def summary(reg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("geomean").reset_index(drop=True)
 
 
+def planner_versions(names: Iterable[str]) -> dict[str, str]:
+    """The planners of ``names`` that are a release of another of them (``flashinfer-0.7.4`` of ``flashinfer``:
+    the other's name, a dash, a version number): name -> the other."""
+    names = [str(n) for n in names]
+    return {n: b for n in names for b in names
+            if n != b and n.startswith(b + "-") and n[len(b) + 1:][:1].isdigit()}
+
+
+def version_twins(df: pd.DataFrame) -> dict[str, tuple[str, int, int]]:
+    """For each planner of ``df`` that is a release of another (``planner_versions``) and shares shapes with it:
+    ``(the other, shapes where both chose, shapes where their choices differ)``. A choice is the point's knobs
+    (``KNOBS``); a planner whose choices differ on no shared shape can be shown once, as the other."""
+    if df.empty or "planners" not in df.columns:
+        return {}
+    ch = planner_choices(df)
+    if ch.empty:
+        return {}
+    keys = shape_cols(ch)
+    knobs = [c for c in KNOBS if c in ch.columns]
+    ch = ch.assign(_knobs=["|".join(map(str, t)) for t in ch[knobs].itertuples(index=False)])
+    out = {}
+    for name, base in planner_versions(ch["planner"].unique()).items():
+        m = ch[ch["planner"] == base][[*keys, "_knobs"]].merge(ch[ch["planner"] == name][[*keys, "_knobs"]],
+                                                              on=keys, suffixes=("", "_v"))
+        if len(m):
+            out[name] = (base, len(m), int((m["_knobs"] != m["_knobs_v"]).sum()))
+    return out
+
+
+def merged_versions(twins: dict[str, tuple[str, int, int]]) -> dict[str, str]:
+    """Of ``version_twins``: the planners that choose as the other on every shared shape, each with the sentence
+    that says so (``{"flashinfer-0.7.4": "flashinfer-0.7.4 chose what flashinfer chose on all 348 shapes ..."}``):
+    a figure or table shows them once, as the other."""
+    return {name: f"{name} chose what {base} chose on all {shared} shapes where both were recorded: shown once, "
+                  f"as {base}" for name, (base, shared, differ) in twins.items() if differ == 0}
+
+
+def twins_note(twins: dict[str, tuple[str, int, int]]) -> str:
+    """One sentence per pair of ``version_twins``: shown once (``merged_versions``), or how often they differ."""
+    merged = merged_versions(twins)
+    return " ".join(merged[name] + "." if name in merged else f"{name} and {base} chose differently on {differ} "
+                    f"of the {shared} shapes where both were recorded."
+                    for name, (base, shared, differ) in twins.items())
+
+
+def coverage(reg: pd.DataFrame, df: pd.DataFrame, by: Sequence[str] = ("kernel",), *,
+             allow_fake: bool = False) -> pd.DataFrame:
+    """Why a planner is scored on fewer shapes than its panel holds (a panel: the rows of ``reg``, ``regret``'s
+    output, that share ``by``). One row per (panel, planner) scored on fewer: the panel's ``shapes``, the
+    planner's ``scored`` ones, and ``why``: its choices that were not measured correctly (wrong, error; a replayed
+    plan that the grid did not sweep, with the knobs that plan shares), and the shapes where the data hold no
+    choice of it: those its rule does not plan (replayed on ``df``, the rows ``reg`` came from: its own error) or,
+    where it does plan them, that the sweeps of those shapes did not record its choice."""
+    keys = [c for c in shape_cols(reg) if c not in by]
+    rows = []
+    for panel, g in reg.groupby(list(by), dropna=False):
+        panel = panel if isinstance(panel, tuple) else (panel,)
+        shapes = g[list(by) + keys].drop_duplicates()
+        for planner, p in g.groupby("planner"):
+            scored = int(p["regret"].notna().sum())
+            if scored >= len(shapes):
+                continue
+            why = []
+            bad = p[p["regret"].isna()]
+            for status, b in bad.groupby("status"):
+                if status == "not measured":
+                    why.append(f"{len(b)} of its plans were not in the swept grid{_plan_knobs(b, df, planner)}")
+                else:
+                    why.append(f"{len(b)} of its choices measured {status}")
+            missing = shapes.merge(p[list(by) + keys].drop_duplicates().assign(_has=1), how="left",
+                                   on=list(by) + keys)
+            missing = missing[missing["_has"].isna()].drop(columns="_has")
+            if len(missing):
+                why.append(_why_no_choice(missing, df, planner, allow_fake=allow_fake))
+            rows.append(dict(zip(by, panel, strict=True), planner=planner, shapes=len(shapes), scored=scored,
+                             why="; ".join(why)))
+    return pd.DataFrame(rows, columns=[*by, "planner", "shapes", "scored", "why"])
+
+
+def _rows_of(df: pd.DataFrame, shapes: pd.DataFrame) -> pd.DataFrame:
+    keys = [c for c in shape_cols(df) if c in shapes.columns]
+    return df.merge(shapes[keys].drop_duplicates(), on=keys)
+
+
+def _plan_knobs(bad: pd.DataFrame, df: pd.DataFrame, planner: str) -> str:
+    """The knobs every one of a replayed planner's unmeasured plans shares besides the split count (``, each at
+    block_h=64, ...``), or "" when it cannot be replayed here."""
+    from splitlab import planners
+
+    if planner not in planners.names():
+        return ""
+    try:
+        rep = replay(_rows_of(df, bad), planner, allow_fake=True)
+    except SplitlabError:
+        return ""
+    reasons = rep.loc[rep["reason"].str.startswith("not measured"), "reason"]
+    sets = [set(r.removeprefix("not measured: ").split(", ")) for r in reasons]
+    common = sorted({t for t in set.intersection(*sets) if not t.startswith("num_splits=")}) if sets else []
+    return f" (each at {', '.join(common)})" if common else ""
+
+
+def _why_no_choice(missing: pd.DataFrame, df: pd.DataFrame, planner: str, *, allow_fake: bool) -> str:
+    """Why ``planner`` has no choice on the ``missing`` shapes: replayed where it can be (a registered planner, one
+    of splitlab's kernels), its rule refuses them or the sweeps did not record its choice."""
+    from splitlab import planners
+
+    rep = pd.DataFrame(columns=["reason"])
+    if planner in planners.names():
+        try:
+            rep = replay(_rows_of(df, missing), planner, allow_fake=allow_fake)
+        except SplitlabError:
+            pass
+    refused = rep[rep["reason"].astype(str).str.startswith("planner:")]
+    counts = [("refused", len(refused)), ("planned", len(rep) - len(refused)), ("unknown", len(missing) - len(rep))]
+    parts = []
+    for what, k in counts:
+        if k <= 0:
+            continue
+        shapes = f"{k} shape{'s' if k != 1 else ''}"
+        if what == "refused":
+            first = refused["reason"].iloc[0].removeprefix("planner: ")
+            parts.append(f"its rule does not plan {shapes} (e.g. {first})")
+        elif what == "planned":
+            parts.append(f"the sweeps of {shapes} did not record its choice")
+        else:
+            parts.append(f"no choice of it was recorded on {shapes}")
+    return "; ".join(parts)
+
+
 def compare(base: pd.DataFrame, cand: pd.DataFrame, *, base_planner: str | None = None,
             cand_planner: str | None = None, allow_fake: bool = False, replayed: Sequence[str] = ()
             ) -> pd.DataFrame:

@@ -67,6 +67,17 @@ class DataInfo:
         return ", ".join(self.presets) + " (planned; no GPU)"
 
     @property
+    def where(self) -> str:
+        """Where the rows lie, without an absolute path (a report is read on other machines): the folder relative to
+        the repository (``data/h200``) or the current folder, else the folder's name."""
+        for base in (ROOT, Path.cwd()):
+            try:
+                return str(self.path.resolve().relative_to(base.resolve()))
+            except ValueError:
+                continue
+        return self.path.name
+
+    @property
     def label(self) -> str:
         """One line: device, SMs, date, and MODELLED when fake."""
         s = f"{self.device}, {self.sms}, data {self.date}"
@@ -176,7 +187,7 @@ def describe(info: DataInfo, df: pd.DataFrame | None = None) -> str:
     """A Markdown note on where the numbers come from (shown at the top of each notebook); with the rows
     ``load_data`` returned, also how many points two sweeps shared."""
     name = f"`{info.name}` " if info.name and info.name != info.path.name else ""
-    lines = [f"**Data:** {name}`{info.path}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sms}), "
+    lines = [f"**Data:** {name}`{info.where}`: {len(info.sweeps)} sweep(s) on **{info.device}** ({info.sms}), "
              f"**{info.date}**."]
     dup = df.attrs.get("duplicates", 0) if df is not None else 0
     if dup:

@@ -357,17 +357,23 @@ def summary_table(h: Headline | pd.DataFrame, sets: Sequence[str] | None = None)
     return t.sort_values(["_k", "_s", "_l", "geomean"]).drop(columns=["_k", "_s", "_l"]).reset_index(drop=True)
 
 
-def figure(table: pd.DataFrame, info: Any = None, *, title: str | None = None, fig: Any = None) -> Any:
+def figure(table: pd.DataFrame, info: Any = None, *, title: str | None = None, fig: Any = None,
+           merged: Mapping[str, str] | None = None) -> Any:
     """A heatmap of ``summary_table``'s rows: one row per (family, set, lengths: ``GQA · held-out · ragged`` where
     ragged batches were scored), one column per planner (splitlab's rules last); colour the geomean regret, number
     the geomean over the worst; hatched: the planner has no measured choice there. Drawn into ``fig`` (resized; a
     notebook passes ``plt.figure()``, which its inline backend shows), else into a new ``matplotlib.figure.Figure``
-    outside pyplot (``figure_png``)."""
+    outside pyplot (``figure_png``). ``merged`` (``merged_planners``): planners shown once, as another; their
+    notes are written under the heatmap."""
+    import textwrap
+
     import matplotlib as mpl
     from matplotlib.figure import Figure
 
     from splitlab import plots
 
+    if merged:
+        table = table[~table["planner"].isin(list(merged))]
     lengths = _lengths(table)
     split = bool((lengths == RAGGED).any())
     t = table.assign(row=[f"{FAMILIES.get(k, k)} · {s}" + (f" · {n}" if split else "")
@@ -395,16 +401,38 @@ def figure(table: pd.DataFrame, info: Any = None, *, title: str | None = None, f
                       cbar_label=f"geomean regret (>= {COLOUR_MAX:g}x: darkest)")
         plots.title(fig, title or "Each planner's regret: geomean (colour, upper number) and worst (lower number)",
                     info)
+        if merged:
+            ax.set_xlabel("\n".join(textwrap.wrap(" ".join(f"{v}." for v in merged.values()), 110)),
+                          fontsize=plots.MIN_FONT_PT)
     return fig
 
 
+def merged_planners(h: Headline) -> dict[str, str]:
+    """The planners the headline's figure shows once, as another, each with its note (``analysis.merged_versions``:
+    a release of a rule, ``flashinfer-0.7.4``, that chose what the rule chose on every shape of the headline's sets
+    where both were recorded). Only choices are compared (modelled rows too); a set that cannot be read again (a
+    confirm folder named by its folder's name) is left out."""
+    import pandas as pd
+
+    from splitlab import analysis
+    from splitlab.datasets import load_data
+
+    frames = []
+    for name in [h.data, *(s for s in h.sets if s != HELD_OUT)]:
+        try:
+            frames.append(load_data(name, allow_fake=True)[0])
+        except SplitlabError:
+            continue
+    return analysis.merged_versions(analysis.version_twins(pd.concat(frames))) if frames else {}
+
+
 def figure_png(h: Headline, info: Any = None) -> bytes:
-    """The front page's figure (``figure`` of the headline's sets) as PNG bytes."""
+    """The front page's figure (``figure`` of the headline's sets, ``merged_planners`` shown once) as PNG bytes."""
     import matplotlib as mpl
 
     from splitlab import plots
 
-    fig = figure(summary_table(h), info)
+    fig = figure(summary_table(h), info, merged=merged_planners(h))
     buf = io.BytesIO()
     with mpl.rc_context({"savefig.dpi": plots.DPI}):
         fig.savefig(buf, format="png", bbox_inches="tight", facecolor="white")

@@ -110,12 +110,82 @@ def figure_tables(nb: Any) -> list[tuple[str, str]]:
     return found
 
 
+#: What a table shows where a value is missing (never ``NaN``).
+MISSING = "-"
+
+
+def table_html(table: pd.DataFrame, *, digits: int = 3) -> str:
+    """``table`` as HTML that reads at a glance: no row numbers (a ``RangeIndex`` is left out; a named index stays),
+    numbers rounded to ``digits`` (whole numbers without ``.0``), ``MISSING`` where a value is missing, no column
+    that is empty in every row, every row and column (nothing cut to "...")."""
+    import pandas as pd
+
+    t = table.copy()
+    t.columns.name = None  # (a pivot's column name would print as a header over the row numbers)
+    empty = [c for c in t.columns if t[c].isna().all() or (t[c].astype(str).str.strip() == "").all()]
+    t = t.drop(columns=empty)
+    for c in t.columns:
+        col = t[c]
+        if pd.api.types.is_float_dtype(col):
+            # counts that a missing value made floats (splits, batches) print as integers; 1.0 stays a ratio
+            whole = bool(((col.dropna() % 1) == 0).all()) and bool(col.isna().any() or col.abs().max() >= 2)
+            t[c] = [MISSING if pd.isna(v) else f"{v:.0f}" if whole else f"{v:.{digits}f}" for v in col]
+    t = t.astype(object).where(t.notna(), MISSING)
+    # text left-aligned (the page's style right-aligns every cell, which suits only numbers)
+    text = [c for c in t.columns if all(isinstance(v, str) for v in t[c]) and not all(
+        v == MISSING or _numeric(v) for v in t[c])]
+    st = t.style.format(escape="html").format_index(escape="html", axis=0).format_index(escape="html", axis=1)
+    st = st.set_properties(subset=text, **{"text-align": "left"}).set_table_styles(
+        {c: [{"selector": "th", "props": "text-align: left"}] for c in text}, overwrite=False)
+    if isinstance(table.index, pd.RangeIndex):
+        st = st.hide(axis="index")
+    return st.to_html()
+
+
+def _numeric(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def show_table(table: pd.DataFrame, *, top: int | None = None, name: str | None = None, page: str = "",
+               figure: str | None = None, note: str = "", digits: int = 3, folded: str | None = None) -> None:
+    """Show a short table (``table_html``): its first ``top`` rows (all when None; sort it first so that they are
+    the rows that matter), then, where rows were left out, one line saying how many, with a link to all of them as
+    CSV beside the page (``<page>-<name>.csv``): ``name``: the whole table is kept in the output's metadata as a
+    figure's numbers are (``show_figure``) and ``splitlab report`` writes it; ``figure``: the name of a figure
+    ``show_figure`` showed whose numbers hold these rows. ``page``: the notebook's name (the report's file names
+    start with it). ``note``: a sentence before the count (what the rows are, how they are sorted). ``folded``: the
+    table is folded under this one-line summary (as ``fold``), opened when a reader wants it."""
+    import pandas as pd
+    from IPython.display import HTML, display
+
+    if name is not None and not FIGURE_NAME.fullmatch(name):
+        raise ValueError(f"name={name!r} is not allowed; expected lower-case letters, digits, - and _")
+    shown = table if top is None else table.head(top)
+    csv = html.escape(f"{page}-{name or figure}.csv")
+    link = f'<a href="{csv}">{csv}</a>' if (name or figure) and page else ""
+    lines = [note] if note else []
+    where = ("; all of them: " if name else "; the figure's numbers, which hold them: ") + link if link else ""
+    if len(shown) < len(table):
+        lines.append(f"The first {len(shown)} of {len(table)} rows{where}.")
+    elif link:
+        lines.append(f"These rows as CSV: {link}." if name else f"The figure's numbers: {link}.")
+    body = table_html(shown, digits=digits) + (f'<p style="font-size:12px">{" ".join(lines)}</p>' if lines else "")
+    if folded:
+        body = f"<details><summary>{html.escape(folded)}</summary>\n{body}\n</details>"
+    meta = {FINDING_KEY: {"figure": name, "csv": table.to_csv(index=not isinstance(table.index, pd.RangeIndex))}} \
+        if name else {}
+    display(HTML(body), metadata=meta)
+
+
 def fold(summary: str, *parts: str | pd.DataFrame) -> None:
-    """Show ``parts`` (Markdown text, or tables: shown whole, rounded to 3 digits) folded under a one-line
+    """Show ``parts`` (Markdown text, or tables: shown whole, as ``table_html`` shows them) folded under a one-line
     ``summary`` (HTML ``<details>``): detail a reader opens when they want it."""
     from IPython.display import Markdown, display
 
-    html_parts = [p if isinstance(p, str) else p.round(3).to_html(max_rows=None, max_cols=None, border=0)
-                  for p in parts]
+    html_parts = [p if isinstance(p, str) else table_html(p) for p in parts]
     display(Markdown(f"<details><summary>{html.escape(summary)}</summary>\n\n" + "\n\n".join(html_parts)
                      + "\n\n</details>"))

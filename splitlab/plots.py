@@ -645,15 +645,18 @@ def colorbar(hm: HeatmapAxes, ax: Any, *, label: str = "", ratio_ticks: bool = F
     return cb
 
 
-def ecdf(ax: Any, values: Mapping[str, Iterable[float]], *, xlabel: str = "regret (p50 / oracle)") -> None:
-    """Empirical CDFs, one per planner label, each in its own colour (``planner_styles``); log2 x axis."""
+def ecdf(ax: Any, values: Mapping[str, Iterable[float]], *, xlabel: str = "regret (p50 / oracle)",
+         counts: bool = True) -> None:
+    """Empirical CDFs, one per planner label, each in its own colour (``planner_styles``); log2 x axis. Each line is
+    labelled ``name (n=shapes)``, or ``name`` alone without ``counts`` (for one legend shared by several panels:
+    ``legend_outside(fig)``). The legend is the caller's (``legend_outside``: beside the data, never on it)."""
     for label, st in planner_styles(values).items():
         v = np.sort(np.asarray([x for x in values[label] if x is not None and np.isfinite(x)], dtype=float))
         if not len(v):
             continue
         y = np.arange(1, len(v) + 1) / len(v)
-        ax.step(v, y, where="post", color=st["color"], linestyle=st["linestyle"], label=f"{label} (n={len(v)})",
-                lw=1.6)
+        ax.step(v, y, where="post", color=st["color"], linestyle=st["linestyle"],
+                label=f"{label} (n={len(v)})" if counts else str(label), lw=1.6)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _p: f"{v:g}x"))
     ax.set_xlabel(xlabel)
@@ -661,14 +664,26 @@ def ecdf(ax: Any, values: Mapping[str, Iterable[float]], *, xlabel: str = "regre
     ax.set_ylim(0, 1.02)
 
 
-def legend_outside(ax: Any, **kw: Any) -> None:
-    """A legend to the right of the axes (no duplicate labels)."""
-    handles, labels = ax.get_legend_handles_labels()
+def legend_outside(target: Any, **kw: Any) -> Any:
+    """A legend beside the data, never on it (no duplicate labels): to the right of an axes, or, for a figure
+    (``matplotlib.figure.Figure``), one legend of all its axes' lines to the right of them all (for panels that
+    share their series, e.g. one planner per colour). Returns the legend (None when there is nothing to label)."""
+    is_fig = isinstance(target, mpl.figure.Figure)
     seen: dict[str, Any] = {}
-    for h, lab in zip(handles, labels, strict=True):
-        seen.setdefault(lab, h)
-    if seen:
-        ax.legend(seen.values(), seen.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kw)
+    for ax in (target.axes if is_fig else [target]):
+        handles, labels = ax.get_legend_handles_labels()
+        for h, lab in zip(handles, labels, strict=True):
+            if not lab.startswith("_"):
+                seen.setdefault(lab, h)
+    if not seen:
+        return None
+    known = {*planners.names(), "oracle", "best"}
+    if all(base_planner(lab) in known for lab in seen):  # planners in their usual order, whatever panel came first
+        seen = {lab: seen[lab] for lab in planner_order(seen)}
+    if is_fig:  # constrained layout makes room for it beside the axes
+        return target.legend(seen.values(), seen.keys(), loc="outside right upper", frameon=False, **kw)
+    return target.legend(seen.values(), seen.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                         **kw)
 
 
 def text_color(background: Any) -> str:

@@ -471,7 +471,11 @@ def index_html(pages: Sequence[Page], info: DataInfo, head: Any = None, head_not
     banner = (f'<p class="modelled">{e(MODELLED)}: the rows come from the sweep harness\'s fake timer; every number '
               "in this report is a model's output.</p>") if info.fake else ""
     rows = []
+    skipped = []
     for p in pages:
+        if p.status == "ok" and p.facts.get("skipped"):  # a page that holds no run (sweep without a GPU): one line
+            skipped.append(f'<p class="muted">{e(p.title)} ({e(p.name)}): {e(str(p.facts["skipped"]))}.</p>')
+            continue
         status = "" if p.status == "ok" else f'<div class="err">failed: {e(p.status)}</div>'
         finding = e(p.finding) if p.finding else '<span class="muted">(no finding recorded)</span>'
         csvs = "".join(f' · <a href="{e(f)}">{e(f.removeprefix(p.name + "-"))}</a>' for f in p.figures)
@@ -503,13 +507,14 @@ summary {{ cursor: pointer; }}
 </style></head><body>
 <h1>splitlab report</h1>
 <p><b>Device:</b> {e(info.device)} ({e(info.sms)}) · <b>data:</b> {e(info.date)} ·
-<code>{e(str(info.path))}</code></p>
+<code>{e(info.where)}</code></p>
 {banner}
 {_headline_html(head, head_note, info)}
 <h2>Pages</h2>
 <table><tr><th style="width:30%">notebook</th><th>finding</th></tr>
 {''.join(rows)}
 </table>
+{''.join(skipped)}
 <details><summary>The {len(info.sweeps)} sweep(s) behind these pages</summary>
 <table><tr><th>folder</th><th>kernel</th><th>grid</th><th>timer</th><th>rows</th><th>GPU</th><th>date</th></tr>
 {sweeps}</table></details>

@@ -261,3 +261,29 @@ def test_the_report_names_each_devices_sm_count(tmp_path):
     df, info = datasets.load_data(mixed, allow_fake=info.fake)
     assert set(df["device"]) == {"b200", "h200-sxm"} and len(df) == 2 * len(datasets.load_data(src, allow_fake=True)[0])
     assert datasets.data_info(src).sms == "132 SMs"
+
+
+def test_a_release_that_chose_as_its_rule_is_shown_once(df):
+    """``flashinfer-0.7.4`` beside ``flashinfer``: shown once where they chose the same point on every shape both
+    were recorded on (a shape only one of them tags does not count); where they differ, both stay and the note
+    says on how many shapes."""
+    assert analysis.planner_versions(["flashinfer", "flashinfer-0.7.4", "flex", "splitlab-v0", "splitlab"]) == {
+        "flashinfer-0.7.4": "flashinfer"}  # a version number after the dash, nothing else
+    df["planners"] = df["planners"].replace({"modular": "modular,modular-2.0", "modular,flex": "modular,flex"})
+    assert analysis.version_twins(df) == {"modular-2.0": ("modular", 1, 0)}  # batch 16: no modular-2.0 tag
+    assert list(analysis.merged_versions(analysis.version_twins(df))) == ["modular-2.0"]
+    df.loc[df["planners"] == "flex", "planners"] = "flex,modular-2.0"  # batch 1: 8 splits against modular's 1
+    twins = analysis.version_twins(df)
+    assert twins == {"modular-2.0": ("modular", 1, 1)} and analysis.merged_versions(twins) == {}
+    assert "differently on 1 of the 1 shapes" in analysis.twins_note(twins)
+
+
+def test_coverage_says_why_a_planner_has_fewer_shapes(df):
+    reg = analysis.regret(df)
+    cov = analysis.coverage(reg, df).set_index("planner")
+    # sglang: chose on both shapes, one choice measured wrong; every other planner is scored on both
+    assert list(cov.index) == ["sglang"] and (cov.loc["sglang", "shapes"], cov.loc["sglang", "scored"]) == (2, 1)
+    assert "1 of its choices measured wrong" in cov.loc["sglang", "why"]
+    df.loc[df["planners"] == "modular,flex", "planners"] = "flex"  # no modular choice recorded at batch 16
+    cov = analysis.coverage(analysis.regret(df), df).set_index("planner")
+    assert "the sweeps of 1 shape did not record its choice" in cov.loc["modular", "why"]

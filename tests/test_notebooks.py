@@ -21,6 +21,7 @@ pytest.importorskip("jupytext")
 pytest.importorskip("nbconvert")
 
 import nbformat  # noqa: E402
+import pandas as pd  # noqa: E402
 from sweep_fixtures import tiny_card  # noqa: E402
 
 from splitlab import analysis, catalog, datasets, notebook, planners, plots, report  # noqa: E402
@@ -82,10 +83,43 @@ def test_index_links_every_notebook_with_its_finding_device_and_date(built):
     text = index.read_text()
     info = datasets.data_info(FIXTURE)
     for name in report.NOTEBOOKS:
+        if name == "sweep":  # no GPU here: a page without a run is one line on the index, not a link
+            assert 'href="sweep.html"' not in text and "(sweep): no GPU: skipped." in text
+            continue
         assert f'href="{name}.html"' in text and f'href="{name}.ipynb"' in text
     assert info.date in text and "132 SMs" in text
+    assert str(report.ROOT) not in text and "tests/fixtures/sweeps" in text  # no absolute path
     assert ("MODELLED (fake timer), not measured" in text) == FAKE
     assert "no finding recorded" not in text and "failed:" not in text
+
+
+@pytest.mark.parametrize("name", report.NOTEBOOKS)
+def test_each_page_reads_in_a_minute(built, name):
+    """No DataFrame printed whole (pandas' "N rows × M columns"), no NaN cell, no absolute path; a long table is
+    cut to its rows that matter with the rest as CSV beside the page (``notebook.show_table``)."""
+    out, _ = built
+    page = (out / f"{name}.html").read_text()
+    assert not re.search(r"\d+ rows × \d+ columns", page), name
+    assert not re.search(r"<t[dh][^>]*>\s*(NaN|nan|None|&lt;NA&gt;)\s*</t[dh]>", page), name
+    assert str(report.ROOT) not in page, name
+    for csv in re.findall(r'href="([\w.-]+\.csv)"', page):
+        assert (out / csv).is_file(), (name, csv)
+
+
+def test_split_regressions_shows_every_family_and_says_what_it_compares(built):
+    """Every family (and lengths) of the compared shapes has its panel, drawn from all of its shapes; the wording
+    says that two rules are compared on splitlab's kernels, not two kernels."""
+    out, _ = built
+    compared = pd.read_csv(out / "split_regressions-ratio.csv")
+    drawn = pd.read_csv(out / "split_regressions-families.csv")
+    summary = pd.read_csv(out / "split_regressions-family-summary.csv")
+    pairs = set(zip(compared["family"], compared["lengths"], strict=True))
+    assert pairs and set(zip(drawn["family"], drawn["lengths"], strict=True)) == pairs and len(drawn) == len(compared)
+    assert set(zip(summary["family"], summary["lengths"], strict=True)) == pairs
+    assert {"GQA", "MLA", "sparse MLA"} & {f for f, _ in pairs} == {f for f, _ in pairs}
+    finding = notebook.read_finding(nbformat.read(out / "split_regressions.ipynb", as_version=4))["finding"]
+    assert "splitlab's rule vs FlashInfer's rule, both on splitlab's kernels" in finding
+    assert "time ratio" in finding
 
 
 def test_parameters_cells_are_tagged_and_typed(tmp_path):

@@ -125,6 +125,41 @@ def test_ecdf_draws_one_colour_per_label():
     assert len({to_rgb(line.get_color()) for line in ax.get_lines()}) == len(labels)
 
 
+def test_legends_lie_beside_the_data_never_on_it():
+    """The ECDF pages: one legend for panels that share their planners (``legend_outside(fig)``, planners in their
+    usual order), or one beside a single axes; neither covers any axes' data area."""
+    fig, axes = plt.subplots(1, 3, figsize=plots.figsize(10.6, 3.4))
+    for i, ax in enumerate(axes):
+        plots.ecdf(ax, {lab: np.linspace(1, 4, 50) + i for lab in ("splitlab", "flex", "flashinfer")[: i + 1]},
+                   counts=False)
+    leg = plots.legend_outside(fig)
+    assert [t.get_text() for t in leg.get_texts()] == plots.planner_order(["splitlab", "flex", "flashinfer"])
+    fig.canvas.draw()
+    box = leg.get_window_extent()
+    assert not any(box.overlaps(ax.get_window_extent()) for ax in axes)
+    fig2, ax2 = plt.subplots(figsize=(7.0, 3.3))
+    plots.ecdf(ax2, {"flashinfer": np.linspace(1, 4, 50), "flashinfer@gb10": np.linspace(2, 5, 50)})
+    leg2 = plots.legend_outside(ax2)
+    fig2.canvas.draw()
+    assert not leg2.get_window_extent().overlaps(ax2.get_window_extent())
+    assert [t.get_text() for t in leg2.get_texts()] == ["flashinfer (n=50)", "flashinfer@gb10 (n=50)"]
+    plt.close(fig)
+    plt.close(fig2)
+
+
+def test_tables_show_no_nan_no_empty_column_and_no_row_numbers():
+    from splitlab import notebook
+
+    t = pd.DataFrame(dict(shape=["gqa B1", "mla B2"], splits=[4.0, np.nan], regret=[1.0, 1.23456],
+                          reason=["", ""], note=[None, None]))
+    page = notebook.table_html(t)
+    assert "NaN" not in page and "nan" not in page and f">{notebook.MISSING}<" in page
+    assert "reason" not in page and "note" not in page  # empty in every row: left out
+    assert ">4<" in page and ">1.000<" in page and ">1.235<" in page  # a count stays whole, a ratio keeps digits
+    assert ">0<" not in page and ">1<" not in page  # no row numbers
+    assert "&lt;b&gt;" in notebook.table_html(pd.DataFrame({"x": ["<b>"]}))  # text is escaped
+
+
 def test_series_styles_pair_colour_and_marker():
     st = plots.series_styles([16, 32, 64, 96, 128])
     assert len({s["color"] for s in st.values()}) == 5 and len({s["marker"] for s in st.values()}) == 5
@@ -148,7 +183,7 @@ def test_no_red_green_colour_map_in_the_plots_or_the_notebooks():
     for fn in (plots.heatmap, plots.log2_heatmap):
         used.append((fn.__name__, inspect.signature(fn).parameters["cmap"].default))
     used += [("plots", c) for c in (plots.SEQUENTIAL_CMAP, plots.FILL_CMAP, plots.RATIO_CMAP, plots.REGRET_CMAP)]
-    assert any(name == "waves.py" for name, _ in used) and any(name == "split_regressions.py" for name, _ in used)
+    assert any(name == "waves.py" for name, _ in used) and any(name == "cta_latency.py" for name, _ in used)
     bad = [(where, c) for where, c in used if c not in plots.SAFE_CMAPS]
     assert not bad
     assert not {"RdYlGn", "RdYlGn_r", "PiYG", "PRGn", "RdGy", "jet", "rainbow"} & plots.SAFE_CMAPS
