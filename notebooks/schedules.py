@@ -26,12 +26,12 @@ data: str = "h200"  # the report's result set; this page draws the study below w
 allow_fake: bool = False  # (every row of the study is measured)
 study: str = "h200-schedules"  # a catalog bench entry written by experiments/schedules/ragged_ab.py
 run: str = "confirm_ab.csv"  # which of its runs: confirm_ab.csv (fresh batches) or ragged_ab.csv
-shape: str = "32/8"  # the batch drawn above: shape label (32/8, 64/8, 128/1, mla16, mla128), batch, longest, dist
-batch: int = 64
-longest: int = 32768
-dist: str = "longtail"
+shape: str = "32/8"  # the batch drawn first: its shape (32/8, 64/8, 128/1, mla16, mla128)
+batch: int = 64  # its requests (16, 64, 128)
+longest: int = 32768  # its longest request's keys (8192, 32768)
+dist: str = "longtail"  # its length distribution (spread16, longtail, bimodal, uniform)
 seed_offset: int = 1000  # the run's --seed-offset (confirm_ab.csv: 1000; ragged_ab.csv: 0)
-device: str = "h200"
+device: str = "h200"  # the device preset the schedules are drawn for (the study's GPU)
 
 # %%
 import math
@@ -100,12 +100,14 @@ for ax, (name, s) in zip(np.atleast_1d(axes), shown.items(), strict=True):
     table.append(dict(scheduler=name, ctas=sm["ctas"], items=sm["items"], partial_rows=sm["partial_rows"],
                       busiest_keys=sm["busiest_keys"], measured_us=us, schedule_hash=s.digest))
     ax.set_title(f"{name}\n{sm['ctas']} CTAs, busiest {sm['busiest_keys']} keys\n"
-                 + (f"measured {us:.0f} us" if us == us and us is not None else "not measured"), fontsize=9)
+                 + (f"measured {us:.0f} us" if us == us and us is not None else "not measured"),
+                 fontsize=plots.MIN_FONT_PT)
     ax.set_xlabel("keys streamed by the CTA")
     ax.invert_yaxis()
 np.atleast_1d(axes)[0].set_ylabel("CTA slot (issue order)")
 peer_note = f"; best peer {peer_us:.0f} us" if peer_us == peer_us else ""
-fig.suptitle(f"{shape}, {batch} requests, {dist} up to {longest} keys (colour: request){peer_note}", fontsize=10)
+fig.suptitle(f"{shape}, {batch} requests, {dist} up to {longest} keys (colour: request){peer_note}",
+             fontsize=plots.MIN_FONT_PT + 1)
 fig.tight_layout()
 notebook.show_figure(fig, "one-batch", pd.DataFrame(table))
 
@@ -133,9 +135,10 @@ else:
     ax.axhline(1.0, color="0.3", lw=0.8)
     ax.axhline(0.9, color="0.3", lw=0.6, ls=":")
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{sh} {d}" for (sh, d), _ in groups], fontsize=8, rotation=55, ha="right")
+    ax.set_xticklabels([f"{sh} {d}" for (sh, d), _ in groups], fontsize=plots.MIN_FONT_PT, rotation=55, ha="right")
     ax.set_ylabel("best peer's time / splitlab's")
-    ax.set_title("splitlab against the best peer measured in the same run, one marker per batch", fontsize=10)
+    ax.set_title("splitlab against the best peer measured in the same run, one marker per batch",
+                 fontsize=plots.MIN_FONT_PT + 1)
     plots.legend_outside(ax)
     notebook.show_figure(fig, "all-batches", cmp)
 
