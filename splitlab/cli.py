@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from splitlab import devices, planners, waves, workloads
 from splitlab.args import (
+    EXIT_INTERRUPTED,
     OneLineParser,
     add_fit_arguments,
     int_list_type,
@@ -383,7 +384,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = out_dir("--out", args.out, create=not args.dry_run)
     opts = sweep.SweepOptions(grid=args.grid, out=out, timer=args.timer, resume=args.resume,
                               device=args.device, limit=args.limit, max_minutes=args.max_minutes,
-                              shard=args.shard, quiet=args.quiet, argv=args.argv,
+                              shard=args.shard, quiet=args.quiet, argv=args.argv, skip_bad_lines=args.skip_bad_lines,
                               **({} if args.point_timeout is None else {"point_timeout_s": args.point_timeout}))
     if (args.workers or args.scheduler) and not args.dry_run:
         from splitlab.bench import dist  # Dask only here: the single-process path never imports it
@@ -400,6 +401,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"splitlab: sweep stopped: {e}", file=sys.stderr)
         return 3
     _print_sweep_result(res, "this session")
+    if res.stopped == "interrupted":  # Ctrl-C or SIGTERM mid-point: the work is kept, the exit says it stopped
+        print("splitlab: interrupted; run the same command with --resume to go on", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -533,6 +537,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs", help="folder for the sweep's folder <card>-<grid>/ (default runs/)")
     sw.add_argument("--dry-run", action="store_true", help="print the expanded points; run nothing, write nothing")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in <out>/<card>-<grid>/ (or start it)")
+    sw.add_argument("--skip-bad-lines", action="store_true", help="keep the good lines of a damaged journal: its bad "
+                    "lines are skipped and it is rewritten without them (the damaged file kept as *.damaged-*)")
     sw.add_argument("--timer", choices=("graph", "events", "fake"),
                     help="graph: CUDA-graph replay, rotated inputs; events: L2-flushed CUDA events; fake: modelled "
                     "times for CI, not measurements (default: the card's, or the resumed sweep's)")

@@ -465,19 +465,32 @@ def _out_file(arg: str, value: str) -> Path:
 
 
 def write(fc: FittedConstants, path: Path) -> None:
-    """Write ``fc`` to ``path`` (its folder created), whole or not at all."""
+    """Write ``fc`` to ``path`` (its folder created), whole or not at all: into a hidden temporary file beside it
+    named for this process (``results.tmp_path``; those a killed process left are removed first:
+    ``results.clean_stale_tmp``), created with the umask's mode (0666 & ~umask), then renamed over ``path``. A
+    write that fails (a full disk, a file-size limit) is one ``SplitlabError``; the file there stays as it was."""
     import os
-    import tempfile
+    import secrets
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    data = fitted_file.dumps(fc).encode()
+    tmp = results.tmp_path(path, secrets.token_hex(3))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(fitted_file.dumps(fc))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        results.clean_stale_tmp(path.parent, path.name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+    except OSError as e:
+        raise results.write_failed(OSError(e.errno, e.strerror), path, f"and run the fit again ({path} is as it "
+                                   "was)") from None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def run(a) -> int:

@@ -236,8 +236,9 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
     (Ctrl-C, SIGTERM) leaves the previous one whole; its temporary and staging folders go on every way out, and
     those of a report killed outright go on the next run (``remove_stale``). A missing or foreign ``data``, an
     ``out`` that is a file or cannot be written, or an empty ``only`` raises ``SplitlabError`` naming it before
-    anything runs; so does data from the fake timer unless ``allow_fake``. A notebook that fails still gets its
-    page (with the error) and its line in the index; ``SplitlabError`` names the failures after all have run."""
+    anything runs; so does data from the fake timer unless ``allow_fake``. A notebook whose kernel dies (killed,
+    out of memory) is run once more (``KERNEL_DEATH_RETRIES``). A notebook that fails still gets its page (with
+    the error) and its line in the index; ``SplitlabError`` names the failures after all have run."""
     selected = _select(only)
     names = [n for n in selected if n in NOTEBOOKS]
     if names:
@@ -281,15 +282,23 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
             executed = stage / f"{name}.ipynb"
             _say(f"[{i}/{len(names)}] {name}: executing", progress and sys.stderr.isatty())  # a log: one line each
             t0 = time.monotonic()
-            try:
-                # Per-cell progress bars only on a terminal: in a log (CI) each is a line of carriage returns.
-                papermill.execute_notebook(str(inp), str(executed), parameters=params, kernel_name="python3",
-                                           progress_bar=progress and sys.stderr.isatty(), cwd=str(ROOT),
-                                           execution_timeout=cell_timeout, log_output=False)
-            except papermill.PapermillExecutionError as e:
-                page.status = f"{e.ename}: {e.evalue}"
-            except Exception as e:  # the kernel died, timed out, or would not start
-                page.status = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            for attempt in range(1 + KERNEL_DEATH_RETRIES):
+                try:
+                    # Per-cell progress bars only on a terminal: in a log (CI) each is a line of carriage returns.
+                    papermill.execute_notebook(str(inp), str(executed), parameters=params, kernel_name="python3",
+                                               progress_bar=progress and sys.stderr.isatty(), cwd=str(ROOT),
+                                               execution_timeout=cell_timeout, log_output=False)
+                    page.status = "ok"
+                except papermill.PapermillExecutionError as e:
+                    page.status = f"{e.ename}: {e.evalue}"
+                except Exception as e:  # the kernel died, timed out, or would not start
+                    page.status = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                    if _kernel_died(e):  # out of memory, killed: maybe not the notebook's doing, so once more
+                        if attempt < KERNEL_DEATH_RETRIES:
+                            _say(f"[{i}/{len(names)}] {name}: {page.status}; running it once more", progress)
+                            continue
+                        page.status += f" ({attempt + 1} times)"
+                break
             page.seconds = time.monotonic() - t0
             done = nbformat.read(executed, as_version=4) if executed.is_file() else nb
             found = read_finding(done) or {}
@@ -316,6 +325,20 @@ def build_report(data: str | Path | None, out: Path, only: list[str] | None = No
     if head is None and head_note.startswith(HEADLINE_FAILED):
         raise SplitlabError(f"{head_note} (the index is {index})")
     return index
+
+
+#: How often a notebook whose kernel died (``DeadKernelError``: killed, out of memory) is run again before its page
+#: is given up (failed, named at the end; the other pages are built and the report exits non-zero).
+KERNEL_DEATH_RETRIES = 1
+
+
+def _kernel_died(e: BaseException) -> bool:
+    """Whether ``e`` says the notebook's kernel died (nbclient's ``DeadKernelError``)."""
+    try:
+        from nbclient.exceptions import DeadKernelError
+    except ImportError:  # pragma: no cover - papermill brings nbclient
+        return type(e).__name__ == "DeadKernelError"
+    return isinstance(e, DeadKernelError)
 
 
 def _write_figure_tables(nb: Any, name: str, folder: Path, page: Page) -> list[str]:

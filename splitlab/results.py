@@ -31,6 +31,7 @@ last (journals are read oldest session first).
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -225,8 +226,22 @@ def _why(e: BaseException) -> str:
 _HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
 #: ``.<target>.<pid>[@<host>][.<token>].tmp``: what ``tmp_path`` names (files written whole, then renamed); the
 #: host is absent in files of older versions.
-_TMP = re.compile(r"^\.(?P<target>results\.parquet|results\.csv|sweep\.json)\.(?P<pid>\d+)"
+_TMP = re.compile(r"^\.(?P<target>results\.parquet|results\.csv|sweep\.json|journal-[A-Za-z0-9_-]+\.jsonl)"
+                  r"\.(?P<pid>\d+)"
                   r"(?:@(?P<host>[A-Za-z0-9_-]+))?(?:\.[0-9a-f]+)?\.tmp$")
+
+
+#: ``errno`` values of a write that found no room: a full disk, a full quota, a file-size limit (``ulimit -f``).
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def write_failed(e: OSError, where: Path, then: str) -> SplitlabError:
+    """One line for a file that could not be written: which (the error's file, else ``where``), why, and ``then``
+    (what was kept, how to go on)."""
+    why = e.strerror or type(e).__name__
+    hint = "the disk is full or a file-size limit (ulimit -f) was reached: make room" if e.errno in NO_ROOM else \
+        "fix that"
+    return SplitlabError(f"{e.filename or where}: cannot be written ({why}); {hint}, {then}")
 
 
 def tmp_path(path: Path, token: str = "") -> Path:
@@ -248,17 +263,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_tmp(folder: Path) -> list[Path]:
+def clean_stale_tmp(folder: Path, name: str | None = None) -> list[Path]:
     """Remove the temporary files (``tmp_path``) in ``folder`` that a killed process left: those of this host
-    whose process is gone. A file of another host (a sweep folder shared between machines) is left alone: its
-    process may be alive there. Returns what was removed."""
+    whose process is gone (of a sweep's files, or with ``name``, of that file's). A file of another host (a sweep
+    folder shared between machines) is left alone: its process may be alive there. Returns what was removed."""
     removed = []
+    pattern = _TMP if name is None else re.compile(
+        rf"^\.(?P<target>{re.escape(name)})\.(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9_-]+))?(?:\.[0-9a-f]+)?\.tmp$")
     try:
         names = [p for p in Path(folder).iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
     except OSError:
         return removed
     for p in names:
-        m = _TMP.match(p.name)
+        m = pattern.match(p.name)
         if m is None or (m["host"] is not None and m["host"] != _HOST) or pid_alive(int(m["pid"])):
             continue
         try:
@@ -325,9 +342,15 @@ def read_sidecar(path: Path) -> dict | None:
 
 # --- journals -----------------------------------------------------------------------------------------------
 
-def _journal_events(path: Path) -> Iterator[tuple[int, object]]:
+#: What a damaged journal's message suggests: the flag that keeps its good lines.
+SKIP_BAD_LINES = ("the journal is damaged (`splitlab sweep CARD ... --resume --skip-bad-lines` sets it aside and "
+                  "keeps its other lines)")
+
+
+def _journal_events(path: Path, bad: list[tuple[int, str]] | None = None) -> Iterator[tuple[int, object]]:
     """(line number, parsed JSON) of every line of a journal. A torn last line (the process died while writing
-    it) is ignored; a bad line anywhere else is an error naming the file and line."""
+    it) is ignored; a bad line anywhere else is an error naming the file and line, or, given ``bad``, is added
+    to it as (line number, why) and skipped."""
     try:
         data = Path(path).read_bytes()
     except OSError as e:
@@ -341,39 +364,87 @@ def _journal_events(path: Path) -> Iterator[tuple[int, object]]:
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
             if i == len(lines) - 1:  # no newline after it: torn by a kill mid-write
                 break
-            raise SplitlabError(f"{path}: line {i + 1} is not JSON; the journal is damaged") from None
+            if bad is None:
+                raise SplitlabError(f"{path}: line {i + 1} is not JSON; {SKIP_BAD_LINES}") from None
+            bad.append((i + 1, "not JSON"))
+            continue
         yield i + 1, ev
 
 
-def read_journal(path: Path) -> list[dict]:
+def read_journal(path: Path, bad: list[tuple[int, str]] | None = None) -> list[dict]:
     """The events of one journal (JSON objects). A torn last line (the process died while writing it) is
-    ignored; a bad line anywhere else, or one that is not an object, is an error."""
+    ignored; a bad line anywhere else, or one that is not an object, is an error (given ``bad``: recorded there
+    and skipped, as ``_journal_events`` does)."""
+    return [ev for _, ev in _numbered_events(path, bad)]
+
+
+def _numbered_events(path: Path, bad: list[tuple[int, str]] | None = None) -> list[tuple[int, dict]]:
     events = []
-    for line, ev in _journal_events(path):
+    for line, ev in _journal_events(path, bad):
         if not isinstance(ev, dict):
-            raise SplitlabError(f"{path}: line {line} is a JSON {type(ev).__name__}; expected an event (an object)")
-        events.append(ev)
+            why = f"a JSON {type(ev).__name__}"
+            if bad is None:
+                raise SplitlabError(f"{path}: line {line} is {why}; expected an event (an object); {SKIP_BAD_LINES}")
+            bad.append((line, why))
+            continue
+        events.append((line, ev))
     return events
+
+
+def rewrite_journal(path: Path, drop: Iterable[int]) -> Path:
+    """Rewrite the journal at ``path`` without the lines ``drop`` (1-based) and without a torn last line, whole or
+    not at all; the damaged file is kept beside it as ``<name>.damaged-<UTC time>`` (not read as a journal).
+    Returns that copy's path. Only for a journal no live session writes."""
+    import shutil
+    import time
+
+    path = Path(path)
+    drop = set(drop)
+    lines = path.read_bytes().split(b"\n")
+    kept = [x for i, x in enumerate(lines[:-1]) if i + 1 not in drop and x.strip()]  # lines[-1]: torn, or empty
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}")
+    tmp = tmp_path(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"".join(x + b"\n" for x in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(path, aside)
+        except OSError:  # a file system without hard links: a copy
+            shutil.copy2(path, aside)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return aside
+
+
+def _point_problem(ev: dict) -> str | None:
+    """What is wrong with a start/abandon/row event (its row, its point_id), or None."""
+    kind = ev["event"]
+    row = ev.get("row") if kind in ("row", "start") else None
+    if kind in ("row", "start") and not isinstance(row, dict) and not (kind == "start" and row is None):
+        return f"a {kind} event whose row is {type(row).__name__}; expected an object"
+    pid = row.get("point_id") if kind == "row" else ev.get("point_id")
+    if not isinstance(pid, str) or not pid:
+        return f"a {kind} event with point_id={pid!r:.80}; expected a string"
+    return None
 
 
 def _point_event(path: Path, line: int, ev: dict) -> tuple[str, dict | None]:
     """The point_id of a start/abandon/row event, and its row (a row event's; a start's skeleton), checked."""
-    kind = ev["event"]
-    row = ev.get("row") if kind in ("row", "start") else None
-    if kind in ("row", "start") and not isinstance(row, dict) and not (kind == "start" and row is None):
-        raise SplitlabError(f"{path}: line {line}: a {kind} event whose row is {type(row).__name__}; expected an "
-                            "object; the journal is damaged")
-    pid = row.get("point_id") if kind == "row" else ev.get("point_id")
-    if not isinstance(pid, str) or not pid:
-        raise SplitlabError(f"{path}: line {line}: a {kind} event with point_id={pid!r}; expected a string; the "
-                            "journal is damaged")
-    return pid, row
+    problem = _point_problem(ev)
+    if problem is not None:
+        raise SplitlabError(f"{path}: line {line}: {problem}; {SKIP_BAD_LINES}")
+    row = ev.get("row") if ev["event"] in ("row", "start") else None
+    return (row.get("point_id") if ev["event"] == "row" else ev.get("point_id")), row
 
 
 def journal_rows(path: Path) -> list[dict]:
     """The finished rows of one journal, in the order written (every one, duplicates included)."""
     out = []
-    for line, ev in enumerate(read_journal(path), 1):
+    for line, ev in _numbered_events(path):
         if ev.get("event") == "row":
             out.append(_point_event(path, line, ev)[1])
     return out
@@ -408,7 +479,8 @@ class SweepState:
     the points first finished), ``starts`` (point_id -> (journal, skeleton row) of every start), ``abandoned``
     (point_id -> times a session was stopped from outside while on it), ``sessions`` (the session headers),
     ``sizes`` (journal -> bytes read), ``duplicates`` (rows beyond the first of a point), ``row_journals``
-    (the journal each of ``rows`` came from)."""
+    (the journal each of ``rows`` came from) and ``row_lines`` (its line there); ``bad_lines`` (journal, line,
+    why) the damaged lines skipped (read with ``skip_bad``)."""
 
     rows: list[dict] = field(default_factory=list)
     starts: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
@@ -417,15 +489,18 @@ class SweepState:
     sizes: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     row_journals: list[str] = field(default_factory=list)
+    row_lines: list[int] = field(default_factory=list)
+    bad_lines: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def finished(self) -> set[str]:
         return {r["point_id"] for r in self.rows}
 
 
-def sweep_state(sweep_dir: Path) -> SweepState:
-    """Read every journal of a sweep folder (``SplitlabError`` naming the journal and line if one is damaged).
-    A sweep has one device, so point_id alone keys its rows here."""
+def sweep_state(sweep_dir: Path, *, skip_bad: bool = False) -> SweepState:
+    """Read every journal of a sweep folder (``SplitlabError`` naming the journal and line if one is damaged;
+    with ``skip_bad`` the damaged lines are skipped and listed in ``bad_lines``). A sweep has one device, so
+    point_id alone keys its rows here."""
     st = SweepState()
     at: dict[str, int] = {}
     for j in journals(sweep_dir):
@@ -433,13 +508,18 @@ def sweep_state(sweep_dir: Path) -> SweepState:
             st.sizes[j.name] = j.stat().st_size
         except OSError as e:
             raise SplitlabError(f"{j}: cannot be read ({e.strerror or _why(e)}); expected a sweep journal") from None
-        for line, ev in enumerate(read_journal(j), 1):
+        bad: list[tuple[int, str]] | None = [] if skip_bad else None
+        for line, ev in _numbered_events(j, bad):
             kind = ev.get("event")
             if kind == "session":
                 st.sessions.append(ev)
                 continue
             if kind not in ("start", "abandon", "row"):
                 continue  # an event this version does not use
+            problem = _point_problem(ev)
+            if problem is not None and bad is not None:
+                bad.append((line, problem))
+                continue
             pid, row = _point_event(j, line, ev)
             if kind == "start":
                 st.starts.setdefault(pid, []).append((j.name, row or {}))
@@ -448,11 +528,13 @@ def sweep_state(sweep_dir: Path) -> SweepState:
             elif pid in at:
                 st.duplicates += 1
                 if _prefer(row, st.rows[at[pid]]):
-                    st.rows[at[pid]], st.row_journals[at[pid]] = row, j.name
+                    st.rows[at[pid]], st.row_journals[at[pid]], st.row_lines[at[pid]] = row, j.name, line
             else:
                 at[pid] = len(st.rows)
                 st.rows.append(row)
                 st.row_journals.append(j.name)
+                st.row_lines.append(line)
+        st.bad_lines += [(j.name, line, why) for line, why in sorted(bad or [])]
     return st
 
 
@@ -643,24 +725,41 @@ def read_parquet_or_warn(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def _journal_frame(sweep_dir: Path, st: SweepState) -> pd.DataFrame:
-    """The journals' rows as a frame; a row this schema does not allow is an error naming its journal."""
+def _journal_frame(sweep_dir: Path, st: SweepState, skip_bad: bool = False) -> pd.DataFrame:
+    """The journals' rows as a frame; a row this schema does not allow is an error naming its journal and line
+    (with ``skip_bad``: dropped, and listed in ``st.bad_lines``). Rows of a schema version this splitlab does not
+    know are refused either way: a newer sweep is never appended to."""
     try:
         return frame(st.rows, where=sweep_dir)
     except SchemaError:
-        for name in dict.fromkeys(st.row_journals):
-            frame([r for r, j in zip(st.rows, st.row_journals, strict=True) if j == name], where=sweep_dir / name)
-        raise
+        newer = [r.get("schema_version") for r in st.rows if isinstance(r.get("schema_version"), int)
+                 and r.get("schema_version") not in SUPPORTED_SCHEMAS]
+        if newer:
+            _check_versions(newer, sweep_dir)
+        bad = []
+        for i, (r, j, line) in enumerate(zip(st.rows, st.row_journals, st.row_lines, strict=True)):
+            try:
+                frame([r], where=f"{sweep_dir / j}: line {line}")
+            except SchemaError as e:
+                if not skip_bad:
+                    raise SchemaError(f"{e}; {SKIP_BAD_LINES}") from None
+                bad.append(i)
+                st.bad_lines.append((j, line, str(e).split(f"line {line}: ", 1)[-1]))
+        if not bad:
+            raise
+        for i in reversed(bad):
+            del st.rows[i], st.row_journals[i], st.row_lines[i]
+        return frame(st.rows, where=sweep_dir)
 
 
-def rebuild(sweep_dir: Path) -> tuple[pd.DataFrame, SweepState]:
+def rebuild(sweep_dir: Path, *, skip_bad: bool = False) -> tuple[pd.DataFrame, SweepState]:
     """A sweep folder's rows rebuilt from its journals (one per point, ``best_rows``' choice), plus the rows of
     its Parquet that no journal holds (so a folder whose journals were deleted keeps its data; a damaged Parquet
     is skipped with a warning); and the journals' state as read (``sizes`` for the Parquet's metadata, the
-    sessions for the sidecar)."""
+    sessions for the sidecar; with ``skip_bad``, the damaged journal lines skipped, ``bad_lines``)."""
     sweep_dir = Path(sweep_dir)
-    st = sweep_state(sweep_dir)
-    df = _journal_frame(sweep_dir, st)
+    st = sweep_state(sweep_dir, skip_bad=skip_bad)
+    df = _journal_frame(sweep_dir, st, skip_bad)
     pq_path = sweep_dir / "results.parquet"
     old = read_parquet_or_warn(pq_path) if pq_path.is_file() else None
     if old is not None and len(old):

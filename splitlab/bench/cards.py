@@ -38,7 +38,9 @@ A card says what to run and over what::
     planner_devices = ["mi355x"]               # optional: also measure planners' choices for these presets
 
 Every card has the grids ``quick`` and ``default``; most also ``seed``. Anything malformed raises
-``CardError`` naming the file, the key and what is allowed.
+``CardError`` naming the file, the key and what is allowed; so does a card too large to sweep, counted from its
+lists before any shape is built (``MAX_BLOCK_SHAPES`` a block, ``MAX_GRID_POINTS`` a grid, ``MAX_CARD_SHAPES`` a
+card).
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ DEFAULT_MIN_KEYS_PER_SPLIT = 32
 MAX_KNOB = 1 << 16
 #: The most shapes one block may make (the product of its shape lists and models).
 MAX_BLOCK_SHAPES = 100_000
+#: The most points one grid may make, counted from its lists before anything is built (each block's shapes times
+#: its knob settings and its planners' choices): a million points is about five days of one GPU at 0.4 s a point.
+MAX_GRID_POINTS = 1_000_000
+#: The most shapes all of a card's grids may make together (each is built and checked when the card is read).
+MAX_CARD_SHAPES = 200_000
 #: A card larger than this is not a card (the shipped ones are a few KB).
 MAX_CARD_BYTES = 1 << 20
 
@@ -341,7 +348,34 @@ def _impl(c: _Check, kind: str, spec: dict, name: str) -> tuple[str, str, str, I
     return kind_, label, spec["import"], impl, timer
 
 
-def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, KnobRange]) -> Block:
+@dataclass
+class _Budget:
+    """What a card's grids may still make (``MAX_GRID_POINTS``, ``MAX_CARD_SHAPES``), spent block by block before
+    each block's shapes are built; ``choices``: the planners' choices per shape and device planned for."""
+
+    choices: int
+    grid: str = ""
+    grid_points: int = 0
+    card_shapes: int = 0
+
+    def spend(self, c: _Check, where: str, shapes: int, settings: int, devices: int) -> None:
+        points = shapes * (settings + self.choices * devices)
+        self.grid_points += points
+        self.card_shapes += shapes
+        if self.grid_points > MAX_GRID_POINTS:
+            chosen = f" + {self.choices * devices} planner choices" if self.choices else ""
+            raise CardError(f"{c.path}: grids.{self.grid} makes up to {self.grid_points} points (at {where}: "
+                            f"{shapes} shapes x ({settings} knob settings{chosen})); expected at most "
+                            f"{MAX_GRID_POINTS} a grid (shorter lists, or several grids)")
+        if self.card_shapes > MAX_CARD_SHAPES:
+            raise CardError(f"{c.path}: the grids make up to {self.card_shapes} shapes (at {where}); expected at "
+                            f"most {MAX_CARD_SHAPES} a card (shorter lists, or several cards)")
+
+
+def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, KnobRange],
+           budget: _Budget | None = None) -> Block | None:
+    """One block, checked and built; with ``budget``, checked and counted only (``_Budget.spend``), not built
+    (None): ``load`` counts every grid before it builds any."""
     spec = c.table(where, spec)
     allowed = ["model", *_SHAPE_INT_KEYS, "dtype", *_LENGTH_KEYS, *knobs, *_BLOCK_OPTIONS]
     if kind != "sparse_mla":
@@ -417,6 +451,13 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     if n_shapes > MAX_BLOCK_SHAPES:
         raise CardError(f"{c.path}: {where} has {n_shapes} shapes (the product of its lists); expected at most "
                         f"{MAX_BLOCK_SHAPES}")
+    if budget is not None:  # counted before any shape is built: a card of 10^7 points is refused at once
+        from splitlab.waves import WAVE_FILL_WAVES  # the wave-filling split counts "pow2+waves" adds, at most
+
+        settings = math.prod(len(v) + (WAVE_FILL_WAVES if k == "num_splits" and wave_splits else 0)
+                             for k, v in knob_axes.items())
+        budget.spend(c, where, n_shapes, settings, 1 + len(pdevs))
+        return None
     for m in models:
         for combo in itertools.product(*(axes[k] for k in present)):
             f = dict(zip(present, combo, strict=True))
@@ -519,7 +560,8 @@ def load(path: str | Path) -> Card:
     for g in REQUIRED_GRIDS:
         if g not in grids_spec:
             raise c.missing(f"grids.{g}", f"a grid (every card has {', '.join(REQUIRED_GRIDS)})")
-    grids: dict[str, tuple[Block, ...]] = {}
+    specs: dict[str, list] = {}
+    budget = _Budget(len(covering) if planner_knobs else 0)
     for g, blocks in grids_spec.items():
         if not _NAME.match(g):
             raise c.bad(f"grids.{g}", g, "a grid name of letters, digits, _ . -")
@@ -527,7 +569,13 @@ def load(path: str | Path) -> Card:
             blocks = [blocks]
         if not isinstance(blocks, list) or not blocks:
             raise c.bad(f"grids.{g}", blocks, "one or more blocks ([[grids.NAME]] tables)")
-        grids[g] = tuple(_block(c, f"grids.{g}[{i}]", b, kind, knobs) for i, b in enumerate(blocks))
+        budget.grid, budget.grid_points = g, 0
+        for i, b in enumerate(blocks):  # every grid counted before any is built: an oversized card fails at once
+            _block(c, f"grids.{g}[{i}]", b, kind, knobs, budget)
+        specs[g] = blocks
+    grids: dict[str, tuple[Block, ...]] = {
+        g: tuple(_block(c, f"grids.{g}[{i}]", b, kind, knobs) for i, b in enumerate(blocks))  # type: ignore[misc]
+        for g, blocks in specs.items()}
 
     return Card(path=p, name=name, kind=kind, seeds=seeds, description=descr, device=device, impl_type=impl_type,
                 impl_label=label, impl_import=import_path, impl=impl, timer=timer or "graph", knobs=knobs,

@@ -33,6 +33,7 @@ with one line (never appended to).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -90,6 +91,7 @@ class SweepOptions:
     argv: list[str] | None = None
     point_timeout_s: float | None = POINT_TIMEOUT_S  # a point running longer is killed and stored error; None: no limit
     isolate: bool = True  # measure each point in a worker process (crash/hang isolation); False: in this one
+    skip_bad_lines: bool = False  # damaged journal lines: skipped, and their journals rewritten without them
 
 
 @dataclass
@@ -187,19 +189,37 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o644)
+        self.size = 0  # bytes of whole lines written
         if fcntl is not None:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def write(self, event: dict) -> None:
-        line = memoryview((json.dumps(event, default=_json_default, separators=(",", ":")) + "\n").encode())
+        """Append ``event`` as one line, whole or not at all: a write that fails (a full disk, a file-size limit)
+        leaves no part of the line and raises ``OSError`` naming the journal."""
+        data = (json.dumps(event, default=_json_default, separators=(",", ":")) + "\n").encode()
+        line = memoryview(data)
         # Ctrl-C / SIGTERM wait until the line is whole on disk (a signal mid-line would tear the journal).
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             while line:
                 line = line[os.write(self.fd, line):]
             os.fsync(self.fd)
+            self.size += len(data)
+        except OSError as e:
+            self.rewind(self.size)
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def rewind(self, size: int) -> None:
+        """Cut the journal back to its first ``size`` bytes (what a failed write or point left after them), as far
+        as the file system lets it."""
+        try:
+            os.ftruncate(self.fd, size)
+            os.fsync(self.fd)
+            self.size = size
+        except OSError:
+            pass
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -215,6 +235,90 @@ def _json_default(o: object) -> object:
     if isinstance(o, tuple | set):
         return list(o)
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+#: The lock a session holds while it starts (``start_lock``), in the sweep folder.
+START_LOCK = ".start.lock"
+#: How long a session waits for another that is starting (``START_LOCK``), and when another host's lock is stale.
+LOCK_WAIT_S, FOREIGN_LOCK_STALE_S = 120.0, 600.0
+
+
+def _lock_holder(path: Path) -> tuple[str, float] | None:
+    """The text of a lock file and its age in seconds; None once it is gone."""
+    try:
+        text = path.read_text(errors="replace")
+        return text, time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "", 0.0
+
+
+def _lock_is_stale(text: str, age: float) -> bool:
+    """Whether a lock's holder (``pid@host token``) is known to be gone: a process of this host that no longer
+    runs, another host's lock older than ``FOREIGN_LOCK_STALE_S``, or a lock left empty for 10 s."""
+    pid, _, host = text.split(" ")[0].partition("@")
+    if not pid.isdigit():
+        return age > 10
+    if host == results._HOST:
+        return not results.pid_alive(int(pid))
+    return age > FOREIGN_LOCK_STALE_S
+
+
+def _break_lock(path: Path, text: str) -> None:
+    """Remove a stale lock whose text is ``text``, and only that one (another session may have taken the lock since
+    it was read: that lock is put back)."""
+    aside = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(3)}.stale")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    try:
+        if aside.read_text(errors="replace") != text:  # a live session's, taken a moment ago: back it goes
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def start_lock(folder: Path):
+    """Hold ``<folder>/.start.lock`` (created with ``O_CREAT | O_EXCL``, holding ``pid@host``) for the block: one
+    session of a sweep starts at a time. A lock whose process is gone (``results.pid_alive``) is removed; one
+    held by a live process past ``LOCK_WAIT_S`` is one ``SplitlabError`` naming it."""
+    path = Path(folder) / START_LOCK
+    mine = f"{os.getpid()}@{results._HOST} {secrets.token_hex(4)}"
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            held = _lock_holder(path)
+            if held is None:
+                continue  # released a moment ago
+            if _lock_is_stale(*held):
+                _break_lock(path, held[0])
+                continue
+            if time.monotonic() > deadline:
+                raise SplitlabError(f"{path} is held by {held[0].split(' ')[0] or 'a process'} (a session starting "
+                                    f"this sweep) for more than {LOCK_WAIT_S:g} s; expected it released (if no such "
+                                    "process runs, remove the file)") from None
+            time.sleep(0.05)
+            continue
+        try:
+            os.write(fd, mine.encode())
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        break
+    try:
+        yield
+    finally:
+        held = _lock_holder(path)
+        if held is not None and held[0] == mine:
+            path.unlink(missing_ok=True)
 
 
 def _stamp_aside(path: Path) -> Path:
@@ -258,7 +362,7 @@ class Runner:
     def _recover_sidecar(self, damage: str) -> dict | None:
         """A sidecar rebuilt from what the journals (and a readable Parquet) say: the sweep id, timer, grid,
         kernel, device and the first session's environment; None if they hold no trace of the sweep."""
-        st = results.sweep_state(self.dir)
+        st = results.sweep_state(self.dir, skip_bad=self.opts.skip_bad_lines)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pq_path = self.dir / "results.parquet"
@@ -305,8 +409,34 @@ class Runner:
         anything is written."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a damaged Parquet: _damage_note / _open say so
-            df, st = results.rebuild(self.dir)
+            df, st = results.rebuild(self.dir, skip_bad=self.opts.skip_bad_lines)
         return st, st.finished | set(df["point_id"])
+
+    def _check_files(self) -> None:
+        """Refuse (one line) a sweep folder that is a file, or whose sidecar or result files are not files (a
+        folder in their place): nothing could be written there."""
+        if self.dir.exists() and not self.dir.is_dir():
+            raise SplitlabError(f"{self.dir} is a file, not a sweep folder; expected a folder (choose another --out)")
+        for name in ("sweep.json", "results.parquet", "results.csv"):
+            path = self.dir / name
+            if path.exists() and not path.is_file():
+                what = "a folder" if path.is_dir() else "not a regular file"
+                raise SplitlabError(f"{path} is {what}; expected the sweep's {name}, a file (move it aside: "
+                                    "the journals rebuild it)")
+
+    def _repair(self, st: results.SweepState) -> None:
+        """Rewrite the journals whose damaged lines ``st`` skipped (``--skip-bad-lines``) without them, each kept
+        as ``<journal>.damaged-<time>``, saying so; a live session's journal is left as it is (read past)."""
+        for name in dict.fromkeys(j for j, _, _ in st.bad_lines):
+            lines = [(n, why) for j, n, why in st.bad_lines if j == name]
+            path = self.dir / name
+            if _is_live(path):
+                continue
+            aside = results.rewrite_journal(path, [n for n, _ in lines])
+            print(f"splitlab: warning: {path}: skipped {len(lines)} damaged line(s) ("
+                  + "; ".join(f"line {n}: {why}" for n, why in lines[:3]) + ("; ..." if len(lines) > 3 else "")
+                  + f"); the journal is rewritten without them, the damaged file kept as {aside.name}",
+                  file=sys.stderr)
 
     def describe(self, *, rows: int = 8) -> str:
         """The ``--dry-run`` text: what the sweep would run, and how far an existing one got."""
@@ -326,11 +456,14 @@ class Runner:
         if exp.notes:
             lines.append(f"{len(exp.notes)} planner notes (a planner refused a shape, or chose a knob outside the "
                          "card's range); they go to sweep.json")
+        self._check_files()
         side = self.sidecar()
         if self.dir.is_dir():
             lines += [f"warning: {x}" for x in self._damage_note(side)]
         if side is not None:
-            done = self._state()[1]
+            st, done = self._state()
+            lines += [f"warning: {self.dir / j}: line {n}: {why}; skipped (--skip-bad-lines: the journal would be "
+                      "rewritten without it)" for j, n, why in st.bad_lines]
             left = sum(p.point_id not in done for p in pts)
             lines.append(f"{self.dir} exists (sweep {side['sweep_id']}): {len(pts) - left} done, {left} left "
                          "(--resume continues it)")
@@ -487,7 +620,8 @@ class Runner:
             if not _is_live(j):
                 continue
             for _ in range(20):  # a session that has just opened its journal writes its header next
-                head = next((e for e in results.read_journal(j) if e.get("event") == "session"), {})
+                events = results.read_journal(j, [] if self.opts.skip_bad_lines else None)
+                head = next((e for e in events if e.get("event") == "session"), {})
                 if head:
                     break
                 time.sleep(0.1)
@@ -501,16 +635,37 @@ class Runner:
     def run(self) -> SweepResult:
         """Run (or resume) the sweep; returns what this session did. Raises ``SweepAborted`` when no point worker
         can be started, or (``isolate=False``) after a sticky CUDA error (the point is stored; resume in a fresh
-        process)."""
+        process). A file that cannot be written (a full disk, a file-size limit) is one ``SplitlabError``: what
+        was finished is kept, and ``--resume`` goes on (the point in flight is run again)."""
+        self._check_files()
+        try:
+            return self._run()
+        except OSError as e:
+            raise results.write_failed(e, self.dir, "then run the same command with --resume (the finished points "
+                                       "are kept)") from None
+
+    def _run(self) -> SweepResult:
         exp = self.expansion()
         timer_name = self._timer_name()
         self._check_timer(timer_name)
         env = capture(self.opts.argv)
         side = self._open(exp, env, timer_name)
-        self._live_conflict()
-        st, done = self._state()  # refuses what this schema cannot read before anything is written
-        session = f"{_utc_stamp()}-{os.getpid()}-{secrets.token_hex(2)}"
-        journal = Journal(self.dir / f"journal-{session}.jsonl")
+        # Sessions start one at a time (the lock), each writing its journal's header before the next looks for live
+        # sessions on its points: two sessions started at once on the same points cannot both run.
+        with start_lock(self.dir):
+            self._live_conflict()
+            st, done = self._state()  # refuses what this schema cannot read before anything is written
+            self._repair(st)
+            session = f"{_utc_stamp()}-{os.getpid()}-{secrets.token_hex(2)}"
+            journal = Journal(self.dir / f"journal-{session}.jsonl")
+            try:
+                journal.write(dict(event="session", session=session, sweep_id=side["sweep_id"],
+                                   shard=self.opts.shard, timer=timer_name, grid=self.opts.grid,
+                                   card_sha1=self.card.sha1, env=env,
+                                   planner_constants=planner_constants(self.card, self.opts.grid, self.device)))
+            except BaseException:
+                journal.close()
+                raise
         res = SweepResult(self.dir, side["sweep_id"], session)
         self.sweep_id, self.session = side["sweep_id"], session
         base = dict(schema_version=results.SCHEMA_VERSION, sweep_id=side["sweep_id"], grid=self.opts.grid,
@@ -518,9 +673,6 @@ class Runner:
         self.base = base
         self.blank = dict.fromkeys(results.COLUMNS)  # every row carries every column
         try:
-            journal.write(dict(event="session", session=session, sweep_id=side["sweep_id"], shard=self.opts.shard,
-                               timer=timer_name, grid=self.opts.grid, card_sha1=self.card.sha1, env=env,
-                               planner_constants=planner_constants(self.card, self.opts.grid, self.device)))
             self._loop(exp, journal, res, st, done, timer_name)
         finally:
             journal.close()
@@ -533,9 +685,10 @@ class Runner:
         so a point is settled once) whose session died on them (or that were interrupted twice). The row keeps
         where the point died (host, GPU)."""
         live = {j.name for j in results.journals(self.dir) if j.name != journal.path.name and _is_live(j)}
+        damaged = {j for j, _, _ in st.bad_lines}  # a start there may have lost its row to the damage: run it again
         finished, settled = st.finished, set()
         for pid, starts in st.starts.items():
-            if pid in finished or pid not in mine or any(jn in live for jn, _ in starts):
+            if pid in finished or pid not in mine or any(jn in live or jn in damaged for jn, _ in starts):
                 continue
             died = len(starts) - st.abandoned.get(pid, 0)
             reason = DIED if died > 0 else INTERRUPTED_TWICE if st.abandoned.get(pid, 0) >= 2 else None
@@ -580,6 +733,7 @@ class Runner:
                     res.stopped = "time"
                     break
                 skeleton = {**self.blank, **p.row(sm_count=self.device.sm_count), **self.base}
+                mark = journal.size
                 try:
                     if isinstance(measurer, PointWorker):
                         try:
@@ -594,6 +748,12 @@ class Runner:
                     else:
                         row, fatal = measurer.measure(p, skeleton)
                     journal.write(dict(event="row", row=row))
+                except OSError:
+                    # A write failed (a full disk, a file-size limit): no trace of the point is left, so that
+                    # --resume runs it again.
+                    journal.rewind(mark)
+                    res.stopped = "failed"
+                    raise
                 except KeyboardInterrupt:
                     # Stopped from outside (Ctrl-C, SIGTERM), not killed by the point: it is retried once. (An
                     # abandon without a start, if the signal came first, is harmless.)
@@ -623,7 +783,7 @@ class Runner:
 
     # -- results ------------------------------------------------------------------------------------------
     def _refresh(self) -> tuple[pd.DataFrame, results.SweepState]:
-        df, st = results.rebuild(self.dir)
+        df, st = results.rebuild(self.dir, skip_bad=self.opts.skip_bad_lines)
         results.write_parquet(df, self.dir / "results.parquet", journal_sizes=st.sizes)
         return df, st
 
