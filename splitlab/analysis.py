@@ -7,6 +7,9 @@ one preset measured at two SM counts) and each is its own shape. A planner's cho
 ``planners`` column names it (the sweep measures every registered planner's choice for every shape). Regret = the
 planner's measured p50 over the oracle's p50 on the same shape (1.0 is optimal). Only measured rows count:
 ``status == "ok"``; rows whose ``timing`` is ``fake`` (modelled, from CI) are refused unless ``allow_fake=True``.
+A shape's oracle is over every point of it, work-list points (a ``scheduler`` set: ``bench.impls``) included: the
+scheduler is a knob of the point, not part of the shape; a split-count plan replayed is looked up among the
+split-count points only.
 """
 
 from __future__ import annotations
@@ -351,7 +354,8 @@ def resolve_knobs(kernel: str, w, plan, device) -> dict:
 
 class MeasuredIndex:
     """The measured points of a result set, indexed for ``replay``: per shape (``SHAPE`` columns) the best
-    ``ok`` p50 of each distinct knob tuple (``KNOBS``; missing knobs are ``None``) and the oracle."""
+    ``ok`` p50 of each distinct knob tuple (``KNOBS``; missing knobs are ``None``) of its split-count points, and the
+    oracle over all of its points (work-list points too: their knob tuple then ends with the scheduler)."""
 
     def __init__(self, df: pd.DataFrame, *, allow_fake: bool = False):
         ok = measured(df, allow_fake=allow_fake)
@@ -360,12 +364,19 @@ class MeasuredIndex:
         self.times: dict[tuple, dict[tuple, float]] = {}
         self.rows: dict[tuple, dict] = {}
         knob_cols = [c for c in KNOBS if c in ok.columns]
-        for rec in ok[self.keys + knob_cols + ["p50_us"]].to_dict("records"):
+        sched_col = ["scheduler"] if "scheduler" in ok.columns else []
+        #: per shape, the fastest work-list point: (p50, its knob tuple + (scheduler,)), beside ``times``
+        self.scheduled: dict[tuple, tuple[float, tuple]] = {}
+        for rec in ok[self.keys + knob_cols + sched_col + ["p50_us"]].to_dict("records"):
             shape = tuple(_py(rec[c]) for c in self.keys)
             knobs = tuple(_py(rec.get(c)) for c in KNOBS)
             t = self.times.setdefault(shape, {})
             p = float(rec["p50_us"])
-            if knobs not in t or p < t[knobs]:
+            sched = _py(rec.get("scheduler"))
+            if sched:  # not a split-count launch: never a replayed plan's, but the oracle may be it
+                if shape not in self.scheduled or p < self.scheduled[shape][0]:
+                    self.scheduled[shape] = (p, (*knobs, sched))
+            elif knobs not in t or p < t[knobs]:
                 t[knobs] = p
             self.rows.setdefault(shape, {c: shape[i] for i, c in enumerate(self.keys)})
         self._facts: dict[tuple, dict] = {}
@@ -380,9 +391,13 @@ class MeasuredIndex:
         return sub
 
     def oracle(self, shape: tuple) -> tuple[float, tuple]:
-        """(best p50, its knob tuple) of ``shape``."""
-        knobs, t = min(self.times[shape].items(), key=lambda kv: kv[1])
-        return t, knobs
+        """(best p50, its knob tuple) of ``shape``, over every point (a work-list point's tuple ends with its
+        scheduler)."""
+        best = min(((t, knobs) for knobs, t in self.times[shape].items()), key=lambda x: x[0], default=None)
+        sched = self.scheduled.get(shape)
+        if best is None or (sched is not None and sched[0] < best[0]):
+            return sched  # type: ignore[return-value]
+        return best
 
     def workload(self, shape: tuple):
         """The ``DecodeWorkload`` of ``shape``, its lengths included (``results.workload``): a rule replayed on a

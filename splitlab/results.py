@@ -107,6 +107,12 @@ COLUMNS: dict[str, str] = {
     "length_seed": "Int64",
     "ctx_mean": "float64",
     "ctx_max": "Int64",
+    "scheduler": "string",
+    "schedule_hash": "string",
+    "sched_ctas": "Int64",
+    "sched_items": "Int64",
+    "partial_rows": "Int64",
+    "busiest_keys": "Int64",
 }
 #: Every column's unit ("" where it has none) and meaning: ``splitlab schema`` prints them and docs/schema.md is
 #: their Markdown (``schema_markdown``; a test holds the two equal and every column described).
@@ -173,6 +179,17 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "ctx_mean": ("keys", "mean keys per request (`sparse_mla`: valid top-k per token); `<NA>` in older data"),
     "ctx_max": ("keys", "the longest request's keys (`sparse_mla`: the most valid top-k of a token), what the "
                         "planners see as one length per batch; `<NA>` in older data"),
+    "scheduler": ("", "the scheduler whose schedule the point ran on the work-list kernel (`planners.schedulers.NAMES`,"
+                      " the card's `scheduler` knob); empty for a split-count point (and in older data)"),
+    "schedule_hash": ("", "16 hex digits naming the schedule that ran (`Schedule.digest`: lengths, CTA slots, items); "
+                          "`<NA>` for a split-count point"),
+    "sched_ctas": ("CTAs", "CTA slots of the schedule (per head group: `ctas` = this x the kv heads or head tiles); "
+                           "`<NA>` for a split-count point"),
+    "sched_items": ("items", "work items of the schedule (a request's key range on one slot); `<NA>` for a split-count "
+                             "point"),
+    "partial_rows": ("rows", "partial rows the schedule writes for the merge (the items of requests in more than one "
+                             "item); `<NA>` for a split-count point"),
+    "busiest_keys": ("keys", "keys the busiest CTA slot streams; `<NA>` for a split-count point"),
 }
 REQUIRED = tuple(list(COLUMNS)[: list(COLUMNS).index("error") + 1])
 
@@ -610,6 +627,7 @@ def _typed(df: pd.DataFrame, where: object) -> pd.DataFrame:
     # so that shapes key on the distribution (``analysis.SHAPE``) without dropping those rows.
     df["length_dist"] = df["length_dist"].fillna("uniform")
     df["length_seed"] = df["length_seed"].fillna(0)
+    df["scheduler"] = df["scheduler"].fillna("")  # a split-count point (data from before schedules too)
     bad = df["status"][~df["status"].isin(STATUSES)]
     if len(bad):
         v = bad.iloc[0]

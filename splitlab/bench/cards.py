@@ -19,6 +19,8 @@ A card says what to run and over what::
     [knobs]                                    # each knob the grids may set, and its range
     num_splits = { min = 1, max = 64 }         # or values = [...]; pow2 = true keeps powers of two only
     block_n = { values = [16, 32, 64, 128] }
+    scheduler = { values = ["uniform", "balanced"] }   # work-list kernels only: planners.schedulers.NAMES
+    sched_ctas = { min = 1, max = 4096 }       # balanced / stream_k: the CTAs they deal over (default: the SMs')
 
     [planners]
     compare = "all"                            # the planners the analysis compares (a list, or "all")
@@ -33,6 +35,8 @@ A card says what to run and over what::
     num_splits = "pow2"                        # a knob axis: a list, one value, or "pow2" (its range's powers);
                                                # num_splits also "pow2+waves": and each shape's wave-filling
                                                # split counts (waves.wave_fill_splits)
+    scheduler = ["uniform", "balanced"]        # schedules (a string or a list): num_splits goes to uniform only,
+                                               # sched_ctas to balanced and stream_k only
     max_kv_gb = 16                             # optional: skip shapes with more unique KV
     min_keys_per_split = 32                    # optional (default 32): skip splits of fewer keys
     planner_devices = ["mi355x"]               # optional: also measure planners' choices for these presets
@@ -56,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from splitlab import devices, workloads
-from splitlab.bench.impls import KNOB_COLUMNS, Impl, KernelImpl, resolve
+from splitlab.bench.impls import KNOB_COLUMNS, Impl, KernelImpl, resolve, scheduler_names
 from splitlab.errors import SplitlabError
 from splitlab.workloads import DecodeWorkload
 
@@ -87,6 +91,8 @@ MAX_GRID_POINTS = 1_000_000
 MAX_CARD_SHAPES = 200_000
 #: A card larger than this is not a card (the shipped ones are a few KB).
 MAX_CARD_BYTES = 1 << 20
+#: Knobs whose values are names, not integers: ``scheduler`` (``impls.scheduler_names`` of the card's kind).
+STRING_KNOBS = ("scheduler",)
 
 
 class CardError(SplitlabError):
@@ -96,15 +102,21 @@ class CardError(SplitlabError):
 @dataclass(frozen=True)
 class KnobRange:
     """What a card allows for one knob: an explicit ``values`` set, or integers in ``[lo, hi]``; ``pow2``
-    keeps powers of two only."""
+    keeps powers of two only. A string knob (``STRING_KNOBS``: ``scheduler``) has a ``values`` set of names."""
 
     name: str
-    values: tuple[int, ...] | None = None
+    values: tuple[int | str, ...] | None = None
     lo: int = 1
     hi: int = 1 << 16
     pow2: bool = False
 
+    @property
+    def strings(self) -> bool:
+        return self.name in STRING_KNOBS
+
     def allows(self, v: object) -> bool:
+        if self.strings:
+            return isinstance(v, str) and v in (self.values or ())
         if isinstance(v, bool) or not isinstance(v, int):
             return False
         if self.pow2 and (v < 1 or v & (v - 1)):
@@ -134,7 +146,7 @@ class Block:
 
     where: str  # "grids.default[2]", for messages
     shapes: tuple[DecodeWorkload, ...]
-    knob_axes: dict[str, tuple[int, ...]]
+    knob_axes: dict[str, tuple[int | str, ...]]
     max_kv_gb: float | None = None
     min_keys_per_split: int = DEFAULT_MIN_KEYS_PER_SPLIT
     planner_devices: tuple[str, ...] = ()
@@ -282,10 +294,20 @@ class _Check:
         return tuple(vals)
 
 
-def _knob_range(c: _Check, name: str, spec: object) -> KnobRange:
+def _knob_range(c: _Check, name: str, spec: object, kind: str = "") -> KnobRange:
     key = f"knobs.{name}"
     spec = c.table(key, spec)
     c.keys(key, spec, _KNOB_KEYS)
+    if name in STRING_KNOBS:  # scheduler: a set of names
+        names = list(scheduler_names(kind))
+        c.keys(key, spec, ("values",))
+        if "values" not in spec:
+            raise c.missing(f"{key}.values", f"a list of schedulers ({', '.join(names)})")
+        vals = spec["values"] if isinstance(spec["values"], list) else [spec["values"]]
+        if not vals or any(not isinstance(v, str) or v not in names for v in vals):
+            raise c.bad(f"{key}.values", spec["values"], f"a non-empty list of the schedulers of kind {kind}: "
+                        + ", ".join(names))
+        return KnobRange(name, values=tuple(vals))
     pow2 = spec.get("pow2", False)
     if not isinstance(pow2, bool):
         raise c.bad(f"{key}.pow2", pow2, "true or false")
@@ -383,12 +405,15 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
     c.keys(where, spec, allowed)
 
     # Knob axes.
-    knob_axes: dict[str, tuple[int, ...]] = {}
+    knob_axes: dict[str, tuple[int | str, ...]] = {}
     wave_splits = 0
     for k, rng in knobs.items():
         if k not in spec:
             continue
         v = spec[k]
+        if rng.strings:
+            knob_axes[k] = c.str_list(f"{where}.{k}", v, [str(x) for x in rng.values or ()])
+            continue
         if v == "pow2":
             knob_axes[k] = rng.powers_of_two()
             continue
@@ -541,7 +566,7 @@ def load(path: str | Path) -> Card:
             takes = ", ".join(impl.knobs) or "none"
             raise CardError(f"{p}: key 'knobs.{k}' is not allowed; expected one of the knobs {import_path} takes "
                             f"({takes}; known knobs: {', '.join(KNOB_COLUMNS)})")
-        knobs[k] = _knob_range(c, k, spec)
+        knobs[k] = _knob_range(c, k, spec, kind)
 
     pl = c.table("planners", data.get("planners", {}))
     c.keys("planners", pl, _PLANNER_KEYS)

@@ -9,6 +9,11 @@ the same configuration are one point, measured once, with every planner that pic
 
 ``point_id`` is a hash of what is measured (kernel, implementation, workload, resolved knobs), not of the
 sweep, so that a resumed sweep and the regret join across sweeps find the same point again.
+
+A block with a ``scheduler`` axis makes work-list points (``bench.impls``: the schedule a scheduler makes for the
+shape): its ``num_splits`` axis goes to ``uniform`` only and its ``sched_ctas`` axis to ``balanced`` and
+``stream_k`` only (the other schedulers take neither); their ids add the scheduler and the schedule's hash, so a
+split-count point keeps the id it always had.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from dataclasses import dataclass, field
 
 from splitlab import devices, planners
 from splitlab.bench.cards import Block, Card
-from splitlab.bench.impls import FACT_COLUMNS
+from splitlab.bench.impls import FACT_COLUMNS, SCHEDULE_COLUMNS
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
+from splitlab.planners.schedule import Schedule
 from splitlab.waves import WaveStats, wave_fill_splits
 from splitlab.workloads import DecodeWorkload, length_columns
 
@@ -37,13 +43,16 @@ def point_id(kernel: str, impl: str, w: DecodeWorkload, facts: dict) -> str:
         del row["length_dist"], row["length_seed"]
     key = {"kernel": kernel, "impl": impl, "workload": row,
            "knobs": {k: facts.get(k) for k in FACT_COLUMNS if k != "ctas"}}
+    if facts.get("scheduler"):  # a work-list point: what runs is its schedule (absent: the id split counts had)
+        key["schedule"] = {"scheduler": facts["scheduler"], "hash": facts.get("schedule_hash")}
     return hashlib.sha1(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 @dataclass
 class Point:
     """One configuration to check and time: a workload, the knobs passed to the implementation, the
-    resolved launch facts (``FACT_COLUMNS``), and who asked for it (``in_grid``; ``planners``)."""
+    resolved launch facts (``FACT_COLUMNS``; a work-list point's also ``SCHEDULE_COLUMNS``), who asked for it
+    (``in_grid``; ``planners``) and, for a work-list point, the schedule it runs."""
 
     point_id: str
     kernel: str
@@ -53,6 +62,7 @@ class Point:
     facts: dict[str, int | None]
     in_grid: bool = False
     planners: list[str] = field(default_factory=list)
+    schedule: Schedule | None = field(default=None, repr=False, compare=False)
 
     def row(self, *, sm_count: int | None = None) -> dict:
         """The columns of this point that do not depend on running it."""
@@ -62,7 +72,9 @@ class Point:
         return dict(point_id=self.point_id, kernel=self.kernel, impl=self.impl,
                     **{k: v for k, v in w.row().items() if k != "seq_lens"}, **length_columns(w),
                     **{k: self.facts.get(k) for k in FACT_COLUMNS}, waves=waves, kv_bytes=w.kv_bytes,
-                    planners=",".join(self.planners), in_grid=self.in_grid)
+                    planners=",".join(self.planners), in_grid=self.in_grid,
+                    **{k: self.facts.get(k) for k in SCHEDULE_COLUMNS if k != "scheduler"},
+                    scheduler=self.facts.get("scheduler") or "")  # "": a split-count point
 
 
 @dataclass
@@ -108,8 +120,18 @@ def _block_candidates(block: Block, w: DecodeWorkload, dev: DeviceSpec) -> Itera
         if "num_splits" in axes:
             axes["num_splits"] = tuple(s for s in axes["num_splits"] if _split_ok(w, s, block.min_keys_per_split))
         names = list(axes)
+        seen = []
         for combo in itertools.product(*(axes[k] for k in names)):
-            yield dict(zip(names, combo, strict=True))
+            given = dict(zip(names, combo, strict=True))
+            if given.get("scheduler"):  # num_splits is uniform's, sched_ctas balanced's and stream_k's
+                if given["scheduler"] != "uniform":
+                    given.pop("num_splits", None)
+                if given["scheduler"] not in ("balanced", "stream_k"):
+                    given.pop("sched_ctas", None)
+                if given in seen:
+                    continue
+                seen.append(given)
+            yield given
 
 
 def expand(card: Card, grid: str, device: DeviceSpec | str | None = None) -> Expansion:
@@ -132,13 +154,14 @@ def expand(card: Card, grid: str, device: DeviceSpec | str | None = None) -> Exp
                               f"implementation: {e}"))
             return
         facts = dict(facts) if facts is not None else {k: None for k in FACT_COLUMNS}
+        schedule = facts.pop("schedule", None)
         knobs = {k: facts[k] if facts.get(k) is not None else given[k] for k in card.knobs if
                  facts.get(k) is not None or k in given}
         pid = point_id(card.name, card.impl_label, w, facts)
         pts = by_shape.setdefault(w, {})
         p = pts.get(pid)
         if p is None:
-            p = pts[pid] = Point(pid, card.name, card.impl_label, w, knobs, facts)
+            p = pts[pid] = Point(pid, card.name, card.impl_label, w, knobs, facts, schedule=schedule)
         if planner is None:
             p.in_grid = True
         elif planner not in p.planners:

@@ -474,7 +474,7 @@ class Runner:
         ragged = any(p.workload.ragged for p in pts)  # the lengths' columns only where some batch is ragged
         cols = ["batch", "num_q_heads", "ctx_len", "topk", *(["length_dist", "length_seed", "ctx_mean"] if ragged
                                                               else []), "num_splits", "block_n", "block_k", "block_h",
-                "num_warps", "num_stages", "ctas", "planners"]
+                "num_warps", "num_stages", "scheduler", "sched_ctas", "ctas", "planners"]
         table = [p.row(sm_count=self.device.sm_count) for p in pts[:rows]]
         if table:
             cols = [k for k in cols if any(r.get(k) not in (None, "", 0) for r in table) or k in ("planners",
@@ -497,7 +497,7 @@ class Runner:
         l2 = int(self.device.l2_mb * 2**20)
         for p in pts:
             n = rotations(p.workload.kv_bytes, l2)
-            s += 36 * n * fake.modelled_us(p.workload, p.facts.get("num_splits")) * 1e-6
+            s += 36 * n * fake.modelled_us(p.workload, p.facts.get("num_splits"), p.schedule) * 1e-6
         return s / 60
 
     # -- running ------------------------------------------------------------------------------------------

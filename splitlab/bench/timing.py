@@ -11,18 +11,23 @@ enqueues):
   calls in it. No host overhead and no L2 reuse between consecutive calls.
 
 The sweep harness talks to a ``Timer``: ``GraphTimer`` and ``EventTimer`` wrap the two above; ``FakeTimer``
-returns deterministic *modelled* figures (splitlab's wave-cost model) for CI, labelled ``timing="fake"``
-so that they can never be mistaken for measurements.
+returns deterministic *modelled* figures (splitlab's wave-cost model; a work-list point's schedule by
+``planners.schedulers.modelled_time``) for CI, labelled ``timing="fake"`` so that they can never be mistaken for
+measurements. A work-list point's timer is also given ``schedule=`` (a timer that takes no such keyword times
+split-count points only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from splitlab.devices import DeviceSpec
 from splitlab.workloads import DecodeWorkload
+
+if TYPE_CHECKING:
+    from splitlab.planners.schedule import Schedule
 
 QUANTILES = (0.2, 0.5, 0.8)
 
@@ -119,8 +124,9 @@ class Timer(Protocol):
     name: str
 
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
-                num_splits: int | None) -> Timing:
-        """Time one configuration; ``set_bytes`` is the size of one input set."""
+                num_splits: int | None, schedule: Schedule | None = None) -> Timing:
+        """Time one configuration; ``set_bytes`` is the size of one input set; ``schedule``: a work-list point's
+        (passed only for those)."""
         ...
 
 
@@ -154,7 +160,7 @@ class GraphTimer:
         return self._sets[set_bytes, read]
 
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
-                num_splits: int | None) -> Timing:
+                num_splits: int | None, schedule: Schedule | None = None) -> Timing:
         n = self.sets_for(set_bytes, workload.kv_bytes)
         return time_graph(calls(n), replays=self.replays, warmup=self.warmup)
 
@@ -168,15 +174,17 @@ class EventTimer:
         self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
 
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
-                num_splits: int | None) -> Timing:
+                num_splits: int | None, schedule: Schedule | None = None) -> Timing:
         return time_events(calls(1)[0], warmup_ms=self.warmup_ms, rep_ms=self.rep_ms)
 
 
 class FakeTimer:
     """Deterministic modelled figures for CI: NOT measurements. Nothing is run (the check before it is
     real). ``p50 = LAUNCH_US + T(s) * bytes of one key / (HBM bandwidth per SM)``, with ``T(s)`` splitlab's
-    first, unfitted wave-cost model (``planners.splitlab.modelled_cost``) in keys streamed by one CTA;
-    p20/p80 are p50 -/+ 2 %; ``n_samples`` is 0 and the method says ``fake``."""
+    first, unfitted wave-cost model (``planners.splitlab.modelled_cost``) in keys streamed by one CTA; a work-list
+    point's ``T`` is its schedule's ``planners.schedulers.modelled_time`` (key tiles of one CTA, under the fitted
+    constants for the device) times the tile's keys; p20/p80 are p50 -/+ 2 %; ``n_samples`` is 0 and the method
+    says ``fake``."""
 
     name = "fake"
     LAUNCH_US = 5.0
@@ -184,19 +192,27 @@ class FakeTimer:
     def __init__(self, device: DeviceSpec) -> None:
         self.device = device
 
-    def modelled_us(self, w: DecodeWorkload, num_splits: int | None) -> float:
-        """The fake p50 for ``w`` at ``num_splits`` (1 when the implementation has no split knob)."""
+    def modelled_us(self, w: DecodeWorkload, num_splits: int | None, schedule: Schedule | None = None) -> float:
+        """The fake p50 for ``w`` at ``num_splits`` (1 when the implementation has no split knob), or running
+        ``schedule``."""
         from splitlab.planners.splitlab import modelled_cost
 
-        cost = modelled_cost(w, num_splits or 1, self.device.sm_count)
+        if schedule is not None:
+            from splitlab.planners import schedulers
+            from splitlab.planners.splitlab import TILE_KEYS, constants_for
+
+            c = constants_for(self.device, w.kind).constants
+            cost = TILE_KEYS * schedulers.modelled_time(schedule, w, self.device.sm_count, c, self.device.arch)
+        else:
+            cost = modelled_cost(w, num_splits or 1, self.device.sm_count)
         per_sm_bytes_per_us = max(self.device.hbm_gbps, 1.0) * 1e3 / self.device.sm_count
         return self.LAUNCH_US + cost * w.key_bytes / per_sm_bytes_per_us
 
     def measure(self, calls: CallsFactory, *, set_bytes: int, workload: DecodeWorkload,
-                num_splits: int | None) -> Timing:
-        p50 = self.modelled_us(workload, num_splits)
-        return Timing(0.98 * p50, p50, 1.02 * p50, method="fake: modelled (planners.splitlab), not measured",
-                      n_samples=0)
+                num_splits: int | None, schedule: Schedule | None = None) -> Timing:
+        p50 = self.modelled_us(workload, num_splits, schedule)
+        model = "planners.splitlab" if schedule is None else "planners.schedulers"
+        return Timing(0.98 * p50, p50, 1.02 * p50, method=f"fake: modelled ({model}), not measured", n_samples=0)
 
 
 TIMERS = ("graph", "events", "fake")

@@ -3,7 +3,9 @@ that crashes or hangs costs that point only.
 
 ``Measurer`` does the work (in whichever process runs it): inputs and reference built once per shape, the
 implementation's output compared with the reference (tolerance ``splitlab.kernels.accuracy.TOLERANCE`` of the
-input dtype), a right point timed. A point that raises is an ``error`` row with the reason.
+input dtype), a right point timed. A point that raises is an ``error`` row with the reason. A work-list point (one
+with a schedule, ``bench.grid.Point.schedule``) has its work list put on the device once (``with_schedule``), shared by
+the check and every timed call; the timer is told the schedule (``schedule=``) as well as the split count.
 
 ``PointWorker`` runs a ``Measurer`` in one persistent child process per sweep session (a fresh interpreter, so
 nothing of the parent's CUDA state is inherited; it keeps its CUDA context, Triton's in-memory kernel cache and
@@ -148,19 +150,23 @@ class Measurer:
             try:
                 w = p.workload
                 shape = self._shape_for(w)
-                err = rel_err(self.impl.call(w, shape.inputs, p.knobs)(), shape.ref_for(p.facts.get("block_h")))
+                knobs, sched = p.knobs, getattr(p, "schedule", None)
+                if sched is not None:  # the work list, built once for the point
+                    knobs = self.impl.with_schedule(sched, p.knobs, torch_device())
+                err = rel_err(self.impl.call(w, shape.inputs, knobs)(), shape.ref_for(p.facts.get("block_h")))
                 tol = TOLERANCE[query_dtype(w.dtype)]
                 row["rel_err"] = err
                 if not err <= tol:
                     row.update(status="wrong", error=f"rel_err {err:.3g} > tolerance {tol:g} of {w.dtype}; not timed")
                 else:
-                    impl, knobs = self.impl, p.knobs
+                    impl = self.impl
 
                     def calls(n: int) -> list:
                         return [impl.call(w, s, knobs) for s in shape.input_sets(n)]
 
                     t = self.timer.measure(calls, set_bytes=shape.set_bytes, workload=w,
-                                           num_splits=p.facts.get("num_splits"))
+                                           num_splits=p.facts.get("num_splits"),
+                                           **({"schedule": sched} if sched is not None else {}))
                     row.update(status="ok", p20_us=t.p20_us, p50_us=t.p50_us, p80_us=t.p80_us, n_samples=t.n_samples,
                                timing_detail=t.method, gbps=w.kv_bytes / (t.p50_us * 1e3) if t.p50_us > 0 else None)
             except Exception as e:
