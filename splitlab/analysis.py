@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from splitlab.bench.impls import KNOB_COLUMNS
+from splitlab import families
+from splitlab.bench.impls import KNOB_COLUMNS, resolve
 from splitlab.errors import SplitlabError
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
 
     ``replayed``: registered planners scored by ``replay`` of today's code instead of the data's tags (for a
     rule that changed between the sweep's sessions, e.g. ``splitlab``), on the kernels they were tagged on; a
-    plan that was not measured has status ``not measured``. Replay needs a kernel in ``LAUNCH_FACTS`` and a
+    plan that was not measured has status ``not measured``. Replay needs one of splitlab's kernels (``families``) and a
     device preset (each shape on its own device): elsewhere (another card's kernel, a GPU that is not a
     preset) the planner keeps its tagged choices."""
     measured(df, allow_fake=allow_fake)  # refuse fake rows up front
@@ -91,7 +92,7 @@ def regret(df: pd.DataFrame, *, allow_fake: bool = False, replayed: Sequence[str
     ok = out["status"] == "ok"
     out["regret"] = np.where(ok, out["p50_us"] / out["oracle_us"], np.nan)
     for name in replayed:
-        kernels = [k for k in out.loc[out["planner"] == name, "kernel"].unique() if k in LAUNCH_FACTS]
+        kernels = [k for k in out.loc[out["planner"] == name, "kernel"].unique() if k in families.names()]
         if not kernels:
             continue
         on = df["kernel"].isin(kernels)
@@ -320,19 +321,10 @@ def cta_rule(df: pd.DataFrame, *, sm_count: int | None = None, knob: str = "bloc
 
 # --- replay: the what-if regret of a planner that did not exist when the data were taken ---------------------
 
-#: The kernels whose launches ``replay`` can resolve: kernel column -> (module, its ``*_launch_facts``).
-LAUNCH_FACTS = {
-    "gqa_decode": ("splitlab.kernels.gqa", "gqa_launch_facts"),
-    "mla_decode": ("splitlab.kernels.mla", "mla_launch_facts"),
-    "sparse_mla_decode": ("splitlab.kernels.sparse_mla", "sparse_mla_launch_facts"),
-}
-
-
 def _launch_facts_fn(kernel: str):
-    import importlib
-
-    mod, fn = LAUNCH_FACTS[kernel]
-    return getattr(importlib.import_module(mod), fn)
+    """The ``*_launch_facts`` of splitlab's kernel ``kernel`` (its family's, ``families.get``): what ``replay``
+    resolves launches with."""
+    return resolve(families.get(kernel).launch_facts)
 
 
 def resolve_knobs(kernel: str, w, plan, device) -> dict:
@@ -342,12 +334,7 @@ def resolve_knobs(kernel: str, w, plan, device) -> dict:
     ``block_k`` on a dense kernel) is ignored."""
     facts_fn = _launch_facts_fn(kernel)
     kw = dict(num_splits=plan.num_splits, device=device)
-    if kernel == "sparse_mla_decode":
-        kw.update(block_k=plan.block_k, block_h=plan.block_h)
-    elif kernel == "mla_decode":
-        kw.update(block_n=plan.block_n, block_h=plan.block_h)
-    else:  # gqa: block_h is the padded group, not a knob
-        kw.update(block_n=plan.block_n)
+    kw.update({t: getattr(plan, t) for t in families.get(kernel).plan_tiles})  # the tiles its launcher takes
     f = facts_fn(w, **kw)
     return {k: getattr(f, k, None) for k in KNOBS}
 
@@ -359,7 +346,7 @@ class MeasuredIndex:
 
     def __init__(self, df: pd.DataFrame, *, allow_fake: bool = False):
         ok = measured(df, allow_fake=allow_fake)
-        ok = ok[ok["kernel"].isin(list(LAUNCH_FACTS))]
+        ok = ok[ok["kernel"].isin(families.names())]
         self.keys = [c for c in SHAPE if c in df.columns]
         self.times: dict[tuple, dict[tuple, float]] = {}
         self.rows: dict[tuple, dict] = {}
@@ -464,7 +451,7 @@ def data_device(df: pd.DataFrame) -> DeviceSpec:
 def replay(df: pd.DataFrame | MeasuredIndex, planner, *, device=None, allow_fake: bool = False,
            name: str | None = None) -> pd.DataFrame:
     """What-if regret of ``planner`` (a registered name or a function ``(DecodeWorkload, DeviceSpec) -> Plan``)
-    on the measured points of ``df``, one row per shape of the kernels in ``LAUNCH_FACTS``.
+    on the measured points of ``df``, one row per shape of splitlab's kernels (``families``).
 
     Per shape: ask the planner for its plan on ``device`` (default: each shape's own device, the preset its
     ``device`` column names at the rows' ``sm_count``, so mixed-device data replay each device on itself),

@@ -27,16 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from splitlab import families
 from splitlab.errors import SplitlabError
 from splitlab.scoring import LENGTHS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The families, by splitlab's kernel, as the headline names them.
-FAMILIES = {"gqa_decode": "GQA", "mla_decode": "MLA", "sparse_mla_decode": "sparse MLA"}
-#: ``peer_table``'s family names -> splitlab's kernel.
-PEER_FAMILIES = {"gqa": "gqa_decode", "mla": "mla_decode"}
+#: The families, by splitlab's kernel, as the headline names them, in the headline's order (a view of
+#: ``splitlab.families``: each record's ``label``).
+FAMILIES = {f.name: f.label for f in families.ALL}
 #: The ported rules as the libraries call themselves.
 PLANNER_NAMES = {"flex": "FlexAttention", "flash_attn": "FlashAttention", "flashmla": "FlashMLA", "sglang": "SGLang",
                  "flashinfer": "FlashInfer", "flashinfer-0.7.4": "FlashInfer-0.7.4", "modular": "Modular",
@@ -232,9 +232,9 @@ def peer_scores(df: pd.DataFrame, *, allow_fake: bool = False) -> dict[str, Peer
     out = {}
     for fam, g in cmp.groupby("family", sort=False):
         g = g.dropna(subset=[peer_table.SPLITLAB_PLANNER, "best_peer_us", "floor_us"])
-        if g.empty or fam not in PEER_FAMILIES:
+        if g.empty or fam not in families.kinds():  # ``peer_table`` names a family by its kind
             continue
-        out[PEER_FAMILIES[fam]] = PeerScore(
+        out[families.by_kind(fam).name] = PeerScore(
             shapes=len(g), roofline=geomean(g["floor_us"] / g[peer_table.SPLITLAB_PLANNER]),
             peer_roofline=geomean(g["floor_us"] / g["best_peer_us"]), speedup=geomean(g["speedup_planner"]),
             wins=int((g["speedup_planner"] > 1).sum()))

@@ -8,6 +8,9 @@ One row per (shape, implementation) in ``roles(df)``; the implementations ("role
   own plan runs, ``peers_flashinfer.tc_decode_plan``), ``FlashInfer (best split)``, ``SDPA cuDNN``, ``SDPA flash``.
 * MLA: ``splitlab (planner)``, ``splitlab (best)``, ``FlashMLA``, ``FlashInfer MLA fa3``, ``FlashInfer MLA fa2``.
 
+The peers of a family, their cards and how each one's row is picked are its record's ``peers``
+(``splitlab.families``); a family is named by its kind (the ``family`` column: ``gqa``, ``mla``).
+
 Per row: ``p50_us``, ``gbps`` (unique KV bytes / time), ``tflops`` (matrix FLOPs / time), ``roofline`` (the floor
 ``max(bytes / read ceiling, FLOPs / matrix ceiling)`` of the device preset over the time: 1.0 is the floor).
 ``comparison`` puts each shape on one line with the best peer and splitlab's speed-up over it; ``summary`` gives
@@ -21,23 +24,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from splitlab import devices
+from splitlab import devices, families
 from splitlab.analysis import geomean
 from splitlab.errors import SplitlabError
 from splitlab.workloads import floor_time_us
 
 SPLITLAB_PLANNER, SPLITLAB_BEST = "splitlab (planner)", "splitlab (best)"
-#: family -> (splitlab's kernel card, [(role, kernel card, how its row is picked)]); "best" takes the fastest
-#: measured point, "own" FlashInfer's own plan, "only" the card's one point a shape.
-FAMILIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
-    "gqa": ("gqa_decode", [("FlashInfer (own plan)", "flashinfer_decode", "own"),
-                           ("FlashInfer (best split)", "flashinfer_decode", "best"),
-                           ("SDPA cuDNN", "sdpa_cudnn", "only"),
-                           ("SDPA flash", "sdpa_flash", "only")]),
-    "mla": ("mla_decode", [("FlashMLA", "flashmla_decode", "only"),
-                           ("FlashInfer MLA fa3", "flashinfer_mla", "only"),
-                           ("FlashInfer MLA fa2", "flashinfer_mla_fa2", "only")]),
-}
 #: Columns that name a shape across sweeps (the SDPA peers read a contiguous cache: no page size).
 SHAPE = ["kind", "num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_v", "batch", "ctx_len", "dtype"]
 
@@ -55,7 +47,8 @@ def _own_plan_splits(row: pd.Series) -> int:
 
 
 def _pick(ok: pd.DataFrame, how: str) -> pd.DataFrame:
-    """One row per shape of one card's measured rows, chosen by ``how`` (see ``FAMILIES``)."""
+    """One row per shape of one card's measured rows, chosen by ``how`` (``families.PICKS``; ``planner``: the
+    point tagged ``splitlab``)."""
     if ok.empty:
         return ok
     if how == "own":
@@ -79,13 +72,15 @@ def roles(df: pd.DataFrame, *, device: str = "h200", allow_fake: bool = False) -
     dev = devices.get(device)
     ok = df[df["status"] == "ok"]
     parts = []
-    for family, (mine, peers) in FAMILIES.items():
-        if not (ok["kernel"] == mine).any():
+    for fam in families.ALL:
+        mine = fam.name
+        if not fam.peers or not (ok["kernel"] == mine).any():
             continue
-        for role, kernel, how in [(SPLITLAB_PLANNER, mine, "planner"), (SPLITLAB_BEST, mine, "best"), *peers]:
+        for role, kernel, how in [(SPLITLAB_PLANNER, mine, "planner"), (SPLITLAB_BEST, mine, "best"),
+                                  *((p.role, p.card, p.pick) for p in fam.peers)]:
             rows = _pick(ok[ok["kernel"] == kernel], how)
             if not rows.empty:
-                parts.append(rows.assign(family=family, role=role))
+                parts.append(rows.assign(family=fam.kind, role=role))
     if not parts:
         return pd.DataFrame(columns=[*SHAPE, "family", "role", "kernel", "num_splits", "p50_us", "gbps", "tflops",
                                      "roofline"])
@@ -109,7 +104,7 @@ def comparison(r: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     lines = []
     for family, g in r.groupby("family", sort=False):
-        peers = [role for role, _, _ in FAMILIES[family][1]]
+        peers = [p.role for p in families.by_kind(family).peers]
         wide = g.pivot_table(index=SHAPE, columns="role", values="p50_us", aggfunc="min")
         have = [p for p in peers if p in wide.columns]
         wide = wide[wide[have].notna().any(axis=1)] if have else wide.iloc[:0]
@@ -155,7 +150,7 @@ def markdown(r: pd.DataFrame, cmp: pd.DataFrame) -> str:
     roofline, split)."""
     out = []
     for family, g in cmp.groupby("family", sort=False):
-        roles_ = [SPLITLAB_PLANNER, SPLITLAB_BEST] + [p for p, _, _ in FAMILIES[family][1]]
+        roles_ = [SPLITLAB_PLANNER, SPLITLAB_BEST] + [p.role for p in families.by_kind(family).peers]
         roles_ = [x for x in roles_ if x in g.columns]
         frac = r[r["family"] == family].set_index([*SHAPE, "role"])["roofline"]
         out.append(f"### {family.upper()}: time in us (roofline fraction)\n")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitlab import catalog
+from splitlab import catalog, families
 from splitlab.errors import SplitlabError
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def times(side: Side, df: pd.DataFrame, *, allow_fake: bool) -> pd.DataFrame:
             raise SplitlabError(f"{side.arg}={side.text!r}: {side.data} holds no choice of planner {side.planner!r}; "
                                 f"it holds {', '.join(have) or 'none'}")
         return _with_knobs(picks)[cols].reset_index(drop=True)
-    replayable = df["kernel"].isin(list(analysis.LAUNCH_FACTS))
+    replayable = df["kernel"].isin(families.names())
     parts = []
     if side.what == "planner" and side.planner != "splitlab":  # what the sweep measured for it, where it did
         picks = analysis.planner_choices(df)

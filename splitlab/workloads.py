@@ -11,12 +11,15 @@ import random
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 
+from splitlab import families
 from splitlab.errors import SplitlabError, check_choice, check_int
 
-KINDS = ("gqa", "mla", "sparse_mla")
+#: The kinds of workload, one per kernel family (``splitlab.families``).
+KINDS = families.kinds()
 #: splitlab's own decode kernels, by the name their sweeps record (the ``kernel`` column, the card's name), and the
-#: kind of workload each runs: what the fit, its scores and the fitted range read of a result set.
-KERNEL_KINDS = {"gqa_decode": "gqa", "mla_decode": "mla", "sparse_mla_decode": "sparse_mla"}
+#: kind of workload each runs: what the fit, its scores and the fitted range read of a result set (a view of
+#: ``splitlab.families``).
+KERNEL_KINDS = {f.name: f.kind for f in families.ALL}
 DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 
@@ -256,7 +259,7 @@ def get(name: str, *, batch: int = 1, ctx_len: int = 8192, page_size: int | None
     """
     kind, hq, hkv, dqk, dv, preset_topk, _ = _MODELS[_key(name)]
     if page_size is None:
-        page_size = 1 if kind == "sparse_mla" else (64 if kind == "mla" else 16)
+        page_size = families.by_kind(kind).page_size
     return DecodeWorkload(kind=kind, batch=batch, num_q_heads=hq, num_kv_heads=hkv, head_dim_qk=dqk,
                           head_dim_v=dv, ctx_len=ctx_len, page_size=page_size,
                           topk=preset_topk if topk is None else topk, dtype=dtype)

@@ -3,10 +3,12 @@
 The layers are written once, here (``LAYERS``, bottom first): a module may import its own layer or any below it,
 never one above. The module graph is read from the sources' syntax trees, nothing is imported: every ``import`` and
 ``from ... import`` anywhere in a module (inside functions and ``if TYPE_CHECKING:`` blocks too, relative ones
-resolved), every string that names a splitlab module exactly (what ``importlib.import_module`` is handed, e.g.
-``analysis.LAUNCH_FACTS``), and, for ``import a.b.c``, the packages ``a.b`` and ``a`` whose ``__init__`` runs
+resolved), every string that names a splitlab module exactly (what ``importlib.import_module`` is handed, a table
+of module names), and, for ``import a.b.c``, the packages ``a.b`` and ``a`` whose ``__init__`` runs
 first (not where the importer lives inside that package: Python runs a package's ``__init__`` before its modules,
 so that edge is no dependence). A module the table does not place fails too: a new module gets its layer here.
+An import path ``"package.module:attribute"`` (``splitlab.families``' records, the cards' ``[impl]``) names no module
+exactly and is no edge: it is data, and the code that resolves it (``bench.impls.resolve``) is the importer.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ PACKAGE = REPO / "splitlab"
 
 #: The layers, bottom first: (name, modules). ``pkg.*`` places every module under ``pkg``.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["splitlab", "splitlab.errors", "splitlab.resources", "splitlab.intmath"]),
+    ("base", ["splitlab", "splitlab.errors", "splitlab.resources", "splitlab.intmath", "splitlab.families"]),
     ("vocabulary", ["splitlab.devices", "splitlab.workloads", "splitlab.args", "splitlab.plugins"]),
     ("result data", ["splitlab.catalog", "splitlab.results", "splitlab.datasets"]),
     ("wave model", ["splitlab.waves"]),

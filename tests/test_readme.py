@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from splitlab import fit
+from splitlab import families, fit
 from splitlab.cli import main
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -67,7 +67,7 @@ def test_readme_fit_command(capsys, monkeypatch):
             assert PORTED[name] == g["best"] and abs(float(value) - g["best_value"]) < 5e-4, (family, best, g)
 
 
-FAMILIES = {"GQA": "gqa_decode", "MLA": "mla_decode", "sparse MLA": "sparse_mla_decode"}
+FAMILIES = {f.label: f.name for f in families.ALL}  # README's family column -> splitlab's kernel
 PORTED = {"FlexAttention": "flex", "FlashAttention": "flash_attn", "FlashMLA": "flashmla", "SGLang": "sglang",
           "FlashInfer": "flashinfer", "Modular": "modular", "aiter": "aiter"}
 

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from splitlab import devices, workloads
+from splitlab import devices, families, workloads
 from splitlab.bench.impls import KNOB_COLUMNS, Impl, KernelImpl, resolve, scheduler_names
 from splitlab.errors import SplitlabError
 from splitlab.workloads import DecodeWorkload
@@ -501,7 +501,7 @@ def _block(c: _Check, where: str, spec: object, kind: str, knobs: dict[str, Knob
                 else:
                     f.setdefault("num_kv_heads", 1)
                     f.setdefault("head_dim_v", f["head_dim_qk"])
-                    f.setdefault("page_size", 1 if kind == "sparse_mla" else (64 if kind == "mla" else 16))
+                    f.setdefault("page_size", families.by_kind(kind).page_size)
                     w = DecodeWorkload(kind=kind, **f)
                 if lf:
                     w = w.with_(**lf)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from splitlab import workloads
+from splitlab import families, workloads
 from splitlab.bench import peers
+from splitlab.bench.impls import resolve
 from splitlab.bench.timing import Timing, rotations, time_events, time_graph
 from splitlab.devices import DeviceSpec, detect
-from splitlab.kernels import reference
 from splitlab.kernels.accuracy import TOLERANCE, references, rel_err
 from splitlab.kernels.inputs import workload_inputs
 from splitlab.workloads import DecodeWorkload
@@ -80,23 +80,16 @@ def suites(quick: bool) -> dict[str, list[Point]]:
 
 # --- splitlab's kernels: launch one config, and the knob space swept per family ----------------------
 def _family(w: DecodeWorkload) -> tuple[Callable, Callable, Callable]:
-    """(launcher, fp64 reference, launch facts) of the kernel for ``w``'s kind."""
-    from splitlab.kernels import gqa, mla, sparse_mla
-
-    return {"gqa": (gqa.gqa_decode, reference.gqa_decode, gqa.gqa_launch_facts),
-            "mla": (mla.mla_decode, reference.mla_decode, mla.mla_launch_facts),
-            "sparse_mla": (sparse_mla.sparse_mla_decode, reference.sparse_mla_decode,
-                           sparse_mla.sparse_mla_launch_facts)}[w.kind]
+    """(launcher, fp64 reference, launch facts) of the kernel for ``w``'s kind (its ``families`` record)."""
+    f = families.by_kind(w.kind)
+    return resolve(f.launcher), resolve(f.reference), resolve(f.launch_facts)
 
 
 def default_knobs(w: DecodeWorkload, dev: DeviceSpec) -> dict:
     """The explicit knobs ``num_splits=None`` resolves to (the ``splitlab`` planner and the kernel's
     default tiles), so that the default is timed without the planner's host sync and Python cost."""
     facts = _family(w)[2](w, device=dev)
-    names = {"gqa": ("num_splits", "block_n", "num_warps", "num_stages"),
-             "mla": ("num_splits", "block_n", "block_h", "num_warps", "num_stages"),
-             "sparse_mla": ("num_splits", "block_k", "block_h", "num_warps")}[w.kind]
-    return {k: getattr(facts, k) for k in names}
+    return {k: getattr(facts, k) for k in families.by_kind(w.kind).knobs}
 
 
 def split_candidates(w: DecodeWorkload, max_splits: int) -> list[int]:

@@ -39,6 +39,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from splitlab import families
 from splitlab.errors import SplitlabError
 from splitlab.workloads import KINDS
 
@@ -82,7 +83,8 @@ _INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "ctas_per_sm_mid", "max_spli
 _REQUIRED = tuple(f.name for f in fields(CostConstants) if f.default is MISSING)
 #: The split range per family: the kernel cards' ``num_splits`` range (``kernels/*.toml``; a test holds them equal),
 #: what the sweeps time (``planners.splitlab.MAX_SPLITS`` is this dict). A file's ``max_splits`` stays within it.
-MAX_SPLITS = {"gqa": 128, "mla": 256, "sparse_mla": 64}
+#: A view of ``splitlab.families`` (each record's ``max_splits``), by kind.
+MAX_SPLITS = {f.kind: f.max_splits for f in families.ALL}
 #: The most CTAs one SM (CU) runs at once, on any GPU (NVIDIA: 32 resident blocks; AMD: 32 workgroups).
 MAX_CTAS_PER_SM = 64
 #: The largest cost constant a file may hold, in key tiles of one CTA (the fitted ones are below 50).

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from splitlab import families
 from splitlab.devices import DeviceSpec
 from splitlab.devices import get as get_device
 from splitlab.errors import SplitlabError
@@ -66,8 +67,9 @@ _REGISTRY: dict[str, Entry] = {}
 
 #: The most splits splitlab's kernels launch, per family: the split grid dimension's CUDA limit
 #: (``kernels.gqa.MAX_SPLITS``, ``kernels.mla.MAX_SPLITS``, which sparse MLA's launcher takes too; restated here, where
-#: no torch is imported, and held equal by a test). A plugin's plan beyond it is refused.
-KERNEL_MAX_SPLITS = {"gqa": 65535, "mla": 65535, "sparse_mla": 65535}
+#: no torch is imported, and held equal by a test). A plugin's plan beyond it is refused. A view of
+#: ``splitlab.families`` (each record's ``kernel_max_splits``), by kind.
+KERNEL_MAX_SPLITS = {f.kind: f.kernel_max_splits for f in families.ALL}
 
 
 def register(name: str, adapter: Adapter | None = None, *, kinds: Sequence[str], source: str = ""

@@ -38,7 +38,7 @@ from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.planners import fitted
 from splitlab.planners.fitted import CostConstants, FittedConstants
 from splitlab.planners.registry import Plan, register
-from splitlab.workloads import DecodeWorkload
+from splitlab.workloads import KINDS, DecodeWorkload
 
 #: The split range per family: the kernel cards' ``num_splits`` range (``kernels/*.toml``; a test holds them equal),
 #: what the sweeps time. The fitted rule and ``splitlab.fit`` search up to it: nothing beyond it was measured.
@@ -47,6 +47,8 @@ MAX_SPLITS = fitted.MAX_SPLITS  # (defined there: a constants file's max_splits 
 #: request and 64K-128K keys, fastest at 128 splits, widened the card later). Kept so that ``plan_splitlab_v0``
 #: still makes the choices the shipped sweeps tag it with.
 V0_MAX_SPLITS = MAX_SPLITS | {"gqa": 64}
+#: The model's terms per family (every kind of ``splitlab.families``: tests/test_families.py holds these tables, and
+#: ``REQUEST_MAJOR`` below, to it; docs/extending.md).
 MIN_KEYS_PER_SPLIT = {"gqa": 64, "mla": 64, "sparse_mla": 64}
 CTAS_PER_SM = {"gqa": 2, "mla": 1, "sparse_mla": 1}
 KEYS_FIXED = {"gqa": 128, "mla": 128, "sparse_mla": 128}
@@ -616,7 +618,7 @@ def fitted_plan(w: DecodeWorkload, dev: DeviceSpec, constants: CostConstants | N
     return Plan(name, s, block_k=bk, block_h=bh, note=note)
 
 
-@register("splitlab", kinds=("gqa", "mla", "sparse_mla"),
+@register("splitlab", kinds=KINDS,  # every family: the tables above cover each kind (tests/test_families.py)
           source="splitlab (this repository), constants fitted per device (splitlab/planners/constants)")
 def plan_splitlab(w: DecodeWorkload, dev: DeviceSpec) -> Plan:
     """splitlab's wave-cost rule with the constants fitted for ``dev`` (``constants_for``)."""
