@@ -7,7 +7,10 @@ partial rows): ``WorkList``, built once per batch and reused by every layer's ca
 head group): GQA's kv head, MLA's head tile. It walks its slot's items in order (one item unless the schedule is
 persistent); an item whose request has one item writes the request's output and lse directly, any other writes
 its partial row (fp32 ``[partial_rows, Hq, Dv]`` and lse ``[partial_rows, Hq]``), which ``launch_merge`` combines
-per request with ``combine.merge_splits`` (requests without partial rows are left as written).
+per request with ``combine.merge_splits`` (requests without partial rows are left as written). A grid may hold more
+slots than the schedule (a CUDA graph's capacity, ``kernels.decode_plan``): with ``BOUNDED`` the partial kernels read
+the slot count from ``num_ctas_ptr`` (int32, on the device) and a program past it exits at once; the launchers here
+pass neither and launch the schedule's slots (the same compiled code as before the argument existed).
 
 Bytes moved per item (GQA; elt = the cache's element size, n = the item's keys, G = the group): K and V ``2 * n *
 D * elt`` (once per kv head), the block table as ``kernels.gqa`` reads it, q ``G * D * elt``, the item's 16 bytes;
@@ -234,6 +237,7 @@ def _gqa_worklist_kernel(
     pl_stride_r, pl_stride_h,
     PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr,
+    num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
 ):
     # 1-D grid, kv head fastest: the kv heads of one slot run side by side (kernels.gqa's split-major order when
     # the schedule is uniform's). A non-persistent slot runs the item of its own index (no loop around the key
@@ -241,6 +245,9 @@ def _gqa_worklist_kernel(
     pid = tl.program_id(0)
     kvh = pid % num_kv_heads
     cta = pid // num_kv_heads
+    if BOUNDED:  # a grid sized to a capacity (kernels.decode_plan, CUDA graphs): slots past the count exit
+        if cta >= tl.load(num_ctas_ptr):
+            return
     offs_g = tl.arange(0, BLOCK_G)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -380,12 +387,15 @@ def _mla_worklist_kernel(
     PAGE_SIZE: tl.constexpr, HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
-    FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr,
+    FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr, num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
 ):
     # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2.
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     cta = pid // num_head_tiles
+    if BOUNDED:  # as _gqa_worklist_kernel's
+        if cta >= tl.load(num_ctas_ptr):
+            return
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_t = tl.arange(0, BLOCK_N)

@@ -268,18 +268,28 @@ def candidates(w: object, sm_count: int, c: object) -> list[Schedule]:
     return out
 
 
-def splitlab(w: object, dev: object, constants: object = None) -> Schedule:
+def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int | None = None,
+             max_items: int | None = None) -> Schedule:
     """splitlab's scheduler: of ``candidates``, the schedule of least ``modelled_time`` on ``dev`` (ties: fewer
     partial rows, then fewer items), with the family's fitted constants for ``dev``
-    (``planners.splitlab.constants_for``) unless ``constants`` are given. Source: splitlab."""
+    (``planners.splitlab.constants_for``) unless ``constants`` are given. Source: splitlab.
+
+    ``max_ctas`` / ``max_items`` (a work-list buffer's capacity, ``kernels.decode_plan``): candidates with more CTA
+    slots or items are left out; ``uniform`` at one split (one item a request) fits any capacity of at least the
+    batch, a smaller one is one ``SplitlabError``."""
     from splitlab.planners import splitlab as rule
 
     c = rule.constants_for(dev, w.kind).constants if constants is None else constants
     best, key = None, None
     for s in candidates(w, dev.sm_count, c):
+        if (max_ctas is not None and s.ctas > max_ctas) or (max_items is not None and len(s.items) > max_items):
+            continue
         k = (modelled_time(s, w, dev.sm_count, c, dev.arch), s.partial_rows, len(s.items))
         if key is None or k < key:
             best, key = s, k
+    if best is None:
+        raise SplitlabError(f"scheduler splitlab: no candidate fits max_ctas={max_ctas}, max_items={max_items} for "
+                            f"{w.batch} requests; expected capacities of at least the batch")
     return Schedule(best.scheduler if best.scheduler != "uniform" else "uniform", best.lengths, best.ctas,
                     best.items, best.persistent, best.align, dict(best.params, chosen_by="splitlab",
                                                                   modelled=round(key[0], 2)))

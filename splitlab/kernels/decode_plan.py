@@ -1,0 +1,586 @@
+"""Plan once, run every layer: the work-list decode kernels (``kernels.worklist``) behind a plan/run pair shaped like
+FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper.plan()`` / ``run()``.
+
+A server decodes a batch once per layer with the same lengths, often inside a CUDA graph. ``plan(seq_lens)`` does
+everything that depends on the lengths, once per batch: it validates them, asks a scheduler
+(``planners.schedulers``) for the batch's work items and writes the work list into device buffers allocated once, at
+the first plan, with a fixed capacity. ``run(...)``, once per layer, only launches: the partial kernel and the merge,
+with no host sync, no Python planning and no re-validation (a few shape / dtype / device comparisons of host-visible
+metadata, or none with ``check=False``).
+
+    p = GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cuda", max_batch=64)
+    p.plan(seq_lens)                       # host lengths (list of ints); once per batch
+    for layer in layers:
+        out = p.run(q, k_cache[layer], v_cache[layer], block_table)
+
+Capacity. The device buffers (the work list: ``items``, ``cta_offsets``, ``partial_offsets`` and the slot count,
+packed in one int32 tensor; the fp32 partial rows and lse; an lse scratch row per request) are allocated at the first
+``plan()`` (or never again): ``max_batch`` requests (default: the first plan's batch), ``max_ctas`` CTA slots,
+``max_items`` items and ``max_partial_rows`` partial rows (defaults: ``capacity_bound``, the most the scheduler can
+deal ``max_batch`` requests; for ``splitlab`` a budget, ``BUDGET_WAVES`` waves of slots or ``BUDGET_SPLITS`` a
+request, that its scheduler keeps within: ``schedulers.splitlab(max_ctas=...)``). A later ``plan()`` copies into the
+same tensors, so the addresses a captured graph holds stay valid; a batch or schedule past a capacity is refused in
+one line.
+
+CUDA graphs (``use_cuda_graph=True``). The launches must not depend on the lengths after capture: the partial
+kernel's grid is the capacity (``max_ctas`` slots x head groups) and it reads the plan's slot count from the device
+(``worklist``'s ``BOUNDED`` kernels: a program past the count exits at once); the merge is launched whatever the plan
+(a request without partial rows exits at once); the kernels' constexprs (tile, ``PERSISTENT`` by the scheduler) are
+fixed when the plan is made. A captured graph is for one batch size: re-``plan()`` with the batch it was captured
+with before a replay (the merge's grid and ``partial_offsets`` are per request). The merge's ``BLOCK_S`` stays the
+one of the plan at capture, which is correct for any later plan (the merge walks any count of rows in chunks).
+The empty programs of a capacity grid cost GPU time (a GPU question: keep ``max_ctas`` near the waves the batch
+needs). Without ``use_cuda_graph`` the grid is the plan's exact slot count and the merge runs only where a request
+was split; ``run()`` then refuses to be captured (a later plan would change the grid).
+
+Host to device. ``plan()`` writes the work list in one copy: from a pinned staging buffer without a stream sync on
+a GPU (two staging buffers in turn, each reused only after its previous copy's event has completed, so a plan made
+while the GPU still runs the last step does not stall the host), a plain copy on the CPU. ``plan()`` and ``run()``
+are stream-ordered: make both on the stream that runs the kernels (a later ``plan()`` then never overwrites a work
+list that an earlier ``run()`` still reads).
+
+The default launchers. ``gqa_decode`` / ``mla_decode`` with ``num_splits=None`` keep their path (the split-count
+kernel at the ``splitlab`` planner's split count, planned in Python after one host read of ``seq_lens``): making
+them a thin use of a plan would change which kernel runs (the work-list kernel, its tile and grid order) and which
+split is chosen (the scheduler's schedule, not the split-count rule's), which wants an H200 timing first. The results
+agree (``tests/test_decode_plan.py``: a plan of scheduler ``uniform`` at a split count against ``gqa_decode`` at that
+count, within fp32 rounding).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from splitlab.errors import SplitlabError, bad, check_int
+from splitlab.intmath import cdiv, next_power_of_two
+from splitlab.kernels import _launch
+from splitlab.kernels import worklist as _wl
+from splitlab.kernels._launch import (
+    FLOAT_DTYPES,
+    FP8_KV_DTYPE,
+    LOG2E,
+    TORCH_DTYPE_NAMES,
+    check_knob,
+    check_out,
+    check_pow2,
+    check_spans,
+)
+from splitlab.kernels.combine import combine_tile
+from splitlab.planners import schedulers as S
+from splitlab.planners.schedule import Schedule
+from splitlab.workloads import DecodeWorkload
+
+__all__ = ["GQADecodePlan", "MLADecodePlan", "Capacity", "PERSISTENT_SCHEDULERS"]
+
+#: Schedulers whose schedules may run several items a slot (the persistent kernel variant, fixed when a plan is made).
+PERSISTENT_SCHEDULERS = ("stream_k", "flashmla")
+#: The ``splitlab`` scheduler's default budget: ``max(BUDGET_SPLITS x max_batch, BUDGET_WAVES x a head group's
+#: slots)`` CTA slots. Its candidates past it are left out; modelled on the H200 over 56 batches a shape (1-256
+#: requests, 1K-128K keys, ragged and not; GQA 32/8, 64/8, 16/2, MQA-128, MLA-16, MLA-128), that costs at most 1.2%
+#: of the modelled time, 0.03% in geomean (experiments/plan_run).
+BUDGET_WAVES, BUDGET_SPLITS = 8, 8
+#: Alignment (in int32s, 128 bytes) of each segment of the packed work list, so that every pointer a kernel takes
+#: is as aligned as a fresh tensor's (Triton specialises on 16-byte divisibility).
+_ALIGN = 32
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a plan's buffers hold: requests, CTA slots, work items, partial rows (each at least 1)."""
+
+    batch: int
+    ctas: int
+    items: int
+    partial_rows: int
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """What ``run()`` launches for the current plan (everything that depends on the lengths, made in ``plan()``)."""
+
+    schedule: Schedule
+    batch: int
+    max_len: int  # the longest request: run() checks the block table holds it
+    grid: tuple[int]  # the partial kernel's
+    merge: bool  # launch the merge (always under use_cuda_graph)
+    merge_grid: tuple[int, int]
+    merge_meta: dict  # BLOCK_S, BLOCK_D, num_warps
+    lse_scratch: torch.Tensor  # [batch, heads] fp32: where lse goes when the caller neither gives nor wants it
+    q_shape: tuple[int, int, int]  # what run() takes and returns
+    out_shape: tuple[int, int, int]
+
+
+def _seg(n: int) -> int:
+    return cdiv(n, _ALIGN) * _ALIGN
+
+
+class _DecodePlan:
+    """What the GQA and MLA plans share: the capacity, the buffers, ``plan()`` and the merge launch."""
+
+    kind: str = ""
+    what: str = ""
+
+    def __init__(self, *, heads: int, kv_heads: int, head_dim_qk: int, head_dim_v: int, page_size: int,
+                 dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device | str, groups: int,
+                 scheduler: str, max_batch: int | None, max_items: int | None, max_ctas: int | None,
+                 max_partial_rows: int | None, num_splits: int | None, ctas: int | None, use_cuda_graph: bool,
+                 device_spec: object) -> None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise bad("device", device, "a torch device (e.g. 'cuda', 'cuda:1', 'cpu')") from e
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        _launch.check_launch_device("device", torch.empty(0, device=dev))
+        if not isinstance(use_cuda_graph, bool):
+            raise bad("use_cuda_graph", use_cuda_graph, "True or False")
+        self.num_heads, self.num_kv_heads = heads, kv_heads
+        self.head_dim_qk, self.head_dim_v = head_dim_qk, head_dim_v
+        self.page_size = check_int("page_size", page_size)
+        self.dtype, self.kv_dtype, self.device = dtype, kv_dtype, dev
+        self.groups = groups  # programs a slot launches: GQA's kv heads, MLA's head tiles
+        self.use_cuda_graph = use_cuda_graph
+        self.scheduler = scheduler
+        self._num_splits, self._ctas = num_splits, ctas
+        self.spec = _launch.resolve_device(device_spec) if device_spec is not None else (
+            _launch.resolve_device(None, like=torch.empty(0, device=dev)))
+        # The scheduler, its knobs and the family checked once, on a batch of one key (cheap).
+        if scheduler not in S.NAMES:
+            raise bad("scheduler", scheduler, "one of " + ", ".join(S.NAMES))
+        S.schedule(self._workload((1,)), self.spec, scheduler, num_splits=num_splits, ctas=ctas)
+        self.persistent = scheduler in PERSISTENT_SCHEDULERS or (scheduler == "splitlab" and bool(S.STREAM_K_WAVES))
+        self._want = dict(batch=max_batch, ctas=max_ctas, items=max_items, partial_rows=max_partial_rows)
+        for k, v in self._want.items():
+            if v is not None:
+                self._want[k] = check_int(f"max_{k}", v)
+        self.capacity: Capacity | None = None
+        self._planned: _Planned | None = None
+        if max_batch is not None:
+            self._allocate(self._want["batch"])
+
+    # --- capacity and buffers ------------------------------------------------------------------------------------
+    def _workload(self, lens: Sequence[int]) -> DecodeWorkload:
+        """The workload a scheduler plans for (the lengths as given; an all-empty batch is never scheduled)."""
+        return DecodeWorkload(kind=self.kind, batch=len(lens), num_q_heads=self.num_heads,
+                              num_kv_heads=self.num_kv_heads, head_dim_qk=self.head_dim_qk,
+                              head_dim_v=self.head_dim_v, ctx_len=max(max(lens), 1), page_size=self.page_size,
+                              dtype=TORCH_DTYPE_NAMES[self.kv_dtype], seq_lens=tuple(lens))
+
+    def capacity_bound(self, batch: int) -> tuple[int, int]:
+        """``(ctas, items)``: the most CTA slots and work items the scheduler deals ``batch`` requests on this
+        device (for ``splitlab``, the budget it is held to: ``BUDGET_WAVES`` waves of a head group's slots or
+        ``BUDGET_SPLITS`` slots a request, whichever is more; for ``uniform`` without ``num_splits``, the rule's split
+        limit a request, 128 or 256: a large partial buffer, so pass ``num_splits`` or the capacities)."""
+        w, dev, name = self._workload((1,)), self.spec, self.scheduler
+        if name == "splitlab":
+            c = max(BUDGET_SPLITS * batch, BUDGET_WAVES * S.slots_per_group(w, dev))
+            return c, c + (batch if S.STREAM_K_WAVES else 0)
+        if name == "uniform":
+            from splitlab.planners import splitlab as rule
+
+            n = self._num_splits or rule.constants_for(dev, self.kind).constants.max_splits
+            return batch * n, batch * n
+        if name in ("balanced", "stream_k"):
+            n = self._ctas or S.slots_per_group(w, dev)
+            return (max(batch, n),) * 2 if name == "balanced" else (n, n + batch)
+        if name == "flashinfer":  # its budget: blocks_per_sm (2, schedulers.flashinfer's default) x SMs / kv heads
+            c = max(batch, max(1, 2 * dev.sm_count // self.num_kv_heads))
+            return c, c
+        from splitlab.planners.flashmla import num_sm_parts
+
+        parts = num_sm_parts(dev.sm_count, self.num_heads, self.num_kv_heads)
+        return parts, parts + batch  # a part's span cuts at most one request more than it holds
+
+    def _allocate(self, batch: int) -> None:
+        """The buffers, once: the packed work list (``[slot count | partial_offsets | cta_offsets | items]``, each
+        segment 128-byte aligned), the partial rows and the lse scratch."""
+        ctas, items = self.capacity_bound(batch)
+        w = self._want
+        cap = Capacity(batch, w["ctas"] or ctas, w["items"] or items, w["partial_rows"] or w["items"] or items)
+        if cap.ctas < batch or cap.items < batch:
+            raise SplitlabError(f"{self.what}: max_ctas={cap.ctas}, max_items={cap.items} for max_batch={batch}; "
+                                "expected both at least max_batch (a request is one item at least)")
+        dev = self.device
+        self._off_po = _ALIGN
+        self._off_co = self._off_po + _seg(cap.batch + 1)
+        self._off_it = self._off_co + _seg(cap.ctas + 1)
+        total = self._off_it + 4 * cap.items
+        self._meta = torch.zeros(total, dtype=torch.int32, device=dev)
+        self._num_ctas = self._meta[:1]
+        self._partial_offsets = self._meta[self._off_po:self._off_po + cap.batch + 1]
+        self._cta_offsets = self._meta[self._off_co:self._off_co + cap.ctas + 1]
+        self._items = self._meta[self._off_it:].view(cap.items, 4)
+        if dev.type == "cuda":  # two pinned staging buffers in turn (the module docstring)
+            self._staging = [torch.empty(total, dtype=torch.int32, pin_memory=True) for _ in range(2)]
+            self._copied: list[torch.cuda.Event | None] = [None, None]
+            self._turn = 0
+        po = _launch.alloc(cap.partial_rows, self.num_heads, self.head_dim_v, dtype=torch.float32, device=dev)
+        check_spans("the partial rows", po, (0, 1, 2))
+        self._po = po
+        self._pl = _launch.alloc(cap.partial_rows, self.num_heads, dtype=torch.float32, device=dev)
+        self._lse = _launch.alloc(cap.batch, self.num_heads, dtype=torch.float32, device=dev)
+        self._po_strides, self._pl_strides = tuple(po.stride()), tuple(self._pl.stride())
+        # The kernels' bound arguments: none unless the grid is the capacity (the launchers' kernels otherwise).
+        self._bounded = dict(num_ctas_ptr=self._num_ctas, BOUNDED=True) if self.use_cuda_graph else {}
+        self.capacity = cap
+
+    # --- plan ----------------------------------------------------------------------------------------------------
+    def plan(self, seq_lens: Sequence[int] | torch.Tensor, *, block_table: torch.Tensor | None = None,
+             num_pages: int | None = None) -> Schedule:
+        """Plan a batch: ``seq_lens`` as host integers (a list or tuple, as a server's scheduler holds them) or a 1-D
+        int32 / int64 tensor (read on the host once: one device-to-host sync on a GPU). Validates them once
+        (integers >= 0, at least one request, at most ``max_batch``), makes the schedule
+        (``planners.schedulers.schedule``; ``splitlab``: within the capacity; a batch whose requests are all empty:
+        one empty item each) and copies its work list into the plan's buffers (allocated here at the first plan).
+        With ``block_table`` (the table ``run`` will get) the lengths are also checked against its columns, and with
+        ``num_pages`` too every entry a request reads against ``[0, num_pages)`` (one more sync). Returns the
+        schedule. Refused in one line: a length or batch out of range, a schedule past the capacity, a call while a
+        CUDA graph is captured."""
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # A graph would capture the work list's copy (replayed from a staging buffer that has moved on since).
+            raise SplitlabError(f"{self.what}.plan while a CUDA graph is captured; expected plan() outside the "
+                                "capture, before each replay (run() is what a graph captures)")
+        if isinstance(seq_lens, torch.Tensor):
+            if seq_lens.dim() != 1 or seq_lens.dtype not in (torch.int32, torch.int64):
+                raise SplitlabError(f"{self.what}.plan: seq_lens is a tensor of shape {tuple(seq_lens.shape)} and "
+                                    f"dtype {seq_lens.dtype}; expected a 1-D int32 or int64 tensor (or a list)")
+            lens = seq_lens.tolist()  # the one host read (a device-to-host sync for a GPU tensor)
+        elif isinstance(seq_lens, list | tuple):
+            lens = list(seq_lens)
+        else:
+            raise SplitlabError(f"{self.what}.plan: seq_lens is a {type(seq_lens).__name__}; expected a list or "
+                                "tuple of ints, or a 1-D int32 tensor")
+        if not lens:
+            raise SplitlabError(f"{self.what}.plan: seq_lens is empty; expected at least one request")
+        for i, n in enumerate(lens):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise SplitlabError(f"{self.what}.plan: seq_lens[{i}] = {n!r}; expected an integer >= 0")
+        if self.capacity is None:
+            self._allocate(len(lens))
+        cap = self.capacity
+        if len(lens) > cap.batch:
+            raise SplitlabError(f"{self.what}.plan: a batch of {len(lens)} requests is past max_batch={cap.batch}; "
+                                "expected at most that (make the plan with a larger max_batch)")
+        if block_table is not None:
+            self._check_table(lens, block_table, num_pages)
+        s = self._schedule(lens)
+        self._write(s)
+        return s
+
+    def _check_table(self, lens: list[int], block_table: torch.Tensor, num_pages: int | None) -> None:
+        _launch.check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=self.device)
+        cap = block_table.shape[1] * self.page_size
+        if max(lens) > cap:
+            i = max(range(len(lens)), key=lens.__getitem__)
+            raise SplitlabError(f"{self.what}.plan: seq_lens[{i}] = {lens[i]} is past the block table's "
+                                f"{block_table.shape[1]} pages of {self.page_size} keys; expected at most {cap}")
+        if block_table.shape[0] != len(lens):
+            raise SplitlabError(f"{self.what}.plan: block_table has {block_table.shape[0]} rows; expected one per "
+                                f"request ({len(lens)})")
+        if num_pages is not None:
+            t = torch.tensor(lens, dtype=torch.int32, device=self.device)
+            _launch.check_paged_values(block_table, t, check_int("num_pages", num_pages), self.page_size)
+
+    def _schedule(self, lens: list[int]) -> Schedule:
+        cap = self.capacity
+        if max(lens) == 0:  # no workload describes it; one empty item a request (zeros, lse -inf)
+            s = S.uniform(lens, 1)
+        elif self.scheduler == "splitlab":
+            s = S.splitlab(self._workload(lens), self.spec, max_ctas=cap.ctas, max_items=cap.items)
+        else:
+            s = S.schedule(self._workload(lens), self.spec, self.scheduler, num_splits=self._num_splits,
+                           ctas=self._ctas)
+        for what, n, c in (("CTA slots", s.ctas, cap.ctas), ("items", len(s.items), cap.items),
+                           ("partial rows", s.partial_rows, cap.partial_rows)):
+            if n > c:
+                knob = {"CTA slots": "max_ctas", "items": "max_items", "partial rows": "max_partial_rows"}[what]
+                raise SplitlabError(f"{self.what}.plan: scheduler {s.scheduler!r} deals this batch {n} {what}, past "
+                                    f"{knob}={c}; expected at most that (make the plan with a larger {knob})")
+        if s.persistent and not self.persistent:
+            raise SplitlabError(f"{self.what}.plan: scheduler {s.scheduler!r} made a persistent schedule for a plan "
+                                "whose kernel runs one item a slot")
+        self._check_align(s)
+        return s
+
+    def _check_align(self, s: Schedule) -> None:
+        """The kernel's key tile must not cross a page where the schedule's items start off a tile."""
+        bn = self.block_n
+        if self.page_size % bn == 0 and s.align % bn:
+            raise SplitlabError(f"{self.what}.plan: the schedule's items start at multiples of {s.align} keys; "
+                                f"block_n={bn} at page_size {self.page_size} needs multiples of {bn} (a smaller "
+                                "block_n, or a scheduler aligned to it)")
+
+    def _write(self, s: Schedule) -> None:
+        """The work list into the device buffers, one copy; then what ``run()`` launches."""
+        cap = self.capacity
+        B = s.batch
+        head = [s.ctas] + [0] * (self._off_po - 1)
+        po = list(s.partial_offsets) + [0] * (self._off_co - self._off_po - B - 1)
+        co = list(s.cta_offsets) + [0] * (self._off_it - self._off_co - s.ctas - 1)
+        flat = [v for (_, r, b, e), row in zip(s.items, s.item_rows, strict=True) for v in (r, b, e, row)]
+        host = array.array("i", head + po + co + flat)
+        n = len(host)
+        src = torch.frombuffer(host, dtype=torch.int32)
+        if self.device.type == "cuda":
+            k = self._turn
+            self._turn ^= 1
+            if self._copied[k] is not None:
+                self._copied[k].synchronize()  # that buffer's copy of two plans ago (long done, in a server)
+            staging = self._staging[k]
+            staging[:n].copy_(src)
+            with self._guard():  # the copy and its event on the plan's GPU's current stream
+                self._meta[:n].copy_(staging[:n], non_blocking=True)
+                ev = torch.cuda.Event()
+                ev.record()
+            self._copied[k] = ev
+        else:
+            self._meta[:n].copy_(src)
+        heads, dv = self.num_heads, self.head_dim_v
+        block_s, block_d, warps = combine_tile(B, heads, max(s.partials), dv)
+        graph = self.use_cuda_graph
+        self._planned = _Planned(
+            schedule=s, batch=B, max_len=max(s.lengths),
+            grid=((cap.ctas if graph else s.ctas) * self.groups,),
+            merge=graph or s.partial_rows > 0, merge_grid=(B * heads, cdiv(dv, block_d)),
+            merge_meta=dict(BLOCK_S=block_s, BLOCK_D=block_d, num_warps=warps),
+            lse_scratch=self._lse[:B], q_shape=(B, heads, self.head_dim_qk), out_shape=(B, heads, dv))
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The current plan's schedule (None before the first ``plan()``)."""
+        return None if self._planned is None else self._planned.schedule
+
+    # --- run helpers ---------------------------------------------------------------------------------------------
+    def _check_common(self, p: _Planned, q: torch.Tensor, block_table: torch.Tensor, out, lse,
+                      caches: dict[str, torch.Tensor]) -> None:
+        """run()'s checks (``check=True``): host-visible metadata only (no device value is read). Written for speed
+        (a few microseconds): plain comparisons, the messages made only on a refusal."""
+        dev = self.device
+        for name, t, dtype in (("q", q, self.dtype), ("block_table", block_table, torch.int32),
+                               *((n, t, self.kv_dtype) for n, t in caches.items())):
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device != dev:
+                self._refuse_tensor(name, t, dtype)
+        if q.shape != p.q_shape:
+            self._refuse_shape("q", q, "[" + ", ".join(map(str, p.q_shape)) + "]")
+        if block_table.dim() != 2 or block_table.shape[0] != p.batch:
+            self._refuse_shape("block_table", block_table, f"[{p.batch}, max_pages]")
+        _launch.check_no_grad(q=q, **caches)
+        max_keys = block_table.shape[1] * self.page_size
+        if p.max_len > max_keys:
+            raise SplitlabError(f"{self.what}.run: the plan reads up to key {p.max_len}; the block table holds "
+                                f"{max_keys} keys a request")
+        check_spans("q", q, (1, 2))
+        check_spans("block_table", block_table, (1,))
+        if out is not None:
+            check_out("out", out, p.out_shape, (self.dtype,), dev)
+            check_spans("out", out, (1, 2))
+        if lse is not None:
+            check_out("lse", lse, p.out_shape[:2], (torch.float32,), dev)
+        if not self.use_cuda_graph and _launch.capturing(q):
+            raise SplitlabError(f"{self.what}.run while capturing a CUDA graph with use_cuda_graph=False: the grid is "
+                                "the plan's and a later plan() would change it; make the plan with use_cuda_graph=True")
+
+    def _refuse_tensor(self, name: str, t: object, dtype: torch.dtype) -> None:
+        what = f"{self.what}.run"
+        if not isinstance(t, torch.Tensor):
+            raise SplitlabError(f"{what}: {name} is a {type(t).__name__}; expected a torch.Tensor")
+        if t.dtype != dtype:
+            raise SplitlabError(f"{what}: {name} has dtype {t.dtype}; expected {dtype} (the plan's)")
+        raise SplitlabError(f"{what}: {name} is on {t.device}; expected the plan's device {self.device}")
+
+    def _refuse_shape(self, name: str, t: torch.Tensor, want: str) -> None:
+        raise SplitlabError(f"{self.what}.run: {name} has shape {tuple(t.shape)}; expected {want} (the plan's batch "
+                            "and heads)")
+
+    def _outputs(self, p: _Planned, out, lse, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if out is None:
+            out = _launch.alloc(p.batch, self.num_heads, self.head_dim_v, dtype=self.dtype, device=self.device)
+        if lse is None:
+            lse = _launch.alloc(p.batch, self.num_heads, dtype=torch.float32, device=self.device) if return_lse \
+                else p.lse_scratch
+        return out, lse
+
+    def _merge(self, p: _Planned, out: torch.Tensor, lse: torch.Tensor) -> None:
+        if p.merge:
+            _wl._merge_kernel[p.merge_grid](
+                self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
+                *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride(), **p.merge_meta)
+
+    def _guard(self):
+        return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
+
+
+# =====================================================================================================
+# GQA
+# =====================================================================================================
+
+
+class GQADecodePlan(_DecodePlan):
+    """Paged GQA/MHA/MQA decode planned once per batch, run once per layer (the module docstring).
+
+    Shapes fixed by the plan: ``num_q_heads`` query heads over ``num_kv_heads`` kv heads of ``head_dim``, caches of
+    ``page_size``-key pages, ``dtype`` (q, caches and out), on ``device``. ``scheduler``: a name of
+    ``planners.schedulers.NAMES`` (``num_splits`` for ``uniform``, ``ctas`` for ``balanced`` / ``stream_k``), planned
+    for ``device_spec`` (a ``DeviceSpec`` or preset name; default: the GPU the plan lives on, the ``h200`` preset on
+    the CPU). Capacities ``max_batch``, ``max_ctas``, ``max_items``, ``max_partial_rows`` and ``use_cuda_graph``: the
+    module docstring. Tiles ``block_n``, ``num_warps``, ``num_stages`` default as ``kernels.gqa.default_knobs``;
+    ``sm_scale`` (default ``1/sqrt(head_dim)``) as ``gqa_decode`` takes it."""
+
+    kind = "gqa"
+    what = "GQADecodePlan"
+
+    def __init__(self, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int, *, dtype: torch.dtype,
+                 device: torch.device | str, scheduler: str = "splitlab", max_batch: int | None = None,
+                 max_items: int | None = None, max_ctas: int | None = None, max_partial_rows: int | None = None,
+                 num_splits: int | None = None, ctas: int | None = None, use_cuda_graph: bool = False,
+                 device_spec: object = None, block_n: int | None = None, num_warps: int | None = None,
+                 num_stages: int | None = None, sm_scale: float | None = None) -> None:
+        from splitlab.kernels import gqa
+
+        hq, hkv = check_int("num_q_heads", num_q_heads), check_int("num_kv_heads", num_kv_heads)
+        D = check_int("head_dim", head_dim)
+        if hq % hkv:
+            raise SplitlabError(f"num_q_heads={hq} is not allowed with num_kv_heads={hkv}; expected a multiple")
+        if dtype not in FLOAT_DTYPES:
+            raise bad("dtype", dtype, "one of " + ", ".join(map(str, FLOAT_DTYPES)))
+        d = gqa.default_knobs(hq // hkv, D, TORCH_DTYPE_NAMES[dtype])
+        self.block_n = check_pow2("block_n", d["block_n"] if block_n is None else block_n, lo=16, hi=256)
+        warps = check_pow2("num_warps", d["num_warps"] if num_warps is None else num_warps, lo=1, hi=16)
+        stages = check_knob("num_stages", d["num_stages"] if num_stages is None else num_stages, lo=1, hi=8)
+        self._qk_scale = _launch.resolve_sm_scale(sm_scale, D) * LOG2E
+        upcast = _launch.interpret_upcast(dtype)
+        super().__init__(heads=hq, kv_heads=hkv, head_dim_qk=D, head_dim_v=D, page_size=page_size, dtype=dtype,
+                         kv_dtype=dtype, device=device, groups=hkv, scheduler=scheduler, max_batch=max_batch,
+                         max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
+                         num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec)
+        self._group = hq // hkv
+        self._meta_kw = dict(
+            PAGE_SIZE=self.page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(self._group)),
+            BLOCK_N=self.block_n, BLOCK_D=max(16, next_power_of_two(D)), UPCAST=upcast,
+            DOT_PRECISION="ieee" if upcast or dtype == torch.float32 else None, PERSISTENT=self.persistent,
+            num_warps=warps, num_stages=stages)
+
+    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, *,
+            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
+            check: bool = True):
+        """Decode the planned batch: q ``[B, Hq, D]``, k_cache / v_cache ``[num_pages, page_size, Hkv, D]``,
+        block_table ``[B, max_pages]`` int32 (any strides), B the plan's batch; returns out ``[B, Hq, D]`` (a new
+        tensor unless ``out`` is given) or ``(out, lse)`` (lse fp32 ``[B, Hq]``, natural log, ``-inf`` for an empty
+        request). ``gqa_decode``'s results for the plan's lengths; no host sync, no planning, nothing read from the
+        device. ``check`` (default): the tensors' types, dtypes, devices and shapes against the plan's, the block
+        table against the longest request, no grad, and no capture without ``use_cuda_graph``, each refusal one
+        line; ``check=False`` skips them (what is passed must then be right: a wrong shape reads out of bounds).
+        Lengths past the table were refused by ``plan(block_table=...)`` or, unchecked, make their request NaN."""
+        p = self._planned
+        if p is None:
+            raise SplitlabError(f"{self.what}.run before plan(); expected plan(seq_lens) first")
+        if check:
+            self._check_common(p, q, block_table, out, lse, dict(k_cache=k_cache, v_cache=v_cache))
+            for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+                if t.dim() != 4 or tuple(t.shape[1:]) != (self.page_size, self.num_kv_heads, self.head_dim_qk) \
+                        or t.shape[0] < 1:
+                    raise SplitlabError(f"{self.what}.run: {name} has shape {tuple(t.shape)}; expected [num_pages "
+                                        f">= 1, {self.page_size}, {self.num_kv_heads}, {self.head_dim_qk}]")
+                check_spans(name, t, (1, 3))
+        out, lse = self._outputs(p, out, lse, return_lse)
+        with self._guard():
+            _wl._gqa_worklist_kernel[p.grid](
+                q, k_cache, v_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
+                self._qk_scale, self.num_kv_heads, self._group, k_cache.shape[0],
+                block_table.shape[1] * self.page_size,
+                *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
+                *out.stride(), *lse.stride(), *self._po_strides, *self._pl_strides,
+                **self._meta_kw, **self._bounded)
+            self._merge(p, out, lse)
+        return (out, lse) if return_lse else out
+
+
+# =====================================================================================================
+# MLA (the tl tile: the Gluon tile takes no work list yet)
+# =====================================================================================================
+
+
+class MLADecodePlan(_DecodePlan):
+    """Absorbed MLA decode over a paged latent cache, planned once per batch, run once per layer (the module
+    docstring; ``kernels.worklist.mla_decode_scheduled``'s kernel, the tl tile).
+
+    Shapes fixed by the plan: ``num_heads`` query heads, latent rows of ``head_dim_qk`` (K) whose first
+    ``head_dim_v`` columns are V, ``page_size``-key pages, ``dtype`` (q and out) and ``kv_dtype`` (the cache: q's
+    dtype, or ``torch.float8_e4m3fn`` beside a 16-bit q, dequantised by ``kv_scale``), on ``device``. Tiles
+    ``block_h``, ``block_n``, ``num_warps``, ``num_stages`` default as ``kernels.mla.mla_defaults``; the rest as
+    ``GQADecodePlan``."""
+
+    kind = "mla"
+    what = "MLADecodePlan"
+
+    def __init__(self, num_heads: int, head_dim_qk: int, head_dim_v: int, page_size: int, *, dtype: torch.dtype,
+                 device: torch.device | str, kv_dtype: torch.dtype | None = None, kv_scale: float | None = None,
+                 scheduler: str = "splitlab", max_batch: int | None = None, max_items: int | None = None,
+                 max_ctas: int | None = None, max_partial_rows: int | None = None, num_splits: int | None = None,
+                 ctas: int | None = None, use_cuda_graph: bool = False, device_spec: object = None,
+                 block_n: int | None = None, block_h: int | None = None, num_warps: int | None = None,
+                 num_stages: int | None = None, sm_scale: float | None = None) -> None:
+        from splitlab.kernels import mla
+
+        H, Dqk = check_int("num_heads", num_heads), check_int("head_dim_qk", head_dim_qk)
+        Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
+        if dtype not in FLOAT_DTYPES:
+            raise bad("dtype", dtype, "one of " + ", ".join(map(str, FLOAT_DTYPES)))
+        kv_dtype = dtype if kv_dtype is None else kv_dtype
+        if kv_dtype not in (*FLOAT_DTYPES, FP8_KV_DTYPE):
+            raise bad("kv_dtype", kv_dtype, f"one of {', '.join(map(str, FLOAT_DTYPES))}, {FP8_KV_DTYPE}")
+        # kv_dtype against dtype and kv_scale, as the launcher checks them (on two empty stand-ins).
+        kv_scale = _launch.check_kv_dtype(torch.empty(0, dtype=dtype), torch.empty(0, dtype=kv_dtype), kv_scale)
+        d = mla.mla_defaults(H, Dqk, TORCH_DTYPE_NAMES[kv_dtype], head_dim_v=Dv,
+                             block_h=None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=64),
+                             block_n=None if block_n is None else check_pow2("block_n", block_n, lo=16, hi=256))
+        warps = d.num_warps if num_warps is None else mla.check_num_warps(num_warps)
+        stages = d.num_stages if num_stages is None else check_knob("num_stages", num_stages, lo=1, hi=8)
+        self.block_n, self.block_h = d.block_n, d.block_h
+        scale = _launch.resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
+        self._qk_scale, self._kv_scale = scale * kv_scale * LOG2E, kv_scale
+        tiles = cdiv(H, d.block_h)
+        super().__init__(heads=H, kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv, page_size=page_size, dtype=dtype,
+                         kv_dtype=kv_dtype, device=device, groups=tiles, scheduler=scheduler, max_batch=max_batch,
+                         max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
+                         num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec)
+        block_dv, block_dr = mla.padded_dims(Dqk, Dv)
+        self._meta_kw = dict(
+            PAGE_SIZE=self.page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv, BLOCK_H=d.block_h, BLOCK_N=d.block_n,
+            BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, mla.MIN_DOT), UPCAST=_launch.interpret_upcast(dtype),
+            DOT_PRECISION=_launch.dot_input_precision(dtype), ISOLATE_QK=mla.isolate_qk(d.block_h, warps, dtype),
+            KV_FP8=kv_dtype == FP8_KV_DTYPE, FP8_QK=mla.fp8_qk_on(kv_dtype, d.block_h), PERSISTENT=self.persistent,
+            num_warps=warps, num_stages=stages)
+
+    def run(self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, *,
+            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
+            check: bool = True):
+        """Decode the planned batch: q ``[B, H, Dqk]``, kv_cache ``[num_pages, page_size, Dqk]``, block_table
+        ``[B, max_pages]`` int32 (any strides); returns out ``[B, H, Dv]`` or ``(out, lse)``, as
+        ``GQADecodePlan.run`` (``mla_decode``'s results for the plan's lengths)."""
+        p = self._planned
+        if p is None:
+            raise SplitlabError(f"{self.what}.run before plan(); expected plan(seq_lens) first")
+        if check:
+            self._check_common(p, q, block_table, out, lse, dict(kv_cache=kv_cache))
+            if kv_cache.dim() != 3 or tuple(kv_cache.shape[1:]) != (self.page_size, self.head_dim_qk):
+                raise SplitlabError(f"{self.what}.run: kv_cache has shape {tuple(kv_cache.shape)}; expected "
+                                    f"[num_pages, {self.page_size}, {self.head_dim_qk}]")
+            check_spans("kv_cache", kv_cache, (1, 2))
+        out, lse = self._outputs(p, out, lse, return_lse)
+        num_pages = kv_cache.shape[0]
+        with self._guard():
+            _wl._mla_worklist_kernel[p.grid](
+                q, kv_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
+                self.num_heads, self.groups, self._qk_scale, self._kv_scale, num_pages,
+                block_table.shape[1] * self.page_size if num_pages else 0,
+                *q.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(), *lse.stride(),
+                *self._po_strides, *self._pl_strides,
+                **self._meta_kw, **self._bounded)
+            self._merge(p, out, lse)
+        return (out, lse) if return_lse else out
