@@ -257,11 +257,7 @@ def candidates(w: object, sm_count: int, c: object) -> list[Schedule]:
     lens = list(w.lengths)
     major = rule.REQUEST_MAJOR[w.kind]
     out = [uniform(lens, n, request_major=major) for n in rule.split_candidates(w, c.max_splits, sm_count)]
-    h = head_groups(w)
-    rows = rule.tile_rows(w)
-    per_sm = c.ctas_per_sm if rule.wide_tile(w, rows) else (
-        c.ctas_per_sm_mid if rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0 else c.ctas_per_sm_narrow)
-    base = max(1, sm_count * per_sm // h)
+    base = max(1, sm_count * ctas_per_sm(w, c) // head_groups(w))
     budgets = sorted({max(1, m * base) for m in BALANCED_WAVES})
     out += [balanced(lens, b) for b in budgets if b >= w.batch]
     out += [stream_k(lens, max(1, m * base)) for m in STREAM_K_WAVES]
