@@ -87,10 +87,12 @@ else:
 measured = dict(zip(here["schedule_hash"], here["us"], strict=True)) if not here.empty else {}
 peer_us = here[here["impl"].isin(PEERS)]["us"].min() if not here.empty else float("nan")
 
-fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 5.2), sharex=True)
+nrows = -(-len(shown) // 2)
+fig, axes = plt.subplots(nrows, 2, figsize=plots.figsize(plots.PAGE_WIDTH_IN, 4.2 * nrows), sharex=True,
+                         squeeze=False)
 cmap = plt.get_cmap("tab20")
 table = []
-for ax, (name, s) in zip(np.atleast_1d(axes), shown.items(), strict=True):
+for ax, (name, s) in zip(axes.flat, shown.items(), strict=False):
     offsets = [0] * s.ctas
     for c, r, b, e in s.items:
         ax.barh(c, max(e - b, longest / 400), left=offsets[c], height=0.9, color=cmap(r % 20), linewidth=0)
@@ -104,7 +106,8 @@ for ax, (name, s) in zip(np.atleast_1d(axes), shown.items(), strict=True):
                  fontsize=plots.MIN_FONT_PT)
     ax.set_xlabel("keys streamed by the CTA")
     ax.invert_yaxis()
-np.atleast_1d(axes)[0].set_ylabel("CTA slot (issue order)")
+for ax in axes[:, 0]:
+    ax.set_ylabel("CTA slot (issue order)")
 peer_note = f"; best peer {peer_us:.0f} us" if peer_us == peer_us else ""
 fig.suptitle(f"{shape}, {batch} requests, {dist} up to {longest} keys (colour: request){peer_note}",
              fontsize=plots.MIN_FONT_PT + 1)
@@ -125,7 +128,7 @@ else:
     peer = ok[ok["impl"].isin(PEERS)].groupby(key)["us"].min()
     t = ok.pivot_table(index=key, columns="impl", values="us", aggfunc="min")
     cmp = pd.DataFrame({"v6": peer / t["splitlab-v6"], "schedule": peer / t["wl-splitlab"]}).dropna().reset_index()
-    fig, ax = plt.subplots(figsize=(11, 4.6))
+    fig, ax = plt.subplots(figsize=plots.figsize(plots.PAGE_WIDTH_IN, 4.6))
     groups = list(cmp.groupby(["shape", "dist"], sort=True))
     for i, (_, g) in enumerate(groups):
         ax.plot(np.full(len(g), i - 0.12), g["v6"], "o", color="0.6", ms=4,
