@@ -69,7 +69,7 @@ class DataInfo:
     @property
     def where(self) -> str:
         """Where the rows lie, without an absolute path (a report is read on other machines): the folder relative to
-        the repository (``data/h200``) or the current folder, else the folder's name."""
+        the repository (a set's folder under the data folder) or the current folder, else the folder's name."""
         for base in (ROOT, Path.cwd()):
             try:
                 return str(self.path.resolve().relative_to(base.resolve()))
