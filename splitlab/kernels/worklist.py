@@ -146,6 +146,19 @@ def alloc_partials(work: WorkList, heads: int, dv: int, device: torch.device) ->
     return po, _launch.alloc(rows, heads, dtype=torch.float32, device=device)
 
 
+@triton.jit
+def load_item(items_ptr, it, max_keys):
+    """``(request (int64), key_begin, key_end, partial row, bad)`` of work item ``it`` (16 bytes). A range outside
+    ``[0, max_keys]`` or reversed (a work list not made for this block table) reads nothing (``key_end`` is set to
+    ``key_begin``) and ``bad`` makes the request NaN (``paging.poison``)."""
+    b = tl.load(items_ptr + it * 4)
+    start = tl.load(items_ptr + it * 4 + 1)
+    end = tl.load(items_ptr + it * 4 + 2)
+    row = tl.load(items_ptr + it * 4 + 3)
+    bad = (start < 0) | (end > max_keys) | (start > end)
+    return b.to(tl.int64), start, tl.where(bad, start, end), row, bad
+
+
 # =====================================================================================================
 # GQA
 # =====================================================================================================
@@ -161,14 +174,7 @@ def _gqa_item(it, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po
               PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
               UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One work item of one kv head: its keys streamed (as ``kernels.gqa``'s loop), its row stored."""
-    # The item: 16 bytes.
-    b = tl.load(items_ptr + it * 4)
-    start = tl.load(items_ptr + it * 4 + 1)
-    end = tl.load(items_ptr + it * 4 + 2)
-    row = tl.load(items_ptr + it * 4 + 3)
-    bad_len = (start < 0) | (end > max_keys) | (start > end)
-    end = tl.where(bad_len, start, end)
-    b64 = b.to(tl.int64)
+    b64, start, end, row, bad_len = load_item(items_ptr, it, max_keys)
 
     q = tl.load(q_ptr + b64 * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :] * q_stride_d,
                 mask=mask_g[:, None] & mask_d[None, :], other=0.0)
@@ -334,13 +340,7 @@ def _mla_item(it, q_ptr, kv_ptr, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl
               UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
               FP8_QK: tl.constexpr):
     """One work item of one head tile: its keys streamed (as ``kernels.mla``'s loop), its row stored."""
-    b = tl.load(items_ptr + it * 4)
-    start = tl.load(items_ptr + it * 4 + 1)
-    end = tl.load(items_ptr + it * 4 + 2)
-    row = tl.load(items_ptr + it * 4 + 3)
-    bad_len = (start < 0) | (end > max_keys) | (start > end)
-    end = tl.where(bad_len, start, end)
-    b64 = b.to(tl.int64)
+    b64, start, end, row, bad_len = load_item(items_ptr, it, max_keys)
     q_v, q_r, q_row_scale = load_q_tile(q_ptr + b64 * q_stride_b, offs_h, mask_h, q_stride_h, q_stride_d,
                                         HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST, FP8_QK)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
