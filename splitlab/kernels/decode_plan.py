@@ -33,6 +33,15 @@ The empty programs of a capacity grid cost GPU time (a GPU question: keep ``max_
 needs). Without ``use_cuda_graph`` the grid is the plan's exact slot count and the merge runs only where a request
 was split; ``run()`` then refuses to be captured (a later plan would change the grid).
 
+Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced`` and
+``uniform`` at a ``num_splits``). ``plan_on_device(seq_lens)`` takes the lengths as a device int32 tensor and
+launches ``kernels.device_schedule``'s kernel into the same buffers (the host scheduler's work list, bit for bit),
+with no host sync: a graph captures it with ``run()``, and each replay recomputes the schedule from the lengths the
+tensor then holds, so one graph a batch size serves every length (padded requests: length 0). The host never sees
+that schedule (``schedule`` is None, ``run()`` cannot check the lengths against the block table: a request past it
+is NaN); past a capacity smaller than ``capacity_bound`` every row is NaN and ``status`` (a device int32) is 1.
+``plan()`` still works on such a plan.
+
 Host to device. ``plan()`` writes the work list in one copy: from a pinned staging buffer without a stream sync on
 a GPU (two staging buffers in turn, each reused only after its previous copy's event has completed, so a plan made
 while the GPU still runs the last step does not stall the host), a plain copy on the CPU. ``plan()`` and ``run()``
@@ -59,6 +68,7 @@ import torch
 from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.kernels import _launch
+from splitlab.kernels import device_schedule as _ds
 from splitlab.kernels import worklist as _wl
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -129,7 +139,7 @@ class _DecodePlan:
                  dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device | str, groups: int,
                  scheduler: str, max_batch: int | None, max_items: int | None, max_ctas: int | None,
                  max_partial_rows: int | None, num_splits: int | None, ctas: int | None, use_cuda_graph: bool,
-                 device_spec: object) -> None:
+                 device_spec: object, device_schedule: bool = False) -> None:
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError) as e:
@@ -154,6 +164,7 @@ class _DecodePlan:
             raise bad("scheduler", scheduler, "one of " + ", ".join(S.NAMES))
         S.schedule(self._workload((1,)), self.spec, scheduler, num_splits=num_splits, ctas=ctas)
         self.persistent = scheduler in PERSISTENT_SCHEDULERS or (scheduler == "splitlab" and bool(S.STREAM_K_WAVES))
+        self.device_schedule = self._check_device_schedule(device_schedule)
         self._want = dict(batch=max_batch, ctas=max_ctas, items=max_items, partial_rows=max_partial_rows)
         for k, v in self._want.items():
             if v is not None:
@@ -162,6 +173,33 @@ class _DecodePlan:
         self._planned: _Planned | None = None
         if max_batch is not None:
             self._allocate(self._want["batch"])
+
+    def _check_device_schedule(self, on: object) -> bool:
+        """``device_schedule``: a bool; True only with ``use_cuda_graph`` (the grid is the capacity) and a scheduler
+        the device computes at knobs fixed now (``balanced``'s budget, ``uniform``'s ``num_splits``)."""
+        if not isinstance(on, bool):
+            raise bad("device_schedule", on, "True or False")
+        if not on:
+            return False
+        name = f"{self.what}(device_schedule=True)"
+        if not self.use_cuda_graph:
+            raise SplitlabError(f"{name} without use_cuda_graph: the grid must be the capacity (the host never "
+                                "learns the schedule); expected use_cuda_graph=True")
+        if self.scheduler not in _ds.DEVICE_SCHEDULERS:
+            raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected balanced or uniform (the "
+                                "schedulers computed on the device)")
+        if self.scheduler == "uniform":
+            if self._num_splits is None:
+                raise SplitlabError(f"{name} with scheduler 'uniform' and no num_splits; expected num_splits (the "
+                                    "split-count rule's choice depends on the lengths)")
+            from splitlab.planners import splitlab as rule
+
+            self._device_kw = dict(scheduler="uniform", num_splits=self._num_splits,
+                                   request_major=rule.REQUEST_MAJOR[self.kind])
+        else:
+            budget = self._ctas or S.slots_per_group(self._workload((1,)), self.spec)
+            self._device_kw = dict(scheduler="balanced", budget=budget)
+        return True
 
     # --- capacity and buffers ------------------------------------------------------------------------------------
     def _workload(self, lens: Sequence[int]) -> DecodeWorkload:
@@ -215,6 +253,9 @@ class _DecodePlan:
         self._partial_offsets = self._meta[self._off_po:self._off_po + cap.batch + 1]
         self._cta_offsets = self._meta[self._off_co:self._off_co + cap.ctas + 1]
         self._items = self._meta[self._off_it:].view(cap.items, 4)
+        self._status = self._meta[1:2]  # plan_on_device's status (device_schedule); 0 after a host plan
+        if self.device_schedule:
+            self._scratch = torch.zeros(cap.batch, dtype=torch.int32, device=dev)
         if dev.type == "cuda":  # two pinned staging buffers in turn (the module docstring)
             self._staging = [torch.empty(total, dtype=torch.int32, pin_memory=True) for _ in range(2)]
             self._copied: list[torch.cuda.Event | None] = [None, None]
@@ -271,6 +312,48 @@ class _DecodePlan:
         s = self._schedule(lens)
         self._write(s)
         return s
+
+    def plan_on_device(self, seq_lens: torch.Tensor) -> None:
+        """Plan a batch from device lengths without a host sync (``device_schedule=True``): ``seq_lens`` a 1-D int32
+        tensor on the plan's device (padded slots 0), its length the batch. Launches the schedule kernel
+        (``kernels.device_schedule``) into the plan's work-list buffers: capturable, so a CUDA graph holds it before
+        ``run()``'s kernels and each replay recomputes the schedule for the lengths the tensor then holds (the same
+        tensor, the same batch). Checks only host-visible metadata; the buffers are allocated at the first plan (pass
+        ``max_batch``, or make the first call outside a capture). A schedule past the capacity (only where
+        capacities below ``capacity_bound`` were given) makes every row NaN and ``status`` 1; lengths past the block
+        table make their request NaN (``run()`` cannot check them)."""
+        if not self.device_schedule:
+            raise SplitlabError(f"{self.what}.plan_on_device without device_schedule=True; expected the plan made "
+                                "with device_schedule=True (or plan(seq_lens) on the host)")
+        if not isinstance(seq_lens, torch.Tensor) or seq_lens.dim() != 1 or seq_lens.dtype != torch.int32 \
+                or seq_lens.device != self.device or seq_lens.shape[0] < 1:
+            raise SplitlabError(f"{self.what}.plan_on_device: seq_lens must be a non-empty 1-D int32 tensor on "
+                                f"{self.device}; got {getattr(seq_lens, 'shape', type(seq_lens).__name__)}")
+        B = seq_lens.shape[0]
+        if self.capacity is None:
+            self._allocate(B)
+        cap = self.capacity
+        if B > cap.batch:
+            raise SplitlabError(f"{self.what}.plan_on_device: a batch of {B} requests is past max_batch={cap.batch}; "
+                                "expected at most that (make the plan with a larger max_batch)")
+        with self._guard():
+            _ds.schedule_on_device(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
+                                   self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
+                                   scratch=self._scratch, max_batch=cap.batch, **self._device_kw)
+        splits = self._device_kw.get("num_splits") or self._device_kw["budget"]
+        heads, dv = self.num_heads, self.head_dim_v
+        block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows), dv)
+        self._planned = _Planned(
+            schedule=None, batch=B, max_len=0, grid=(cap.ctas * self.groups,), merge=True,
+            merge_grid=(B * heads, cdiv(dv, block_d)), merge_meta=dict(BLOCK_S=block_s, BLOCK_D=block_d,
+                                                                        num_warps=warps),
+            lse_scratch=self._lse[:B], q_shape=(B, heads, self.head_dim_qk), out_shape=(B, heads, dv))
+
+    @property
+    def status(self) -> torch.Tensor | None:
+        """The device status of the last ``plan_on_device`` (int32 ``[1]``: 0 ok, bits ``device_schedule.
+        OVER_CAPACITY`` and ``NEGATIVE_LENGTH``); 0 after a host ``plan()``; None before the buffers exist."""
+        return None if self.capacity is None else self._status
 
     def _check_table(self, lens: list[int], block_table: torch.Tensor, num_pages: int | None) -> None:
         _launch.check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=self.device)
@@ -352,7 +435,8 @@ class _DecodePlan:
 
     @property
     def schedule(self) -> Schedule | None:
-        """The current plan's schedule (None before the first ``plan()``)."""
+        """The current plan's schedule (None before the first ``plan()``, and after ``plan_on_device``: the host
+        never sees it)."""
         return None if self._planned is None else self._planned.schedule
 
     # --- run helpers ---------------------------------------------------------------------------------------------
@@ -429,7 +513,8 @@ class GQADecodePlan(_DecodePlan):
     for ``device_spec`` (a ``DeviceSpec`` or preset name; default: the GPU the plan lives on, the ``h200`` preset on
     the CPU). Capacities ``max_batch``, ``max_ctas``, ``max_items``, ``max_partial_rows`` and ``use_cuda_graph``: the
     module docstring. Tiles ``block_n``, ``num_warps``, ``num_stages`` default as ``kernels.gqa.default_knobs``;
-    ``sm_scale`` (default ``1/sqrt(head_dim)``) as ``gqa_decode`` takes it."""
+    ``sm_scale`` (default ``1/sqrt(head_dim)``) as ``gqa_decode`` takes it. ``device_schedule``: the schedule computed
+    on the device by ``plan_on_device`` (the module docstring)."""
 
     kind = "gqa"
     what = "GQADecodePlan"
@@ -439,7 +524,7 @@ class GQADecodePlan(_DecodePlan):
                  max_items: int | None = None, max_ctas: int | None = None, max_partial_rows: int | None = None,
                  num_splits: int | None = None, ctas: int | None = None, use_cuda_graph: bool = False,
                  device_spec: object = None, block_n: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, sm_scale: float | None = None) -> None:
+                 num_stages: int | None = None, sm_scale: float | None = None, device_schedule: bool = False) -> None:
         from splitlab.kernels import gqa
 
         hq, hkv = check_int("num_q_heads", num_q_heads), check_int("num_kv_heads", num_kv_heads)
@@ -457,7 +542,8 @@ class GQADecodePlan(_DecodePlan):
         super().__init__(heads=hq, kv_heads=hkv, head_dim_qk=D, head_dim_v=D, page_size=page_size, dtype=dtype,
                          kv_dtype=dtype, device=device, groups=hkv, scheduler=scheduler, max_batch=max_batch,
                          max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
-                         num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec)
+                         num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
+                         device_schedule=device_schedule)
         self._group = hq // hkv
         self._meta_kw = dict(
             PAGE_SIZE=self.page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(self._group)),
@@ -524,7 +610,7 @@ class MLADecodePlan(_DecodePlan):
                  max_ctas: int | None = None, max_partial_rows: int | None = None, num_splits: int | None = None,
                  ctas: int | None = None, use_cuda_graph: bool = False, device_spec: object = None,
                  block_n: int | None = None, block_h: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, sm_scale: float | None = None) -> None:
+                 num_stages: int | None = None, sm_scale: float | None = None, device_schedule: bool = False) -> None:
         from splitlab.kernels import mla
 
         H, Dqk = check_int("num_heads", num_heads), check_int("head_dim_qk", head_dim_qk)
@@ -548,7 +634,8 @@ class MLADecodePlan(_DecodePlan):
         super().__init__(heads=H, kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv, page_size=page_size, dtype=dtype,
                          kv_dtype=kv_dtype, device=device, groups=tiles, scheduler=scheduler, max_batch=max_batch,
                          max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
-                         num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec)
+                         num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
+                         device_schedule=device_schedule)
         block_dv, block_dr = mla.padded_dims(Dqk, Dv)
         self._meta_kw = dict(
             PAGE_SIZE=self.page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv, BLOCK_H=d.block_h, BLOCK_N=d.block_n,
