@@ -77,17 +77,17 @@ def _device_schedule_kernel(
     lens = tl.maximum(raw, 0)
     t1 = tl.maximum((lens + tile - 1) // tile, 1)
     if MODE == 0:  # balanced: schedulers.smallest_chunk's binary search, low 1, high max(t, 1)
-        hi = tl.max(tl.where(valid, t1, 1), axis=0)
-        lo = hi * 0 + 1
-        for _ in range(32):
-            mid = (lo + hi) // 2
-            count = tl.sum(tl.where(valid, (t1 + mid - 1) // mid, 0), axis=0)
-            go = lo < hi
-            lo = tl.where(go & (count > param), mid + 1, lo)
-            hi = tl.where(go & (count <= param), mid, hi)
-        chunk_keys = lo * tile
+        c_hi = tl.max(tl.where(valid, t1, 1), axis=0)
+        c_lo = c_hi * 0 + 1
+        for _round in range(32):
+            c_mid = (c_lo + c_hi) // 2
+            count = tl.sum(tl.where(valid, (t1 + c_mid - 1) // c_mid, 0), axis=0)
+            go = c_lo < c_hi
+            c_lo = tl.where(go & (count > param), c_mid + 1, c_lo)
+            c_hi = tl.where(go & (count <= param), c_mid, c_hi)
+        chunk_keys = c_lo * tile
         step = tl.zeros([BLOCK_B], tl.int32) + chunk_keys
-        n = (t1 + lo - 1) // lo
+        n = (t1 + c_lo - 1) // c_lo
     else:  # uniform: cdiv(cdiv(L, S), tile) * tile keys a chunk; the chunks that start before L (one if L == 0)
         chunk_keys = 0
         step = ((lens + param - 1) // param + tile - 1) // tile * tile
@@ -110,9 +110,9 @@ def _device_schedule_kernel(
     tl.store(num_ctas_ptr, total)
     tl.store(status_ptr, over.to(tl.int32) * 1 + (tl.max(neg.to(tl.int32), axis=0) > 0).to(tl.int32) * 2)
     offs_i = tl.arange(0, BLOCK_I)
-    for i0 in range(0, cap_ctas + 1, BLOCK_I):
-        i = i0 + offs_i
-        tl.store(cta_ptr + i, i, mask=i <= cap_ctas)
+    for c0 in range(0, cap_ctas + 1, BLOCK_I):
+        ci = c0 + offs_i
+        tl.store(cta_ptr + ci, ci, mask=ci <= cap_ctas)
 
     if MODE == 2:  # split-major: split s of every request that has it, then split s + 1
         base = total * 0
@@ -131,16 +131,15 @@ def _device_schedule_kernel(
         for i0 in range(0, total, BLOCK_I):
             i = i0 + offs_i
             live = i < total
-            lo = zero
-            hi = zero + batch
-            for _ in range(LOG_B):
-                act = lo < hi
-                mid = (lo + hi) // 2
-                c = tl.load(scratch_ptr + mid, mask=act & live, other=0)
-                right = c <= i
-                lo = tl.where(act & right, mid + 1, lo)
-                hi = tl.where(act & (c > i), mid, hi)
-            r = tl.minimum(lo, batch - 1)
+            s_lo = zero
+            s_hi = zero + batch
+            for _step in range(LOG_B):
+                act = s_lo < s_hi
+                s_mid = (s_lo + s_hi) // 2
+                c = tl.load(scratch_ptr + s_mid, mask=act & live, other=0)
+                s_lo = tl.where(act & (c <= i), s_mid + 1, s_lo)
+                s_hi = tl.where(act & (c > i), s_mid, s_hi)
+            r = tl.minimum(s_lo, batch - 1)
             end_r = tl.load(scratch_ptr + r, mask=live, other=0)
             first = tl.load(scratch_ptr + r - 1, mask=live & (r > 0), other=0)
             n_r = end_r - first
