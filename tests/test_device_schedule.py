@@ -79,6 +79,19 @@ def test_uniform_equals_the_host_scheduler(request_major):
         assert_equal_to_host(buf, s)
 
 
+def test_stream_k_equals_the_host_scheduler():
+    """Stream-K (persistent: several items a slot, a span crossing requests): items, slots' CSR offsets, rows and the
+    slot count (the CTAs, not the items) as schedulers.stream_k's."""
+    rng = random.Random(11)
+    for _ in range(60):
+        lens = random_lens(rng)
+        ctas = rng.choice([1, 2, 7, 33, 132, 1000])
+        s = S.stream_k(lens, ctas)
+        assert s.ctas <= ctas and len(s.items) <= ctas + len(lens)  # the capacity a plan sizes for it
+        buf = device(lens, "stream_k", ctas + len(lens), max(ctas, len(lens)), ctas=ctas, max_batch=64)
+        assert_equal_to_host(buf, s)
+
+
 def test_past_capacity_is_one_bad_item_a_request():
     """A schedule past the items, the CTA slots or the partial rows: one item a request of keys [1, 0) (its request
     NaN, no key read), no partial rows, status 1."""
@@ -87,7 +100,9 @@ def test_past_capacity_is_one_bad_item_a_request():
                dict(scheduler="balanced", budget=40, cap_items=64, cap_ctas=8),
                dict(scheduler="balanced", budget=40, cap_items=64, max_partial_rows=4),
                dict(scheduler="uniform", num_splits=4, cap_items=6),
-               dict(scheduler="uniform", num_splits=4, cap_items=6, request_major=True)):
+               dict(scheduler="uniform", num_splits=4, cap_items=6, request_major=True),
+               dict(scheduler="stream_k", ctas=20, cap_items=10, cap_ctas=30),
+               dict(scheduler="stream_k", ctas=20, cap_items=40, cap_ctas=10)):
         buf = device(lens, **kw)
         assert buf["status"].item() == OVER_CAPACITY
         assert buf["num_ctas"].item() == 3
@@ -101,7 +116,10 @@ def test_refusals_are_one_line():
     buf = buffers(8, 8, 2)
     t = torch.tensor([5, 6], dtype=torch.int32)
     for call, match in (
-            (lambda: schedule_on_device(t, **buf, scheduler="stream_k", budget=4), "scheduler='stream_k'"),
+            (lambda: schedule_on_device(t, **buf, scheduler="splitlab", budget=4), "scheduler='splitlab'"),
+            (lambda: schedule_on_device(t, **buf, scheduler="stream_k"), "ctas"),
+            (lambda: schedule_on_device(t, **dict(buf, items=buf["items"][:1]), scheduler="balanced", budget=4),
+             "at least the batch"),
             (lambda: schedule_on_device(t.long(), **buf, scheduler="balanced", budget=4), "1-D int32"),
             (lambda: schedule_on_device(t, **buf, scheduler="balanced"), "budget"),
             (lambda: schedule_on_device(t, **buf, scheduler="uniform"), "num_splits"),
@@ -110,8 +128,8 @@ def test_refusals_are_one_line():
             (lambda: schedule_on_device(t, **buf, scheduler="balanced", budget=4, max_batch=1), "past max_batch"),
             (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="balanced",
                                    device_schedule=True), "use_cuda_graph=True"),
-            (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="stream_k",
-                                   device_schedule=True, use_cuda_graph=True), "balanced or uniform"),
+            (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="flashinfer",
+                                   device_schedule=True, use_cuda_graph=True), "balanced, uniform or stream_k"),
             (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="uniform",
                                    device_schedule=True, use_cuda_graph=True), "num_splits"),
             (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="balanced",
@@ -156,7 +174,7 @@ def gqa_case(lens, seed=0):
     return x, ref, ref_lse
 
 
-PLANS = [("balanced", dict(ctas=7)), ("uniform", dict(num_splits=3))]
+PLANS = [("balanced", dict(ctas=7)), ("uniform", dict(num_splits=3)), ("stream_k", dict(ctas=9))]
 
 
 @pytest.mark.parametrize("scheduler,knobs", PLANS, ids=[s for s, _ in PLANS])
@@ -168,6 +186,8 @@ def test_plan_on_device_writes_the_host_plans_work_list(scheduler, knobs):
     rng = random.Random(5)
     for _ in range(6):
         lens = [rng.choice(SPECIAL[:9]) for _ in range(rng.randint(1, 8))]
+        if max(lens) == 0 and scheduler == "stream_k":  # the host plan's all-empty batch: uniform's one item a slot
+            lens[0] = 1
         s = p.plan(lens)
         host = p._meta.clone()
         p._meta.fill_(-7)
@@ -210,7 +230,7 @@ def test_mla_plan_on_device_matches_reference():
     x = mla_inputs(4, 16, 96, lens, page_size=64, dtype=torch.float32, seed=3)
     poison_unread_pages_(x["kv_cache"], x["block_table"], lens, 64)
     ref, ref_lse = reference.mla_decode(**x, head_dim_v=64, return_lse=True)
-    for scheduler, knobs in (("balanced", dict(ctas=5)), ("uniform", dict(num_splits=2))):
+    for scheduler, knobs in (("balanced", dict(ctas=5)), ("uniform", dict(num_splits=2)), ("stream_k", dict(ctas=5))):
         p = MLADecodePlan(16, 96, 64, 64, dtype=torch.float32, device="cpu", scheduler=scheduler, max_batch=4,
                           use_cuda_graph=True, device_schedule=True, **knobs)
         p.plan_on_device(torch.tensor(lens, dtype=torch.int32))
@@ -282,7 +302,7 @@ ds._device_schedule_kernel = Warmup(ds._device_schedule_kernel)
 i32 = dict(dtype=torch.int32)
 for max_batch in (64, 1024):
     for kw in (dict(scheduler="balanced", budget=264), dict(scheduler="uniform", num_splits=4),
-               dict(scheduler="uniform", num_splits=4, request_major=True)):
+               dict(scheduler="uniform", num_splits=4, request_major=True), dict(scheduler="stream_k", ctas=264)):
         ds.schedule_on_device(torch.zeros(8, **i32), torch.zeros(300, 4, **i32), torch.zeros(301, **i32),
                               torch.zeros(9, **i32), torch.zeros(1, **i32), torch.zeros(1, **i32),
                               max_batch=max_batch, **kw)
@@ -293,7 +313,7 @@ for k in compiled:
 
 
 def test_schedule_kernel_compiles_for_sm90():
-    """The schedule kernel (its three modes, blocks of 64 and 1024 requests) compiles for sm_90 (the interpreter
+    """The schedule kernel (its four modes, blocks of 64 and 1024 requests) compiles for sm_90 (the interpreter
     checks no loop-carried types or barriers), with a CTA barrier in the PTX (tests/test_decode_plan.py's stand-in
     driver: no GPU, nothing launched)."""
     import os
@@ -309,4 +329,4 @@ def test_schedule_kernel_compiles_for_sm90():
     if r.returncode == 3:
         pytest.skip(r.stdout.strip())
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
-    assert r.stdout.count("ok ") == 6
+    assert r.stdout.count("ok ") == 8

@@ -33,14 +33,14 @@ The empty programs of a capacity grid cost GPU time (a GPU question: keep ``max_
 needs). Without ``use_cuda_graph`` the grid is the plan's exact slot count and the merge runs only where a request
 was split; ``run()`` then refuses to be captured (a later plan would change the grid).
 
-Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced`` and
-``uniform`` at a ``num_splits``). ``plan_on_device(seq_lens)`` takes the lengths as a device int32 tensor and
-launches ``kernels.device_schedule``'s kernel into the same buffers (the host scheduler's work list, bit for bit),
-with no host sync: a graph captures it with ``run()``, and each replay recomputes the schedule from the lengths the
-tensor then holds, so one graph a batch size serves every length (padded requests: length 0). The host never sees
-that schedule (``schedule`` is None, ``run()`` cannot check the lengths against the block table: a request past it
-is NaN); past a capacity smaller than ``capacity_bound`` every row is NaN and ``status`` (a device int32) is 1.
-``plan()`` still works on such a plan.
+Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced``, ``stream_k``
+and ``uniform`` at a ``num_splits``). ``plan_on_device(seq_lens)`` takes the lengths as a device int32 tensor and
+launches ``kernels.device_schedule``'s kernel into the same buffers (the host scheduler's work list, bit for bit), with
+no host sync: a graph captures it with ``run()``, and each replay recomputes the schedule from the lengths the tensor
+then holds, so one graph a batch size serves every length (padded requests: length 0). The host never sees that schedule
+(``schedule`` is None, ``run()`` cannot check the lengths against the block table: a request past it is NaN); past a
+capacity smaller than ``capacity_bound`` every row is NaN and ``status`` (a device int32) is 1. ``plan()`` still works
+on such a plan.
 
 Host to device. ``plan()`` writes the work list in one copy: from a pinned staging buffer without a stream sync on
 a GPU (two staging buffers in turn, each reused only after its previous copy's event has completed, so a plan made
@@ -176,7 +176,8 @@ class _DecodePlan:
 
     def _check_device_schedule(self, on: object) -> bool:
         """``device_schedule``: a bool; True only with ``use_cuda_graph`` (the grid is the capacity) and a scheduler
-        the device computes at knobs fixed now (``balanced``'s budget, ``uniform``'s ``num_splits``)."""
+        the device computes at knobs fixed now (``balanced``'s and ``stream_k``'s CTAs, ``uniform``'s
+        ``num_splits``)."""
         if not isinstance(on, bool):
             raise bad("device_schedule", on, "True or False")
         if not on:
@@ -186,8 +187,8 @@ class _DecodePlan:
             raise SplitlabError(f"{name} without use_cuda_graph: the grid must be the capacity (the host never "
                                 "learns the schedule); expected use_cuda_graph=True")
         if self.scheduler not in _ds.DEVICE_SCHEDULERS:
-            raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected balanced or uniform (the "
-                                "schedulers computed on the device)")
+            raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected balanced, uniform or stream_k "
+                                "(the schedulers computed on the device)")
         if self.scheduler == "uniform":
             if self._num_splits is None:
                 raise SplitlabError(f"{name} with scheduler 'uniform' and no num_splits; expected num_splits (the "
@@ -197,8 +198,9 @@ class _DecodePlan:
             self._device_kw = dict(scheduler="uniform", num_splits=self._num_splits,
                                    request_major=rule.REQUEST_MAJOR[self.kind])
         else:
-            budget = self._ctas or S.slots_per_group(self._workload((1,)), self.spec)
-            self._device_kw = dict(scheduler="balanced", budget=budget)
+            n = self._ctas or S.slots_per_group(self._workload((1,)), self.spec)
+            self._device_kw = (dict(scheduler="balanced", budget=n) if self.scheduler == "balanced" else
+                               dict(scheduler="stream_k", ctas=n))
         return True
 
     # --- capacity and buffers ------------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ class _DecodePlan:
         self._items = self._meta[self._off_it:].view(cap.items, 4)
         self._status = self._meta[1:2]  # plan_on_device's status (device_schedule); 0 after a host plan
         if self.device_schedule:
-            self._scratch = torch.zeros(cap.batch, dtype=torch.int32, device=dev)
+            self._scratch = torch.zeros(2 * cap.batch, dtype=torch.int32, device=dev)
         if dev.type == "cuda":  # two pinned staging buffers in turn (the module docstring)
             self._staging = [torch.empty(total, dtype=torch.int32, pin_memory=True) for _ in range(2)]
             self._copied: list[torch.cuda.Event | None] = [None, None]
@@ -340,7 +342,8 @@ class _DecodePlan:
             _ds.schedule_on_device(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
                                    self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
                                    scratch=self._scratch, max_batch=cap.batch, **self._device_kw)
-        splits = self._device_kw.get("num_splits") or self._device_kw["budget"]
+        kw = self._device_kw
+        splits = kw.get("num_splits") or kw.get("budget") or kw["ctas"]
         heads, dv = self.num_heads, self.head_dim_v
         block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows), dv)
         self._planned = _Planned(

@@ -68,9 +68,14 @@ def test_equals_host_compiled():
                 schedule_on_device(t, **buf, scheduler="uniform", num_splits=splits, request_major=rm,
                                    max_batch=max_batch)
                 check(buf, S.uniform(lens, splits, request_major=rm))
+            ctas = rng.choice([1, 33, 132, 1000])
+            buf = buffers(ctas + B, B)
+            schedule_on_device(t, **buf, scheduler="stream_k", ctas=ctas, max_batch=max_batch)
+            check(buf, S.stream_k(lens, ctas))
 
 
-@pytest.mark.parametrize("scheduler,knobs", [("balanced", dict(ctas=132)), ("uniform", dict(num_splits=4))])
+@pytest.mark.parametrize("scheduler,knobs", [("balanced", dict(ctas=132)), ("uniform", dict(num_splits=4)),
+                                             ("stream_k", dict(ctas=132))])
 def test_graph_replays_over_new_lengths(scheduler, knobs):
     B, max_keys = 32, 8192
     rng = random.Random(3)
@@ -111,10 +116,11 @@ def test_schedule_kernel_time():
         t = torch.tensor(lens, dtype=torch.int32, device="cuda")
         for name, kw, cap in (("balanced", dict(budget=264), max(264, B)),
                               ("uniform_split_major", dict(num_splits=8), B * 8),
-                              ("uniform_request_major", dict(num_splits=8, request_major=True), B * 8)):
-            kw = dict(kw, scheduler=name.split("_")[0])
+                              ("uniform_request_major", dict(num_splits=8, request_major=True), B * 8),
+                              ("stream_k", dict(ctas=264), 264 + B)):
+            kw = dict(kw, scheduler="stream_k" if name == "stream_k" else name.split("_")[0])
             buf = buffers(cap, B)
-            scratch = torch.empty(max_batch, dtype=torch.int32, device="cuda")
+            scratch = torch.empty(2 * max_batch, dtype=torch.int32, device="cuda")
             schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
