@@ -94,12 +94,12 @@ def _device_schedule_kernel(
     if MODE == 0:  # balanced: schedulers.smallest_chunk's binary search, low 1, high max(t, 1)
         c_hi = tl.max(tl.where(valid, t1, 1), axis=0)
         c_lo = c_hi * 0 + 1
-        for _round in range(32):
+        while c_lo < c_hi:  # about log2(longest tiles) rounds, each one reduction over the batch
             c_mid = (c_lo + c_hi) // 2
             count = tl.sum(tl.where(valid, (t1 + c_mid - 1) // c_mid, 0), axis=0)
-            go = c_lo < c_hi
-            c_lo = tl.where(go & (count > param), c_mid + 1, c_lo)
-            c_hi = tl.where(go & (count <= param), c_mid, c_hi)
+            fits = count <= param
+            c_lo = tl.where(fits, c_lo, c_mid + 1)
+            c_hi = tl.where(fits, c_mid, c_hi)
         chunk_keys = c_lo * tile
         step = tl.zeros([BLOCK_B], tl.int32) + chunk_keys
         n = (t1 + c_lo - 1) // c_lo
