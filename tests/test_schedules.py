@@ -152,3 +152,32 @@ def test_the_cli_schedule_refuses_in_one_line(capsys, argv, says):
     assert cli.main(["schedule", *argv]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1, err
+
+
+def _slow_splitlab(w, dev, max_ctas=None, max_items=None):
+    """The scheduler's choice by pricing every built candidate (what ``schedulers.splitlab`` computes faster)."""
+    c = __import__("splitlab.planners.splitlab", fromlist=["x"]).constants_for(dev, w.kind).constants
+    best, key = None, None
+    for s in S.candidates(w, dev.sm_count, c):
+        if (max_ctas is not None and s.ctas > max_ctas) or (max_items is not None and len(s.items) > max_items):
+            continue
+        k = (S.modelled_time(s, w, dev.sm_count, c, dev.arch), s.partial_rows, len(s.items))
+        if key is None or k < key:
+            best, key = s, k
+    return best, key[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([("gqa", 32, 8), ("gqa", 128, 1), ("gqa", 64, 8), ("mla", 16, 1), ("mla", 128, 1)]),
+       st.integers(1, 96), st.sampled_from([1000, 8192, 40000]), st.sampled_from(["uniform", "spread16", "longtail"]),
+       st.integers(0, 50), st.sampled_from([None, 64, 300]))
+def test_the_fast_choice_is_the_built_candidates_choice(shape, batch, longest, dist, seed, cap):
+    kind, hq, hkv = shape
+    dims = (128, 128, 16) if kind == "gqa" else (576, 512, 64)
+    w = DecodeWorkload(kind, batch, hq, hkv, dims[0], dims[1], longest, page_size=dims[2], length_dist=dist,
+                       length_seed=seed)
+    dev = devices.get("h200")
+    cap = None if cap is None or cap < batch else cap
+    fast = S.splitlab(w, dev, max_ctas=cap, max_items=cap)
+    slow, modelled = _slow_splitlab(w, dev, cap, cap)
+    assert fast.digest == slow.digest and fast.params["modelled"] == pytest.approx(round(modelled, 2))

@@ -241,11 +241,45 @@ def modelled_time(s: Schedule, w: object, sm_count: int, c: object, arch: str = 
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
     tiles = [t + max(n - 1, 0) * c.fixed / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
     busy = [t for t, n in zip(tiles, per_cta, strict=True) if n]
+    return _priced(busy, s.partial_rows, h, slots, rate, cap, p, sm_count, c)
+
+
+def _priced(busy: list[float], partial_rows: int, h: int, slots: int, rate: float, cap: float, p: float,
+            sm_count: int, c: object) -> float:
+    """``modelled_time``'s sum, given the busy slots' key tiles in issue order and the partial rows."""
+    from splitlab.planners import splitlab as rule
+
     launch = rule.ragged_launch_time(busy, h, 1, slots, rate, c.fixed, cap, request_major=True) if busy else 0.0
-    if s.partial_rows:
-        launch += c.partial * p * cdiv(s.partial_rows * h, sm_count)
-        launch += c.combine + c.combine_per_split * s.partial_rows * h * p / sm_count
+    if partial_rows:
+        launch += c.partial * p * cdiv(partial_rows * h, sm_count)
+        launch += c.combine + c.combine_per_split * partial_rows * h * p / sm_count
     return launch
+
+
+def _uniform_tiles(lens: Sequence[int], num_splits: int, request_major: bool, tile: int = TILE_KEYS
+                   ) -> tuple[list[int], int]:
+    """(each CTA's key tiles in issue order, partial rows) of ``uniform(lens, num_splits, request_major=...)``,
+    without building it (an empty request's item counts one tile, as ``Schedule.cta_tiles`` counts it)."""
+    per = [cdiv(cdiv(n, num_splits), tile) * tile for n in lens]
+    order = ([(r, k) for r in range(len(lens)) for k in range(num_splits)] if request_major else
+             [(r, k) for k in range(num_splits) for r in range(len(lens))])
+    tiles = [1 if n == 0 else cdiv(min(per[r], n - k * per[r]), tile)
+             for r, k in order if (n := lens[r]) == 0 and k == 0 or n > 0 and k * per[r] < n]
+    rows = sum(m for n, q in zip(lens, per, strict=True) if (m := cdiv(n, q) if n else 1) > 1)
+    return tiles, rows
+
+
+def _balanced_tiles(lens: Sequence[int], budget: int, tile: int = TILE_KEYS) -> tuple[list[int], int]:
+    """(each CTA's key tiles in issue order, partial rows) of ``balanced(lens, budget)``, without building it."""
+    t = [cdiv(n, tile) for n in lens]
+    chunk = smallest_chunk(t, budget)
+    tiles: list[int] = []
+    rows = 0
+    for n in t:
+        k = cdiv(max(n, 1), chunk)
+        tiles += [chunk] * (k - 1) + [max(n - (k - 1) * chunk, 1)]
+        rows += k if k > 1 else 0
+    return tiles, rows
 
 
 def candidates(w: object, sm_count: int, c: object) -> list[Schedule]:
@@ -276,19 +310,46 @@ def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int 
     from splitlab.planners import splitlab as rule
 
     c = rule.constants_for(dev, w.kind).constants if constants is None else constants
+    lens = list(w.lengths)
+    # Every candidate is priced from its parameters (one item a CTA: the key tiles of each, in issue order) and only
+    # the winner is built: the same choice as pricing ``candidates``' schedules (tests/test_schedules.py), in a
+    # fraction of the time (a plan is made once per decode step).
+    rows_ = rule.tile_rows(w)
+    wide = rule.wide_tile(w, rows_)
+    mid = rule.mid_tile(w, rows_) and c.ctas_per_sm_mid > 0
+    slots = dev.sm_count * ctas_per_sm(w, c)
+    scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
+    lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
+    cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
+    rate = rule._tile_rate(w, rows_, dev.arch, None, c)
+    h, p = head_groups(w), rule.partial_tiles(w, None, dev.arch)
+    major = rule.REQUEST_MAJOR[w.kind]
+    base = max(1, dev.sm_count * ctas_per_sm(w, c) // h)
+    specs = [("uniform", n, _uniform_tiles(lens, n, major)) for n in rule.split_candidates(w, c.max_splits,
+                                                                                         dev.sm_count)]
+    specs += [("balanced", b, _balanced_tiles(lens, b)) for b in sorted({max(1, m * base) for m in BALANCED_WAVES})
+              if b >= w.batch]
     best, key = None, None
-    for s in candidates(w, dev.sm_count, c):
-        if (max_ctas is not None and s.ctas > max_ctas) or (max_items is not None and len(s.items) > max_items):
+    for m in STREAM_K_WAVES:  # persistent: priced on the built schedule (none weighed today)
+        sk = stream_k(lens, max(1, m * base))
+        if (max_ctas is None or sk.ctas <= max_ctas) and (max_items is None or len(sk.items) <= max_items):
+            k = (modelled_time(sk, w, dev.sm_count, c, dev.arch), sk.partial_rows, len(sk.items))
+            if key is None or k < key:
+                best, key = ("stream_k", max(1, m * base)), k
+    for name, arg, (tiles, prows) in specs:
+        if (max_ctas is not None and len(tiles) > max_ctas) or (max_items is not None and len(tiles) > max_items):
             continue
-        k = (modelled_time(s, w, dev.sm_count, c, dev.arch), s.partial_rows, len(s.items))
+        k = (_priced([t * 1.0 for t in tiles], prows, h, slots, rate, cap, p, dev.sm_count, c), prows, len(tiles))
         if key is None or k < key:
-            best, key = s, k
+            best, key = (name, arg), k
     if best is None:
         raise SplitlabError(f"scheduler splitlab: no candidate fits max_ctas={max_ctas}, max_items={max_items} for "
                             f"{w.batch} requests; expected capacities of at least the batch")
-    return Schedule(best.scheduler if best.scheduler != "uniform" else "uniform", best.lengths, best.ctas,
-                    best.items, best.persistent, best.align, dict(best.params, chosen_by="splitlab",
-                                                                  modelled=round(key[0], 2)))
+    build = {"uniform": lambda n: uniform(lens, n, request_major=major), "balanced": lambda b: balanced(lens, b),
+             "stream_k": lambda n: stream_k(lens, n)}
+    s = build[best[0]](best[1])
+    return Schedule(s.scheduler, s.lengths, s.ctas, s.items, s.persistent, s.align,
+                    dict(s.params, chosen_by="splitlab", modelled=round(key[0], 2)))
 
 
 def slots_per_group(w: object, dev: object, c: object = None) -> int:
