@@ -426,7 +426,7 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     tile; the Gluon tile does not take work lists yet), the split of the keys taken from ``work``."""
     from splitlab.kernels import mla
 
-    check = mla.check_tensor
+    check = _launch.check_tensor
     q = check("q", q, 3, dtypes=_launch.FLOAT_DTYPES)
     _launch.check_launch_device("q", q)
     check("kv_cache", kv_cache, 3, dtypes=(*_launch.FLOAT_DTYPES, _launch.FP8_KV_DTYPE), device=q.device)
