@@ -13,34 +13,9 @@ from ptxas run again on the PTX), as the hostile-input guards once made it on MQ
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
+from sm90 import compile_in_child
 
 SCRIPT = r"""
-import os, subprocess, sys, tempfile
-try:
-    import torch, triton
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    class TargetOnlyDriver:
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-        def get_current_device(self):
-            return 0
-        def get_current_stream(self, device=None):
-            return 0
-
-    driver.set_active(TargetOnlyDriver())
-except Exception as e:
-    print(f"no stand-in driver: {e!r}")
-    sys.exit(3)
-
-import re
 import splitlab.kernels._launch as launch_common
 import splitlab.kernels.combine as comb
 import splitlab.kernels.gqa as gqa
@@ -48,14 +23,6 @@ import splitlab.kernels.mla as mla
 import splitlab.kernels.mla_sm90 as sm90
 import splitlab.kernels.sparse_mla as smla
 from splitlab.kernels.inputs import gqa_inputs, mla_inputs, quantize_fp8, sparse_mla_inputs
-
-compiled = []
-
-class Warmup:
-    def __init__(self, kernel):
-        self.kernel = kernel
-    def __getitem__(self, grid):
-        return lambda *a, **kw: compiled.append(self.kernel.warmup(*a, grid=grid, **kw))
 
 gqa._gqa_partial_kernel = Warmup(gqa._gqa_partial_kernel)
 mla._mla_decode_kernel = Warmup(mla._mla_decode_kernel)
@@ -192,11 +159,4 @@ sys.exit(1 if failed else 0)
 
 
 def test_kernels_compile_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True, text=True,
-                       timeout=600)
-    if r.returncode == 3:
-        pytest.skip(r.stdout.strip())
-    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    compile_in_child(SCRIPT)

@@ -272,32 +272,8 @@ def test_plan_on_device_makes_no_host_sync(monkeypatch, launches):
 
 
 COMPILE = r"""
-import sys
-try:
-    import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    class TargetOnlyDriver:
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-        def get_current_device(self):
-            return 0
-        def get_current_stream(self, device=None):
-            return 0
-
-    driver.set_active(TargetOnlyDriver())
-except Exception as e:
-    print(f"no stand-in driver: {e!r}")
-    sys.exit(3)
 import splitlab.kernels.device_schedule as ds
 
-compiled = []
-class Warmup:
-    def __init__(self, kernel):
-        self.kernel = kernel
-    def __getitem__(self, grid):
-        return lambda *a, **kw: compiled.append(self.kernel.warmup(*a, grid=grid, **kw))
 ds._device_schedule_kernel = Warmup(ds._device_schedule_kernel)
 i32 = dict(dtype=torch.int32)
 for max_batch in (64, 1024):
@@ -314,19 +290,9 @@ for k in compiled:
 
 def test_schedule_kernel_compiles_for_sm90():
     """The schedule kernel (its four modes, blocks of 64 and 1024 requests) compiles for sm_90 (the interpreter
-    checks no loop-carried types or barriers), with a CTA barrier in the PTX (tests/test_decode_plan.py's stand-in
+    checks no loop-carried types or barriers), with a CTA barrier in the PTX (tests/sm90.py's stand-in
     driver: no GPU, nothing launched)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from sm90 import compile_in_child
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-c", COMPILE], env=env, cwd=root, capture_output=True, text=True,
-                       timeout=600)
-    if r.returncode == 3:
-        pytest.skip(r.stdout.strip())
-    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    r = compile_in_child(COMPILE)
     assert r.stdout.count("ok ") == 8

@@ -1,0 +1,61 @@
+"""Compiling kernels for a real NVIDIA target (sm_90) on a CPU machine, without launching, shared by the tests that
+check compiled code (``test_compile_sm90``, ``test_decode_plan``, ``test_device_schedule``).
+
+The interpreter accepts code that NVIDIA compilation rejects, so a child process without ``TRITON_INTERPRET`` gives
+Triton a stand-in driver that only names the target (``PREAMBLE``), and ``Warmup`` wraps a jitted kernel so that a
+launcher's ``kernel[grid](...)`` runs the whole pipeline through ptxas (bundled with the triton wheel) into
+``compiled`` instead of launching."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: The start of every compile script: the stand-in driver (exit 3 where Triton cannot take one: the test skips),
+#: ``compiled`` and ``Warmup``.
+PREAMBLE = r"""
+import os, re, subprocess, sys, tempfile
+try:
+    import torch, triton
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    class TargetOnlyDriver:
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+        def get_current_device(self):
+            return 0
+        def get_current_stream(self, device=None):
+            return 0
+
+    driver.set_active(TargetOnlyDriver())
+except Exception as e:
+    print(f"no stand-in driver: {e!r}")
+    sys.exit(3)
+
+compiled = []
+
+class Warmup:
+    def __init__(self, kernel):
+        self.kernel = kernel
+    def __getitem__(self, grid):
+        return lambda *a, **kw: compiled.append(self.kernel.warmup(*a, grid=grid, **kw))
+"""
+
+
+def compile_in_child(body: str) -> subprocess.CompletedProcess:
+    """Run ``PREAMBLE + body`` in a child process without the interpreter, from the repository's root; skip the test
+    where no stand-in driver can be set, fail it (with the child's output) where the script exits non-zero."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    r = subprocess.run([sys.executable, "-c", PREAMBLE + body], env=env, cwd=root, capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode == 3:
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    return r
