@@ -238,7 +238,9 @@ def _fixed_split_facts(batch: int, hq: int, hkv: int, d: int, page_size: int, dt
                             num_stages=num_stages)
 
 
-def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
+def _check_inputs(q, k_cache, v_cache, block_table, seq_lens=None) -> None:
+    """The launch's tensors checked, each refused in one line (``seq_lens`` where the launch reads it: the work-list
+    launcher takes the lengths from its schedule)."""
     check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
     dev = q.device
     check_tensor("k_cache", k_cache, 4, dtypes=FLOAT_DTYPES, device=dev)
@@ -246,7 +248,8 @@ def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
     check_same_dtype(q, k_cache=k_cache, v_cache=v_cache)
     check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache)
     check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
-    check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
+    if seq_lens is not None:
+        check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
     B, Hq, D = q.shape
     num_pages, page_size, Hkv, Dk = k_cache.shape
     for name, n in (("batch (q.shape[0])", B), ("num_q_heads (q.shape[1])", Hq), ("head_dim (q.shape[2])", D),
@@ -264,7 +267,7 @@ def _check_inputs(q, k_cache, v_cache, block_table, seq_lens) -> None:
         raise SplitlabError(f"q has {Hq} query heads; expected a multiple of k_cache's {Hkv} kv heads")
     if block_table.shape[0] != B:
         raise SplitlabError(f"block_table has shape {tuple(block_table.shape)}; expected [{B}, max_pages]")
-    if tuple(seq_lens.shape) != (B,):
+    if seq_lens is not None and tuple(seq_lens.shape) != (B,):
         raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
     _launch.check_launch_device("q", q)
     # Dimensions the kernel indexes in 32 bits (batch, page and kv-head offsets are 64-bit).

@@ -577,6 +577,36 @@ def empty_result(rows: int, heads: int, head_dim_v: int, q: torch.Tensor, return
     return (out, lse) if return_lse else out
 
 
+def check_inputs(q: object, kv_cache: object, block_table: object, seq_lens: object = None,
+                 kv_scale: float | None = None) -> tuple[torch.Tensor, float]:
+    """``(q, kv_scale)`` once the launch's tensors are checked, each refused in one line: dtypes, devices, shapes,
+    the fp8 cache's scale, autograd, and the dimensions the kernels index in 32 bits (batch and page offsets are
+    64-bit). ``seq_lens`` where the launch reads it (the work-list launcher takes the lengths from its schedule)."""
+    q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
+    dev = q.device
+    _launch.check_launch_device("q", q)
+    check_tensor("kv_cache", kv_cache, 3, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
+    kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
+    check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
+    if seq_lens is not None:
+        check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
+    check_no_grad(q=q, kv_cache=kv_cache)
+    B, H, Dqk = q.shape
+    _, page_size, kv_dim = kv_cache.shape
+    if H < 1 or Dqk < 1:
+        raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [B, H >= 1, Dqk >= 1]")
+    if kv_dim != Dqk or page_size < 1:
+        raise SplitlabError(f"kv_cache has shape {tuple(kv_cache.shape)}; expected "
+                            f"[num_pages, page_size >= 1, {Dqk}] (q's head_dim_qk)")
+    if block_table.shape[0] != B:
+        raise SplitlabError(f"block_table has shape {tuple(block_table.shape)}; expected [{B}, max_pages]")
+    if seq_lens is not None and seq_lens.shape[0] != B:
+        raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
+    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1, 2)), ("block_table", block_table, (1,))):
+        check_spans(name, t, dims)
+    return q, kv_scale
+
+
 def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                *, head_dim_v: int = 512, num_splits: int | None = None, block_n: int | None = None,
                block_h: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
@@ -613,31 +643,13 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     such a row, where the inputs it attends are finite, naming the bound. Inputs that require grad are refused
     while autograd records (no backward).
     """
-    q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
+    q, kv_scale = check_inputs(q, kv_cache, block_table, seq_lens, kv_scale)
     dev = q.device
-    _launch.check_launch_device("q", q)
-    check_tensor("kv_cache", kv_cache, 3, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
-    kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
-    check_tensor("block_table", block_table, 2, dtypes=(torch.int32,), device=dev)
-    check_tensor("seq_lens", seq_lens, 1, dtypes=(torch.int32,), device=dev)
-    check_no_grad(q=q, kv_cache=kv_cache)
     B, H, Dqk = q.shape
-    num_pages, page_size, kv_dim = kv_cache.shape
+    num_pages, page_size, _ = kv_cache.shape
     max_pages = block_table.shape[1]
-    if H < 1 or Dqk < 1:
-        raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [B, H >= 1, Dqk >= 1]")
-    if kv_dim != Dqk or page_size < 1:
-        raise SplitlabError(f"kv_cache has shape {tuple(kv_cache.shape)}; expected "
-                            f"[num_pages, page_size >= 1, {Dqk}] (q's head_dim_qk)")
-    if block_table.shape[0] != B:
-        raise SplitlabError(f"block_table has shape {tuple(block_table.shape)}; expected [{B}, max_pages]")
-    if seq_lens.shape[0] != B:
-        raise SplitlabError(f"seq_lens has shape {tuple(seq_lens.shape)}; expected [{B}]")
     Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
     scale = resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
-    # Dimensions the kernels index in 32 bits (batch and page offsets are 64-bit).
-    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1, 2)), ("block_table", block_table, (1,))):
-        check_spans(name, t, dims)
     want = validate_setting(validate)
     if B == 0:
         return empty_result(0, H, Dv, q, return_lse)

@@ -289,9 +289,7 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     the schedule's (the keys its items cover); ``seq_lens`` is not read."""
     from splitlab.kernels import gqa
 
-    gqa._check_inputs(q, k_cache, v_cache, block_table, torch.zeros(q.shape[0], dtype=torch.int32,
-                                                                     device=q.device))
-    _launch.check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache)
+    gqa._check_inputs(q, k_cache, v_cache, block_table)
     B, Hq, D = q.shape
     num_pages, page_size, Hkv, _ = k_cache.shape
     max_keys = block_table.shape[1] * page_size
@@ -426,21 +424,9 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     tile; the Gluon tile does not take work lists yet), the split of the keys taken from ``work``."""
     from splitlab.kernels import mla
 
-    check = _launch.check_tensor
-    q = check("q", q, 3, dtypes=_launch.FLOAT_DTYPES)
-    _launch.check_launch_device("q", q)
-    check("kv_cache", kv_cache, 3, dtypes=(*_launch.FLOAT_DTYPES, _launch.FP8_KV_DTYPE), device=q.device)
-    kv_scale = _launch.check_kv_dtype(q, kv_cache, kv_scale)
-    _launch.check_no_grad(q=q, kv_cache=kv_cache)
-    check("block_table", block_table, 2, dtypes=(torch.int32,), device=q.device)
+    q, kv_scale = mla.check_inputs(q, kv_cache, block_table, kv_scale=kv_scale)
     B, H, Dqk = q.shape
-    num_pages, page_size, kv_dim = kv_cache.shape
-    if kv_dim != Dqk or block_table.shape[0] != B or H < 1:
-        raise SplitlabError(f"mla_decode_scheduled: q {tuple(q.shape)}, kv_cache {tuple(kv_cache.shape)}, "
-                            f"block_table {tuple(block_table.shape)}; expected [B, H, Dqk], [pages, page, Dqk], "
-                            "[B, max_pages]")
-    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1, 2)), ("block_table", block_table, (1,))):
-        check_spans(name, t, dims)
+    num_pages, page_size, _ = kv_cache.shape
     max_keys = block_table.shape[1] * page_size if num_pages else 0
     check_worklist(work, B, max_keys, q.device, "mla_decode_scheduled")
     Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
