@@ -137,13 +137,46 @@ def test_the_cli_schedule_json_contract(capsys):
     assert "schedule_hash" in capsys.readouterr().out
 
 
+def test_sparse_schedules_walk_each_tokens_top_k(capsys):
+    """Sparse MLA: a token is a request, its walked top-k positions its keys (``w.lengths``: topk for every token,
+    or the drawn valid prefix); the library plans of other kinds are refused; the CLI's --json contract holds."""
+    import json
+
+    from splitlab import cli
+
+    dev = devices.get("h200")
+    ragged = DecodeWorkload("sparse_mla", 8, 64, 1, 512, 512, 65536, page_size=1, topk=1024, length_dist="spread8",
+                            length_seed=3)
+    assert S.names_for("sparse_mla") == ("splitlab", "uniform", "balanced", "stream_k")
+    for w in (ragged, ragged.with_(length_dist="uniform")):
+        for name in S.names_for("sparse_mla"):
+            s = S.schedule(w, dev, name)
+            assert s.lengths == w.lengths and s.check() is s, name
+        c = __import__("splitlab.planners.splitlab", fromlist=["x"]).constants_for(dev, "sparse_mla").constants
+        slow, _ = _slow_splitlab(w, dev)
+        assert S.splitlab(w, dev, c).digest == slow.digest
+    assert S.schedule(ragged.with_(length_dist="uniform"), dev, "uniform", num_splits=4).lengths == (1024,) * 8
+    for name in ("flashmla", "flashinfer"):
+        with pytest.raises(SplitlabError, match=f"scheduler '{name}' is not allowed for kind sparse_mla"):
+            S.schedule(ragged, dev, name)
+    argv = ["schedule", "--kind", "sparse_mla", "--batch", "8", "--topk", "1024", "--heads", "64", "--head-dim", "512",
+            "--head-dim-v", "512", "--ctx", "65536", "--lengths", "spread8:3", "--scheduler", "balanced", "--json"]
+    assert cli.main(argv) == 0
+    j = json.loads(capsys.readouterr().out)
+    want = S.schedule(ragged, dev, "balanced")
+    assert j["scheduler"] == "balanced" and j["kind"] == "sparse_mla" and j["ctas"] == want.ctas
+    assert j["items"] == [list(it) for it in want.items] and j["partials"] == list(want.partials)
+    assert j["seq_lens"] == list(ragged.lengths)
+
+
 @pytest.mark.parametrize("argv,says", [
     (["--kind", "mla", "--seq-lens", "10,0", "--scheduler", "flashinfer"], "not allowed for kind mla"),
     (["--kind", "gqa", "--seq-lens", "10,0", "--scheduler", "flashmla"], "not allowed for kind gqa"),
     (["--kind", "gqa", "--seq-lens", "10", "--scheduler", "uniform", "--ctas", "3"], "--ctas is not allowed"),
     (["--kind", "gqa", "--seq-lens", "10", "--num-splits", "3"], "--num-splits is not allowed"),
     (["--kind", "gqa", "--batch", "1,2"], "one value each"),
-    (["--kind", "sparse_mla"], "sparse_mla is not allowed"),
+    (["--kind", "sparse_mla", "--scheduler", "flashmla"], "its sparse scheduler is not ported"),
+    (["--kind", "sparse_mla", "--scheduler", "flashinfer"], "not allowed for kind sparse_mla"),
     (["--kind", "gqa", "--scheduler", "nope"], "invalid choice"),
 ])
 def test_the_cli_schedule_refuses_in_one_line(capsys, argv, says):

@@ -14,6 +14,10 @@ rows gathered by index (int64 offsets; an invalid index's row is masked off, not
 one latent load serves QK and PV. A token whose indices are all -1 gets a zero row and ``lse = -inf``
 (so does a split that only saw -1s; ``combine`` then ignores it).
 
+Work lists. ``sparse_mla_decode_scheduled`` runs the same tile on any schedule's items (``planners.schedulers``
+on the tokens' walked lengths: ``topk``, or a per-token valid prefix), one program per (CTA slot, head tile); an
+item walks ``indices[t, begin:end]``, and ``kernels.worklist`` supplies the item prologue, partial buffers and merge.
+
 Host syncs and validation. By default the launcher checks ``-1 <= indices < num_slots`` with one device
 reduction (``min`` and ``max`` in one transfer); ``num_splits=None`` additionally asks the default planner (no
 further sync). ``validate=False`` (or ``SPLITLAB_VALIDATE=0``) skips the check and the sync, as graph capture does
@@ -41,6 +45,7 @@ from splitlab.kernels._launch import (
     check_kv_dtype,
     check_no_grad,
     check_pow2,
+    check_result,
     check_spans,
     check_tensor,
     device_guard,
@@ -75,7 +80,8 @@ from splitlab.kernels.mla import (
     softmax_update,
     store_head_tile,
 )
-from splitlab.kernels.paging import key_masks
+from splitlab.kernels.paging import key_masks, poison
+from splitlab.kernels.worklist import WorkList, alloc_partials, check_worklist, launch_merge, load_item
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 
@@ -220,13 +226,43 @@ def sparse_mla_launch_facts(w: DecodeWorkload, *, num_splits: int | None = None,
 def slot_request(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, head_dim_v: int, kv_scale: float):
     """``request(t)`` for ``_launch.check_result``: q's row ``[1, H, Dqk]``, the slots token t attends (every
     index >= 0, repeats included; dequantised) as K ``[n, 1, Dqk]`` and their first ``head_dim_v`` columns as V;
-    only called on its error path."""
+    only called on its error path. (The work-list launcher passes the walked prefix: ``walked_indices``.)"""
     def request(t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         idx = indices[t]
         kv = kv_cache[idx[idx >= 0].long()].double() * kv_scale
         return q[t][None], kv[:, None], kv[:, None, :head_dim_v]
 
     return request
+
+
+def check_inputs(q: object, kv_cache: object, indices: object, head_dim_v: object, sm_scale: float | None,
+                 kv_scale: float | None) -> tuple[torch.Tensor, float, int, float]:
+    """``(q, kv_scale, head_dim_v, sm_scale)`` once the launch's tensors and numbers are checked, each refused in one
+    line: dtypes, devices, shapes, the fp8 pool's scale, autograd, ``head_dim_v``, ``sm_scale`` (resolved) and the
+    dimensions the kernels index in 32 bits (token and slot offsets are 64-bit). ``sparse_mla_decode``'s checks, and
+    ``sparse_mla_decode_scheduled``'s."""
+    q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
+    dev = q.device
+    _launch.check_launch_device("q", q)
+    check_tensor("kv_cache", kv_cache, 2, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
+    kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
+    check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=dev)
+    check_no_grad(q=q, kv_cache=kv_cache)
+    T, H, Dqk = q.shape
+    kv_dim = kv_cache.shape[1]
+    if H < 1 or Dqk < 1:
+        raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [T, H >= 1, Dqk >= 1]")
+    if kv_dim != Dqk:
+        raise SplitlabError(f"kv_cache has shape {tuple(kv_cache.shape)}; expected [num_slots, {Dqk}] "
+                            "(q's head_dim_qk)")
+    if indices.shape[0] != T or indices.shape[1] < 1:
+        raise SplitlabError(f"indices has shape {tuple(indices.shape)}; expected [{T}, topk >= 1]")
+    Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
+    scale = resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
+    # Dimensions the kernels index in 32 bits (token and slot offsets are 64-bit).
+    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1,)), ("indices", indices, (1,))):
+        check_spans(name, t, dims)
+    return q, kv_scale, Dv, scale
 
 
 def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
@@ -259,28 +295,11 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
     such a row, where the inputs it attends are finite, naming the bound. Inputs that require grad are refused
     while autograd records (no backward).
     """
-    q = check_tensor("q", q, 3, dtypes=FLOAT_DTYPES)
+    q, kv_scale, Dv, scale = check_inputs(q, kv_cache, indices, head_dim_v, sm_scale, kv_scale)
     dev = q.device
-    _launch.check_launch_device("q", q)
-    check_tensor("kv_cache", kv_cache, 2, dtypes=(*FLOAT_DTYPES, FP8_KV_DTYPE), device=dev)
-    kv_scale = check_kv_dtype(q, kv_cache, kv_scale)
-    check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=dev)
-    check_no_grad(q=q, kv_cache=kv_cache)
     T, H, Dqk = q.shape
-    num_slots, kv_dim = kv_cache.shape
+    num_slots = kv_cache.shape[0]
     topk = indices.shape[1]
-    if H < 1 or Dqk < 1:
-        raise SplitlabError(f"q has shape {tuple(q.shape)}; expected [T, H >= 1, Dqk >= 1]")
-    if kv_dim != Dqk:
-        raise SplitlabError(f"kv_cache has shape {tuple(kv_cache.shape)}; expected [num_slots, {Dqk}] "
-                            "(q's head_dim_qk)")
-    if indices.shape[0] != T or topk < 1:
-        raise SplitlabError(f"indices has shape {tuple(indices.shape)}; expected [{T}, topk >= 1]")
-    Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
-    scale = resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
-    # Dimensions the kernels index in 32 bits (token and slot offsets are 64-bit).
-    for name, t, dims in (("q", q, (1, 2)), ("kv_cache", kv_cache, (1,)), ("indices", indices, (1,))):
-        check_spans(name, t, dims)
     want = validate_setting(validate)
     if T == 0:
         return empty_result(0, H, Dv, q, return_lse)
@@ -322,3 +341,164 @@ def sparse_mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
         )
         return finish_checked(o, l, S, q, return_lse, want, "sparse_mla_decode", lambda: (indices >= 0).any(dim=1),
                               slot_request(q, kv_cache, indices, Dv, kv_scale), scale, kv_scale)
+
+
+# =====================================================================================================
+# Work lists: the same tile on any schedule's items (``kernels.worklist``, ``planners.schedulers``)
+# =====================================================================================================
+
+
+@triton.jit
+def _sparse_item(it, q_ptr, kv_ptr, idx_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                 qk_scale, v_scale, num_slots, topk, offs_h, mask_h, offs_t,
+                 q_stride_t, q_stride_h, q_stride_d, kv_stride_n, kv_stride_d, idx_stride_t, idx_stride_k,
+                 out_stride_t, out_stride_h, out_stride_d, lse_stride_t, lse_stride_h,
+                 po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                 HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+                 BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr, FP8_QK: tl.constexpr):
+    """One work item of one head tile: token ``t``'s index positions ``[begin, end)`` walked as
+    ``_sparse_mla_decode_kernel`` walks a split's, its row stored (the token's output when it has one item, else its
+    partial row). An item outside ``[0, topk]`` reads nothing and makes the token NaN (``worklist.load_item``)."""
+    t64, start, end, row, bad = load_item(items_ptr, it, topk)
+    q_v, q_r, q_row_scale = load_q_tile(q_ptr + t64 * q_stride_t, offs_h, mask_h, q_stride_h, q_stride_d,
+                                        HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR, UPCAST, FP8_QK)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+    idx_row = idx_ptr + t64 * idx_stride_t
+    # Per tile: BLOCK_K * 4 bytes of indices, then up to BLOCK_K gathered rows of Dqk * elt bytes each (an invalid
+    # index reads nothing), as the split-count kernel.
+    for k0 in range(start, end, BLOCK_K):
+        offs_k = k0 + offs_t
+        idx = tl.load(idx_row + offs_k * idx_stride_k, mask=offs_k < end, other=-1)
+        valid, fill = key_masks(idx != -1, (idx >= 0) & (idx < num_slots))
+        rows = kv_ptr + idx.to(tl.int64) * kv_stride_n
+        kv_v, kv_r = load_latent_rows(rows, valid, kv_stride_d, HEAD_DIM_V, HEAD_DIM_R, BLOCK_DV, BLOCK_DR,
+                                      UPCAST)
+        m_i, l_i, acc = softmax_update(q_v, q_r, kv_v, kv_r, valid, fill[None, :], m_i, l_i, acc, qk_scale,
+                                       q_row_scale, HEAD_DIM_R, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK,
+                                       q_ptr.dtype.element_ty)
+    l_i = poison(l_i, bad)
+    if row < 0:
+        store_head_tile(acc, m_i, l_i, v_scale, out_ptr + t64 * out_stride_t, lse_ptr + t64 * lse_stride_t,
+                        offs_h, mask_h, out_stride_h, out_stride_d, lse_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
+    else:
+        r64 = row.to(tl.int64)
+        store_head_tile(acc, m_i, l_i, v_scale, po_ptr + r64 * po_stride_r, pl_ptr + r64 * pl_stride_r,
+                        offs_h, mask_h, po_stride_h, po_stride_d, pl_stride_h, HEAD_DIM_V, BLOCK_DV, KV_FP8)
+
+
+@triton.jit
+def _sparse_mla_worklist_kernel(
+    q_ptr, kv_ptr, idx_ptr, items_ptr, cta_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+    num_heads, num_head_tiles, qk_scale, v_scale, num_slots, topk,
+    q_stride_t, q_stride_h, q_stride_d,
+    kv_stride_n, kv_stride_d,
+    idx_stride_t, idx_stride_k,
+    out_stride_t, out_stride_h, out_stride_d,
+    lse_stride_t, lse_stride_h,
+    po_stride_r, po_stride_h, po_stride_d,
+    pl_stride_r, pl_stride_h,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
+    FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    # 1-D grid, head tile fastest (as the split-count grid): the head tiles of one slot gather the same rows back
+    # to back, the second's from L2. A non-persistent slot runs the item of its own index; a persistent one walks
+    # its items in order (CSR offsets ``cta_ptr``).
+    pid = tl.program_id(0)
+    head_tile = pid % num_head_tiles
+    cta = pid // num_head_tiles
+    offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_t = tl.arange(0, BLOCK_K)
+    if PERSISTENT:
+        for it in tl.range(tl.load(cta_ptr + cta), tl.load(cta_ptr + cta + 1), num_stages=1):
+            _sparse_item(it, q_ptr, kv_ptr, idx_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                         qk_scale, v_scale, num_slots, topk, offs_h, mask_h, offs_t,
+                         q_stride_t, q_stride_h, q_stride_d, kv_stride_n, kv_stride_d, idx_stride_t, idx_stride_k,
+                         out_stride_t, out_stride_h, out_stride_d, lse_stride_t, lse_stride_h,
+                         po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                         HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_K, BLOCK_DV, BLOCK_DR, UPCAST, DOT_PRECISION,
+                         ISOLATE_QK, KV_FP8, FP8_QK)
+    else:
+        _sparse_item(cta, q_ptr, kv_ptr, idx_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+                     qk_scale, v_scale, num_slots, topk, offs_h, mask_h, offs_t,
+                     q_stride_t, q_stride_h, q_stride_d, kv_stride_n, kv_stride_d, idx_stride_t, idx_stride_k,
+                     out_stride_t, out_stride_h, out_stride_d, lse_stride_t, lse_stride_h,
+                     po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                     HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_K, BLOCK_DV, BLOCK_DR, UPCAST, DOT_PRECISION,
+                     ISOLATE_QK, KV_FP8, FP8_QK)
+
+
+def walked_indices(indices: torch.Tensor, lengths: tuple[int, ...]) -> torch.Tensor:
+    """``indices`` as the work-list kernel reads them: token t's positions from ``lengths[t]`` on set to -1 (never
+    walked); ``indices`` itself when every token walks its whole top-k."""
+    topk = indices.shape[1]
+    if all(n == topk for n in lengths):
+        return indices
+    lens = torch.tensor(lengths, dtype=torch.int32, device=indices.device)
+    return torch.where(torch.arange(topk, device=indices.device)[None, :] < lens[:, None], indices, -1)
+
+
+def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, work: WorkList, *,
+                                head_dim_v: int = 512, block_k: int | None = None, block_h: int | None = None,
+                                num_warps: int | None = None, sm_scale: float | None = None,
+                                kv_scale: float | None = None, return_lse: bool = False,
+                                validate: bool | None = None):
+    """Sparse top-k MLA decode over a schedule's work list (``WorkList.from_schedule``): ``sparse_mla_decode``'s
+    inputs, checks and outputs, the walk of each token's top-k list taken from ``work`` instead of a split count.
+
+    A request is a query token; its keys are the positions of its index row. The schedule's lengths are how many
+    positions each token walks: ``topk`` for every token (a schedule of ``[topk] * T``, ``schedulers.schedule`` on
+    a sparse workload of uniform lengths), or each token's valid prefix (``topk_lens``, as FlashMLA's sparse decode
+    takes ``topk_length``; a workload's ``w.lengths`` when it carries a ragged top-k): positions past it are never
+    read, as if -1. An item (token, begin, end) walks ``indices[token, begin:end]`` (-1 skipped); a token with one
+    item writes its output directly, the others' partial rows are merged per token (``worklist.launch_merge``). A
+    schedule reading past ``topk`` or made for another batch is refused in one line (``worklist.check_worklist``).
+    Tiles: ``sparse_mla_defaults`` (the split-count launch's with an explicit split count); the tl tile only (the
+    Gluon tile does not take work lists). ``validate`` as ``sparse_mla_decode``'s, over the walked positions."""
+    q, kv_scale, Dv, scale = check_inputs(q, kv_cache, indices, head_dim_v, sm_scale, kv_scale)
+    T, H, Dqk = q.shape
+    num_slots, topk = kv_cache.shape[0], indices.shape[1]
+    what = "sparse_mla_decode_scheduled"
+    if isinstance(work, WorkList) and max(work.schedule.lengths) > topk:
+        raise SplitlabError(f"{what}: the work list walks up to position {max(work.schedule.lengths)} of a token's "
+                            f"top-k list; indices has {topk} columns (items past topk are not allowed)")
+    check_worklist(work, T, topk, q.device, what)
+    bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
+    bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
+    d = sparse_mla_defaults(H, Dqk, kv_cache.dtype, head_dim_v=Dv, block_h=bh, block_k=bk)
+    nw = d.num_warps if num_warps is None else check_num_warps(num_warps)
+    want = validate_setting(validate)
+    if want:
+        no_validation_under_capture(q, what)
+    walked = walked_indices(indices, work.schedule.lengths)
+    if want or (want is None and not capturing(q)):
+        check_indices(walked, num_slots)
+
+    block_dv, block_dr = padded_dims(Dqk, Dv)
+    out = _launch.alloc(T, H, Dv, dtype=q.dtype, device=q.device)
+    lse = _launch.alloc(T, H, dtype=torch.float32, device=q.device)
+    po, pl = alloc_partials(work, H, Dv, q.device)
+    tiles = cdiv(H, d.block_h)
+    with device_guard(q):
+        _sparse_mla_worklist_kernel[(work.ctas * tiles,)](
+            q, kv_cache, indices, work.items, work.cta_offsets, out, lse, po, pl,
+            H, tiles, scale * kv_scale * LOG2E, kv_scale, num_slots, topk,
+            *q.stride(), *kv_cache.stride(), *indices.stride(), *out.stride(), *lse.stride(),
+            *po.stride(), *pl.stride(),
+            HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
+            BLOCK_H=d.block_h, BLOCK_K=d.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
+            UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
+            ISOLATE_QK=isolate_qk(d.block_h, nw, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
+            FP8_QK=fp8_qk_on(kv_cache.dtype, d.block_h), PERSISTENT=work.schedule.persistent,
+            num_warps=nw, num_stages=d.num_stages,
+        )
+        launch_merge(work, po, pl, out, lse)
+    if want:
+        check_result(what, out, lse, (walked >= 0).any(dim=1), slot_request(q, kv_cache, walked, Dv, kv_scale), scale,
+                     kv_scale=kv_scale, names=("kv_cache", "kv_cache"))
+    return (out, lse) if return_lse else out

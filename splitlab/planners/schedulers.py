@@ -14,7 +14,9 @@
 * ``splitlab``: the candidate of ``uniform``, ``balanced`` and ``stream_k`` of least modelled makespan under the
   fitted cost model (``splitlab`` below).
 
-Every scheduler returns a checked schedule (``Schedule.check``). Sources are cited per function.
+Every scheduler returns a checked schedule (``Schedule.check``). Sources are cited per function. Sparse MLA takes
+``splitlab``, ``uniform``, ``balanced`` and ``stream_k`` (``names_for``): a query token is a request and the positions
+of its top-k list it walks are its keys (``w.lengths``: ``topk``, or each token's valid prefix).
 """
 
 from __future__ import annotations
@@ -182,6 +184,18 @@ def stream_k(lengths: Sequence[int], ctas: int, *, tile: int = TILE_KEYS) -> Sch
 
 #: Schedulers by name (``splitlab schedule --scheduler``; ``schedule`` dispatches on it).
 NAMES = ("splitlab", "uniform", "balanced", "stream_k", "flashinfer", "flashmla")
+#: The schedulers that stand for one library's plan, the kind they plan, and why another kind is refused. FlashMLA's
+#: sparse decode schedules each token's top-k with its own metadata; that scheduler is not ported, so sparse MLA
+#: takes splitlab's schedulers only (a token is a request, its walked top-k positions its keys).
+LIBRARY_KINDS = {"flashinfer": "gqa", "flashmla": "mla"}
+REFUSED = {"flashinfer": "FlashInfer's paged GQA decode plan",
+           "flashmla": "FlashMLA's dense MLA scheduler; its sparse scheduler is not ported"}
+
+
+def names_for(kind: str) -> tuple[str, ...]:
+    """The schedulers (``NAMES``) that plan workloads of ``kind``: every one but the library plans of other
+    kinds (``LIBRARY_KINDS``)."""
+    return tuple(n for n in NAMES if LIBRARY_KINDS.get(n, kind) == kind)
 
 
 # =====================================================================================================
@@ -370,9 +384,9 @@ def schedule(w: object, dev: object, name: str = "splitlab", *, num_splits: int 
     family it does not cover, is one ``SplitlabError``."""
     if name not in NAMES:
         raise bad("scheduler", name, "one of " + ", ".join(NAMES))
-    if w.kind == "sparse_mla":
-        raise SplitlabError("kind sparse_mla is not allowed for schedules yet; expected gqa or mla (the sparse "
-                            "kernel walks each token's top-k, split by num_splits)")
+    if name not in names_for(w.kind):
+        raise SplitlabError(f"scheduler {name!r} is not allowed for kind {w.kind}; expected one of "
+                            f"{', '.join(names_for(w.kind))} ({REFUSED[name]})")
     if num_splits is not None and name != "uniform":
         raise SplitlabError(f"--num-splits is not allowed with scheduler {name!r}; expected it with uniform")
     if ctas is not None and name not in ("balanced", "stream_k"):
@@ -392,12 +406,7 @@ def schedule(w: object, dev: object, name: str = "splitlab", *, num_splits: int 
         n = slots_per_group(w, dev) if ctas is None else check_int("ctas", ctas)
         return balanced(lens, n) if name == "balanced" else stream_k(lens, n)
     if name == "flashinfer":
-        if w.kind != "gqa":
-            raise SplitlabError(f"scheduler 'flashinfer' is not allowed for kind {w.kind}; expected gqa (its paged "
-                                "decode plan)")
         return flashinfer(lens, page_size=w.page_size, num_kv_heads=w.num_kv_heads, sm_count=dev.sm_count)
-    if w.kind != "mla":
-        raise SplitlabError(f"scheduler 'flashmla' is not allowed for kind {w.kind}; expected mla")
     from splitlab.planners.flashmla import num_sm_parts
 
     return flashmla(lens, num_sm_parts(dev.sm_count, w.num_q_heads, w.num_kv_heads))
