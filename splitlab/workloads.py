@@ -11,7 +11,7 @@ import random
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 
-from splitlab import families
+from splitlab import families, serving
 from splitlab.errors import SplitlabError, check_choice, check_int
 
 #: The kinds of workload, one per kernel family (``splitlab.families``).
@@ -38,9 +38,15 @@ LIMITS: dict[str, int] = dict(batch=1 << 16, num_q_heads=4096, num_kv_heads=4096
 #: one request (drawn too) set to exactly the longest. ``longtail``: seven requests in eight drawn from ``[longest /
 #: 64, longest / 8]``, one in eight (every eighth, from a drawn offset) exactly the longest: a server's batch of
 #: short chats beside a few long documents. ``bimodal``: half the requests (drawn) from ``[longest / 16, longest /
-#: 8]``, the other half from ``[longest / 2, longest]``, one set to the longest.
+#: 8]``, the other half from ``[longest / 2, longest]``, one set to the longest. ``serving-PROFILE``: a continuous-
+#: batching server's batch at steady state (``serving.snapshot``: every slot's request in progress, its prompt and
+#: output lengths from ``serving.PROFILES[PROFILE]``, a published trace's), scaled so that its longest is exactly
+#: ``longest`` (rounded; any below ``ceil(longest / SERVING_SPREAD)`` raised to it).
 LENGTH_DISTS: dict[str, int | None] = {"uniform": None, "spread4": 4, "spread8": 8, "spread16": 16, "spread64": 64,
                                        "longtail": 64, "bimodal": 16}
+#: The floor of the ``serving-*`` distributions: no request shorter than ``longest / SERVING_SPREAD``.
+SERVING_SPREAD = 256
+LENGTH_DISTS.update({f"serving-{name}": SERVING_SPREAD for name in serving.PROFILES})
 UNIFORM = "uniform"
 #: The largest ``length_seed``.
 MAX_LENGTH_SEED = (1 << 31) - 1
@@ -53,8 +59,12 @@ def draw_lengths(dist: str, seed: int, batch: int, longest: int) -> tuple[int, .
     spread = LENGTH_DISTS[check_choice("length_dist", dist, LENGTH_DISTS)]
     if spread is None:
         return (longest,) * batch
-    rng = random.Random(seed)
     lo = max(1, -(-longest // spread))
+    if dist.startswith("serving-"):
+        lens = serving.snapshot(dist.removeprefix("serving-"), batch, seed)
+        top = max(lens)
+        return tuple(max(lo, (n * longest + top // 2) // top) for n in lens)
+    rng = random.Random(seed)
     if dist == "longtail":
         first = rng.randrange(8)
         lens = [longest if i % 8 == first else rng.randint(lo, max(lo, longest // 8)) for i in range(batch)]

@@ -26,7 +26,7 @@ PACKAGE = REPO / "splitlab"
 #: The layers, bottom first: (name, modules). ``pkg.*`` places every module under ``pkg``.
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["splitlab", "splitlab.errors", "splitlab.resources", "splitlab.intmath", "splitlab.families"]),
-    ("vocabulary", ["splitlab.devices", "splitlab.workloads", "splitlab.args", "splitlab.plugins"]),
+    ("vocabulary", ["splitlab.serving", "splitlab.devices", "splitlab.workloads", "splitlab.args", "splitlab.plugins"]),
     ("result data", ["splitlab.catalog", "splitlab.results", "splitlab.datasets"]),
     ("wave model", ["splitlab.waves"]),
     ("planners", ["splitlab.planners", "splitlab.planners.*"]),
