@@ -160,3 +160,70 @@ sys.exit(1 if failed else 0)
 
 def test_kernels_compile_for_sm90():
     compile_in_child(SCRIPT)
+
+
+TIMELINE_SCRIPT = r"""
+import splitlab.kernels._launch as launch_common
+import splitlab.kernels.gqa as gqa
+import splitlab.kernels.timeline as timeline
+import splitlab.kernels.worklist as wl
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs
+from splitlab.planners import schedulers as S
+
+wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
+wl._mla_worklist_kernel = Warmup(wl._mla_worklist_kernel)
+wl._merge_kernel = Warmup(wl._merge_kernel)
+gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
+launch_common.check_launch_device = lambda *a: None
+timeline.clock_on = lambda device: True  # the GPU build: the clock read (CPU tensors stand in)
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def usage(k):  # registers and stack from the cubin, where cuobjdump is bundled
+    if not os.path.exists(cuobjdump):
+        return "?"
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    return re.search(r"REG:\d+ STACK:\d+", out).group(0)
+
+
+lens = [100, 7]
+x = gqa_inputs(2, 32, 8, 128, lens, page_size=16, dtype=torch.bfloat16)
+mqa = gqa_inputs(2, 128, 1, 128, lens, page_size=16, dtype=torch.bfloat16)
+m = mla_inputs(2, 16, 576, lens, page_size=64, dtype=torch.bfloat16)
+failed = False
+for label, s in (("one item", S.uniform(lens, 4)), ("persistent", S.stream_k(lens, 3))):
+    work = wl.WorkList.from_schedule(s, "cpu")
+    for name, launch in (
+        ("gqa 32/8", lambda t: wl.gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work,
+                                                       timelines=t)),
+        ("mqa-128", lambda t: wl.gqa_decode_scheduled(mqa["q"], mqa["k_cache"], mqa["v_cache"],
+                                                      mqa["block_table"], work, timelines=t)),
+        ("mla-16", lambda t: wl.mla_decode_scheduled(m["q"], m["kv_cache"], m["block_table"], work, timelines=t)),
+    ):
+        n0 = len(compiled)
+        launch(None)
+        launch(timeline.Timelines())
+        plain_partial, plain_merge, on_partial, on_merge = compiled[n0:n0 + 4]
+        for kernel, plain, on in (("partial", plain_partial, on_partial), ("merge", plain_merge, on_merge)):
+            p, t = plain.asm["ptx"], on.asm["ptx"]
+            if "%globaltimer" in p or "%smid" in p:
+                print(f"PLAIN {name} {label} {kernel}: the plain build reads the clock")
+                failed = True
+            if t.count("%globaltimer") < 2 or "%smid" not in t:
+                print(f"CLOCK {name} {label} {kernel}: globaltimer x{t.count('%globaltimer')}, "
+                      f"smid x{t.count('%smid')}; expected a start and an end read and the SM")
+                failed = True
+            print(f"ok {name} {label} {kernel}: plain {usage(plain)}, timed {usage(on)}; shared "
+                  f"{plain.metadata.shared} / {on.metadata.shared} B")
+sys.exit(1 if failed else 0)
+"""
+
+
+def test_timeline_kernels_read_the_clock():
+    """With timelines on (``kernels.timeline``, the GPU's build: ``CLOCK``), every work-list kernel reads
+    ``%globaltimer`` at its start and end and ``%smid`` once; the plain build reads neither."""
+    r = compile_in_child(TIMELINE_SCRIPT)
+    print(r.stdout)

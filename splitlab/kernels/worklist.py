@@ -32,10 +32,12 @@ import triton.language as tl
 from splitlab.errors import SplitlabError
 from splitlab.intmath import next_power_of_two
 from splitlab.kernels import _launch
+from splitlab.kernels import timeline as tlog
 from splitlab.kernels._launch import check_knob, check_pow2, check_spans
 from splitlab.kernels.combine import combine_tile, merge_splits
 from splitlab.kernels.mla import load_latent_rows, load_q_tile, softmax_update, store_head_tile
 from splitlab.kernels.paging import any_bad, num_tiles, poison, scan_pages, tile_pages
+from splitlab.kernels.timeline import Timelines
 from splitlab.planners.schedule import Schedule
 
 LOG2E = 1.4426950408889634
@@ -103,9 +105,13 @@ def _merge_kernel(
     out_stride_b, out_stride_h, out_stride_d,
     lse_stride_b, lse_stride_h,
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
 ):
     # One program per (request, head, BLOCK_D columns). Bytes: n * (BLOCK_D + 1) * 4 read, BLOCK_D * elt + 4
     # written, for a request of n > 0 partial rows; nothing for one written directly by its item (n = 0).
+    # TIMELINE: 64 bytes more a program, its record (kernels.timeline).
+    if TIMELINE:
+        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
     b = pid // num_heads
     head = pid % num_heads
@@ -123,18 +129,25 @@ def _merge_kernel(
                  out.to(out_ptr.dtype.element_ty), mask=mask_d)
         if tl.program_id(1) == 0:
             tl.store(lse_ptr + b64 * lse_stride_b + head * lse_stride_h, lse)
+    if TIMELINE:
+        tlog.write_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), t_start, b, head,
+                          tl.program_id(1), n, CLOCK)
 
 
-def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Merge each split request's partial rows into its ``out`` / ``lse`` row (no checks: the launchers' buffers)."""
+def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                 timelines: Timelines | None = None) -> None:
+    """Merge each split request's partial rows into its ``out`` / ``lse`` row (no checks: the launchers' buffers);
+    with ``timelines``, each program's record into its ``merge`` buffer (``kernels.timeline``)."""
     if work.partial_rows == 0:
         return
     heads, dv = po.shape[1], po.shape[2]
     block_s, block_d, num_warps = combine_tile(work.batch, heads, max(work.schedule.partials), dv)
-    _merge_kernel[(work.batch * heads, triton.cdiv(dv, block_d))](
+    grid = (work.batch * heads, triton.cdiv(dv, block_d))
+    extra = {} if timelines is None else timelines.args("merge", grid[0] * grid[1], out.device)
+    _merge_kernel[grid](
         po, pl, work.partial_offsets, out, lse, heads, dv,
         *po.stride(), *pl.stride(), *out.stride(), *lse.stride(),
-        BLOCK_S=block_s, BLOCK_D=block_d, num_warps=num_warps,
+        BLOCK_S=block_s, BLOCK_D=block_d, num_warps=num_warps, **extra,
     )
 
 
@@ -244,10 +257,14 @@ def _gqa_worklist_kernel(
     PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr,
     num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
+    timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
 ):
     # 1-D grid, kv head fastest: the kv heads of one slot run side by side (kernels.gqa's split-major order when
     # the schedule is uniform's). A non-persistent slot runs the item of its own index (no loop around the key
-    # loop: the loop nest cost the 8-warp MQA-128 tile ~10% on the H200).
+    # loop: the loop nest cost the 8-warp MQA-128 tile ~10% on the H200). TIMELINE: each program writes its
+    # record (64 bytes; kernels.timeline), the clock read at its start and after its last store.
+    if TIMELINE:
+        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
     kvh = pid % num_kv_heads
     cta = pid // num_kv_heads
@@ -279,14 +296,31 @@ def _gqa_worklist_kernel(
                   out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
                   po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
                   PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION)
+    if TIMELINE:
+        _record_slot(timeline_ptr, pid, t_start, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
+
+
+@triton.jit
+def _record_slot(timeline_ptr, pid, t_start, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr):
+    """A partial kernel program's record: its slot's first item and item count (8 bytes read back when
+    persistent), else its own item."""
+    if PERSISTENT:
+        first = tl.load(cta_ptr + cta)
+        n = tl.load(cta_ptr + cta + 1) - first
+    else:
+        first = cta
+        n = tl.full([], 1, tl.int32)
+    tlog.write_record(timeline_ptr, pid, t_start, cta, group, first, n, CLOCK)
 
 
 def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                          work: WorkList, *, block_n: int | None = None, num_warps: int | None = None,
-                         num_stages: int | None = None, sm_scale: float | None = None, return_lse: bool = False):
+                         num_stages: int | None = None, sm_scale: float | None = None, return_lse: bool = False,
+                         timelines: Timelines | None = None):
     """Paged GQA decode over a schedule's work list (``WorkList.from_schedule``): ``kernels.gqa.gqa_decode``'s
     inputs and outputs, the split of the keys taken from ``work`` instead of a split count. The request lengths are
-    the schedule's (the keys its items cover); ``seq_lens`` is not read."""
+    the schedule's (the keys its items cover); ``seq_lens`` is not read. ``timelines`` (``kernels.timeline``): each
+    program of both kernels records its SM, start, end and work there (the plain launch without it)."""
     from splitlab.kernels import gqa
 
     gqa._check_inputs(q, k_cache, v_cache, block_table)
@@ -307,6 +341,7 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     lse = _launch.alloc(B, Hq, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, Hq, D, q.device)
     upcast = _launch.interpret_upcast(q.dtype)
+    extra = _timeline_args(timelines, work.ctas * Hkv, q.device, "gqa_decode_scheduled")
     with _launch.device_guard(q):
         _gqa_worklist_kernel[(work.ctas * Hkv,)](
             q, k_cache, v_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
@@ -316,10 +351,21 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
             PAGE_SIZE=page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(Hq // Hkv)), BLOCK_N=block_n,
             BLOCK_D=max(16, next_power_of_two(D)), UPCAST=upcast,
             DOT_PRECISION="ieee" if upcast or q.dtype == torch.float32 else None,
-            PERSISTENT=work.schedule.persistent, num_warps=num_warps, num_stages=num_stages,
+            PERSISTENT=work.schedule.persistent, num_warps=num_warps, num_stages=num_stages, **extra,
         )
-        launch_merge(work, po, pl, out, lse)
+        launch_merge(work, po, pl, out, lse, timelines)
     return (out, lse) if return_lse else out
+
+
+def _timeline_args(timelines: object, programs: int, device: torch.device, what: str) -> dict:
+    """The partial kernel's timeline arguments (none without ``timelines``: the plain launch), or one
+    ``SplitlabError`` for anything but a ``Timelines``."""
+    if timelines is None:
+        return {}
+    if not isinstance(timelines, Timelines):
+        raise SplitlabError(f"{what}: timelines={type(timelines).__name__} is not allowed; expected a "
+                            "kernels.timeline.Timelines or None")
+    return timelines.args("partial", programs, device)
 
 
 # =====================================================================================================
@@ -386,8 +432,12 @@ def _mla_worklist_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
     FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr, num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
+    timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
 ):
-    # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2.
+    # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2. TIMELINE: as
+    # _gqa_worklist_kernel's.
+    if TIMELINE:
+        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     cta = pid // num_head_tiles
@@ -414,14 +464,18 @@ def _mla_worklist_kernel(
                   lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
                   PAGE_SIZE, HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_N, BLOCK_DV, BLOCK_DR,
                   UPCAST, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK)
+    if TIMELINE:
+        _record_slot(timeline_ptr, pid, t_start, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
 
 
 def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
                          head_dim_v: int = 512, block_n: int | None = None, block_h: int | None = None,
                          num_warps: int | None = None, num_stages: int | None = None,
-                         sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False):
+                         sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False,
+                         timelines: Timelines | None = None):
     """Absorbed MLA decode over a schedule's work list: ``kernels.mla.mla_decode``'s inputs and outputs (the tl
-    tile; the Gluon tile does not take work lists yet), the split of the keys taken from ``work``."""
+    tile; the Gluon tile does not take work lists yet), the split of the keys taken from ``work``; ``timelines`` as
+    ``gqa_decode_scheduled``'s."""
     from splitlab.kernels import mla
 
     q, kv_scale = mla.check_inputs(q, kv_cache, block_table, kv_scale=kv_scale)
@@ -445,6 +499,7 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     lse = _launch.alloc(B, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, Dv, q.device)
     tiles = -(-H // d.block_h)
+    extra = _timeline_args(timelines, work.ctas * tiles, q.device, "mla_decode_scheduled")
     with _launch.device_guard(q):
         _mla_worklist_kernel[(work.ctas * tiles,)](
             q, kv_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
@@ -456,9 +511,9 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
             DOT_PRECISION=_launch.dot_input_precision(q.dtype),
             ISOLATE_QK=mla.isolate_qk(d.block_h, nw, q.dtype), KV_FP8=kv_cache.dtype == _launch.FP8_KV_DTYPE,
             FP8_QK=mla.fp8_qk_on(kv_cache.dtype, d.block_h), PERSISTENT=work.schedule.persistent,
-            num_warps=nw, num_stages=ns,
+            num_warps=nw, num_stages=ns, **extra,
         )
-        launch_merge(work, po, pl, out, lse)
+        launch_merge(work, po, pl, out, lse, timelines)
     return (out, lse) if return_lse else out
 
 

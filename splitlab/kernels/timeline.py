@@ -1,0 +1,133 @@
+"""Per-program timelines of the work-list kernels (``kernels.worklist``): which SM ran which program, when.
+
+A launch with timelines on (``TIMELINE=True``, ``timeline_ptr`` an int64 buffer of ``programs x RECORD``) writes one
+record per program, ``FIELDS`` in order (8 x 8 = 64 bytes a program, written once, at its end):
+
+* ``program``: the program's linear id (``program_id(0)``; the merge's 2-D grid: ``pid0 * grid1 + pid1``);
+* ``sm``: the SM it ran on (PTX ``%smid``);
+* ``start_ns`` / ``end_ns``: ``%globaltimer`` (ns, one clock for the whole GPU) read when the program begins and
+  after it issued its last store;
+* ``slot``, ``group``, ``item``, ``items``: what it ran. Partial kernels: its CTA slot, its head group (GQA's kv
+  head, MLA's head tile), its first work item and the number of items it ran (1 for a non-persistent schedule;
+  a persistent slot's run in order from ``item``). The merge: the request, the head, the column block, and the
+  partial rows it merged (0: a request written directly by its item).
+
+The clock is the constexpr ``CLOCK``: Triton's interpreter cannot run inline PTX, so without it (``CLOCK=False``,
+what ``clock_on`` says for the device) a record holds the program's identity and work with ``sm``, ``start_ns``
+and ``end_ns`` left ``ABSENT`` (-1). The buffer starts filled with ``ABSENT``, so a program that exits before
+recording (``BOUNDED``'s slots past the count) leaves no record (``read`` drops it).
+
+The clock reads are Triton's own (``triton.language.extra.cuda.globaltimer`` / ``smid``: ``mov.u64 $0,
+%globaltimer`` and ``mov.u32 $0, %smid``), the per-SM timeline as ThunderKittens' and ThunderMLA's schedulers record
+it (clock events per task, drawn per SM). With ``TIMELINE=False`` (the default) the kernels take no buffer and
+compile to the code they had without this module.
+
+``Timelines`` holds a launch's buffers (one per kernel, allocated on first use and reused, so that a CUDA graph can
+capture an instrumented launch); the launchers take it as ``timelines=``; ``record`` runs one launch with timelines on
+and returns its records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import globaltimer, smid
+
+from splitlab.kernels._launch import INTERPRET
+
+#: A record's int64 fields, in the order a program writes them (module docstring).
+FIELDS = ("program", "sm", "start_ns", "end_ns", "slot", "group", "item", "items")
+#: int64 values a program writes (the record's stride in the buffer).
+RECORD = tl.constexpr(len(FIELDS))
+#: A field the program did not measure (no clock under the interpreter), and the fill of a buffer before the launch.
+ABSENT = -1
+#: The kernels a work-list decode launches, by the name ``Timelines`` keeps their buffers under.
+KERNELS = ("partial", "merge")
+
+
+@triton.jit
+def now_ns(CLOCK: tl.constexpr):
+    """``%globaltimer`` (ns) where ``CLOCK``, else ``ABSENT`` (the interpreter runs no inline PTX)."""
+    if CLOCK:
+        t = globaltimer()
+    else:
+        t = tl.full([], -1, tl.int64)
+    return t
+
+
+@triton.jit
+def write_record(timeline_ptr, program, start, slot, group, item, items, CLOCK: tl.constexpr):
+    """Write the calling program's record (``FIELDS`` order; 64 bytes) after reading the end time and the SM."""
+    end = now_ns(CLOCK)
+    if CLOCK:
+        sm = smid().to(tl.int64)
+    else:
+        sm = tl.full([], -1, tl.int64)
+    base = timeline_ptr + program.to(tl.int64) * RECORD
+    tl.store(base + 0, program.to(tl.int64))
+    tl.store(base + 1, sm)
+    tl.store(base + 2, start)
+    tl.store(base + 3, end)
+    tl.store(base + 4, slot.to(tl.int64))
+    tl.store(base + 5, group.to(tl.int64))
+    tl.store(base + 6, item.to(tl.int64))
+    tl.store(base + 7, items.to(tl.int64))
+
+
+def clock_on(device: torch.device | str) -> bool:
+    """Whether a launch on ``device`` reads the GPU's clock and SM (a CUDA device, not under the interpreter)."""
+    return torch.device(device).type == "cuda" and not INTERPRET
+
+
+class Timelines:
+    """The record buffers of one launcher call's kernels (``KERNELS``), allocated on first use for the program count
+    the kernel launches and reused by later calls of the same count (a CUDA graph captures the launch with its
+    buffer). Pass it to a work-list launcher as ``timelines=``; ``read`` returns the records after the launch."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def args(self, kernel: str, programs: int, device: torch.device) -> dict[str, Any]:
+        """The keyword arguments that turn ``kernel``'s timeline on for a launch of ``programs`` programs."""
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel={kernel!r}; expected one of {KERNELS}")
+        buf = self.buffers.get(kernel)
+        if buf is None or buf.shape[0] != programs or buf.device != torch.device(device):
+            buf = torch.full((programs, len(FIELDS)), ABSENT, dtype=torch.int64, device=device)
+            self.buffers[kernel] = buf
+        return dict(timeline_ptr=buf, TIMELINE=True, CLOCK=clock_on(device))
+
+    def reset(self) -> None:
+        """Fill every buffer with ``ABSENT`` again (before a launch whose programs may exit unrecorded)."""
+        for buf in self.buffers.values():
+            buf.fill_(ABSENT)
+
+    def read(self) -> dict[str, list[dict[str, int]]]:
+        """Each launched kernel's records (``read``), by kernel name."""
+        return {k: read(buf) for k, buf in self.buffers.items()}
+
+
+def read(buf: torch.Tensor) -> list[dict[str, int]]:
+    """The records of ``buf`` (``programs x len(FIELDS)`` int64) as dicts of ``FIELDS``, in program order, less the
+    programs that left none (``program`` still ``ABSENT``). One copy to the host (synchronises)."""
+    rows = buf.detach().to("cpu").tolist()
+    return [dict(zip(FIELDS, r, strict=True)) for r in rows if r[0] != ABSENT]
+
+
+def record(launch: Callable[[Timelines], object]) -> tuple[object, dict[str, list[dict[str, int]]]]:
+    """Run ``launch(timelines)`` (a launcher call given ``timelines=``) once and return its result and its kernels'
+    records (``Timelines.read``)::
+
+        out, recs = timeline.record(lambda t: gqa_decode_scheduled(q, k, v, bt, work, timelines=t))
+    """
+    t = Timelines()
+    out = launch(t)
+    return out, t.read()
+
+
+__all__ = ["ABSENT", "FIELDS", "KERNELS", "RECORD", "Timelines", "clock_on", "now_ns", "read", "record",
+           "write_record"]
