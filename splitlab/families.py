@@ -68,7 +68,7 @@ class Family:
     page_size: int  # the page size of its cache by default (1: no pages)
     max_splits: int  # its card's ``num_splits`` range ends here (what the sweeps time, the fit searches)
     peers: tuple[Peer, ...] = ()  # the library kernels the comparison sets beside it
-    worklist: str | None = None  # the launcher that runs a schedule's work items (``kernels.worklist``), if any
+    worklist: str | None = None  # the launcher that runs a schedule's work items (``kernels.worklist``'s tiles), if any
     kernel_max_splits: int = 65535  # the most splits its launcher takes (CUDA's limit on the grid's split axis)
 
     @property
@@ -124,6 +124,7 @@ ALL: tuple[Family, ...] = (
         plan_tiles=("block_k", "block_h"),
         page_size=1,
         max_splits=64,
+        worklist="splitlab.kernels.sparse_mla:sparse_mla_decode_scheduled",
     ),
 )
 

@@ -4,6 +4,7 @@ their schedule, record what ran (``scheduler``, ``schedule_hash``, ``sched_ctas`
 ``partial_rows``, ``busiest_keys``), resume like any point, and enter a shape's oracle beside the split counts."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -121,18 +122,45 @@ def test_schedule_knobs_where_they_do_not_apply_are_one_line(tmp_path, capsys):
     card = load(tmp_path, text.replace("[[grids.default]]\n", "[[grids.default]]\nsched_ctas = 4\n"))
     with pytest.raises(SplitlabError, match=r"grids.default\[0\]: sched_ctas=4 is not allowed without a scheduler"):
         grid.expand(card, "default", H200)
-    # A kernel without a work-list launcher takes no scheduler knob.
-    sparse = ('name = "t_sp"\nkind = "sparse_mla"\n[impl]\nimport = "splitlab.kernels.sparse_mla:sparse_mla_decode"\n'
-              'reference = "splitlab.kernels.reference:sparse_mla_decode"\n'
-              'launch_facts = "splitlab.kernels.sparse_mla:sparse_mla_launch_facts"\n'
-              '[knobs]\nscheduler = { values = ["uniform"] }\n[[grids.quick]]\nnum_q_heads = 4\nhead_dim_qk = 32\n'
-              'head_dim_v = 32\nbatch = 1\nctx_len = 64\ntopk = 16\n[[grids.default]]\nnum_q_heads = 4\n'
-              'head_dim_qk = 32\nhead_dim_v = 32\nbatch = 1\nctx_len = 64\ntopk = 16\n')
-    p = tmp_path / "sparse.toml"
-    p.write_text(sparse)
-    assert main(["sweep", str(p), "--dry-run"]) == 2
+    # A kernel without a work-list launcher (the example plugin's) takes no scheduler knob.
+    plugin = Path(__file__).resolve().parents[1] / "examples" / "my_kernel.py"
+    plain = card_text("t_plain", knobs='scheduler = { values = ["uniform"] }\n', block="num_splits = [2]\n").replace(
+        'import = "splitlab.kernels.gqa:gqa_decode"', 'import = "my_kernel:decode"').replace(
+        'launch_facts = "splitlab.kernels.gqa:gqa_launch_facts"', 'launch_facts = "my_kernel:launch_facts"')
+    p = tmp_path / "plain.toml"
+    p.write_text(plain)
+    assert main(["--plugin", str(plugin), "sweep", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "knobs.scheduler' is not allowed" in err, err
+
+
+def test_the_sparse_work_list_kernel_runs_a_schedule_under_the_interpreter(tmp_path):
+    """Sparse MLA: each token walks its valid top-k prefix (spread4) on the work-list kernel, checked against fp64."""
+    shape = ("num_q_heads = 4\nhead_dim_qk = 32\nhead_dim_v = 32\nbatch = 3\nctx_len = 64\ntopk = 40\n"
+             "lengths = \"spread4\"\n")
+    text = card_text("t_sp", kind="sparse_mla", module="sparse_mla",
+                     knobs='scheduler = { values = ["uniform", "stream_k", "balanced"] }\n',
+                     block='scheduler = ["uniform", "stream_k", "balanced"]\nnum_splits = [2]\n'
+                     ).replace(SHAPE, shape)
+    card = dataclasses.replace(load(tmp_path, text), planner_knobs=())
+    res = sweep.run(card, SweepOptions(out=tmp_path / "runs", device="h200", quiet=True, grid="quick", timer="fake",
+                                       isolate=False))
+    df = results.load(res.sweep_dir)
+    assert list(df.scheduler) == ["uniform", "stream_k", "balanced"] and (df.status == "ok").all(), df.error.tolist()
+    assert (df.ctas == df.sched_ctas).all() and (df.schedule_hash != "").all()  # 4 heads: one head tile
+
+
+def test_the_sparse_cards_ragged_schedules_grid_dry_runs(capsys):
+    """The shipped sparse card's schedules grid: every sparse scheduler on every shape, the schedule over each
+    token's walked top-k (``w.lengths``), beside the planners' split counts."""
+    exp = grid.expand(cards.load("sparse_mla_decode"), "ragged-schedules", H200)
+    sched = [p for p in exp.points if p.schedule is not None]
+    assert {p.facts["scheduler"] for p in sched} == {"uniform", "balanced", "stream_k", "splitlab"}
+    assert len(sched) == 4 * exp.shapes == 32
+    assert all(p.schedule.lengths == p.workload.lengths and max(p.workload.lengths) == p.workload.topk for p in sched)
+    assert any(p.schedule is None for p in exp.points)  # the split counts stay
+    assert main(["sweep", "sparse_mla_decode", "--grid", "ragged-schedules", "--dry-run"]) == 0
+    assert "stream_k" in capsys.readouterr().out
 
 
 def test_the_oracle_of_the_ragged_schedules_grid_is_taken_over_schedules_too():

@@ -5,7 +5,7 @@ A kernel card names an implementation by import path. ``type = "kernel"`` wraps 
 ``*_launch_facts``) in ``KernelImpl``; ``type = "external"`` names an object that already speaks ``Impl``
 (``splitlab.bench.peers`` holds PyTorch's SDPA and FlexAttention that way).
 
-Schedules. A launcher with a work-list twin (``WORKLIST_LAUNCHERS``: GQA's and MLA's) also takes the knobs
+Schedules. A launcher with a work-list twin (``WORKLIST_LAUNCHERS``: every family's) also takes the knobs
 ``SCHEDULE_KNOBS``: ``scheduler`` (a name of ``planners.schedulers.NAMES`` the kind allows, ``scheduler_names``) and
 ``sched_ctas`` (the CTA count ``balanced`` and ``stream_k`` deal over). A point with ``scheduler`` set runs
 ``schedulers.schedule(w, device, scheduler, num_splits=, ctas=)`` on the work-list launcher (``num_splits`` is
@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from splitlab import families
 from splitlab.devices import DeviceSpec
 from splitlab.errors import SplitlabError
 from splitlab.workloads import DecodeWorkload
@@ -33,19 +34,17 @@ SCHEDULE_KNOBS = ("scheduler", "sched_ctas")
 #: What a row records of a point's schedule (empty / None for a split-count point): the scheduler asked for, the
 #: schedule's hash (``Schedule.digest``), its CTA slots, items, partial rows and the busiest slot's keys.
 SCHEDULE_COLUMNS = ("scheduler", "schedule_hash", "sched_ctas", "sched_items", "partial_rows", "busiest_keys")
-#: splitlab's launchers that have a work-list twin (``kernels.worklist``): launcher -> the twin, import paths.
-WORKLIST_LAUNCHERS = {"splitlab.kernels.gqa:gqa_decode": "splitlab.kernels.worklist:gqa_decode_scheduled",
-                      "splitlab.kernels.mla:mla_decode": "splitlab.kernels.worklist:mla_decode_scheduled"}
+#: splitlab's launchers that have a work-list twin: launcher -> the twin, import paths (the families' records,
+#: ``families.Family.worklist``).
+WORKLIST_LAUNCHERS = {f.launcher: f.worklist for f in families.ALL if f.worklist is not None}
 
 
 def scheduler_names(kind: str) -> tuple[str, ...]:
-    """The schedulers (``planners.schedulers.NAMES``) that plan workloads of ``kind``: ``flashinfer`` is GQA's,
-    ``flashmla`` MLA's; none for sparse MLA."""
-    from splitlab.planners.schedulers import NAMES
+    """The schedulers (``planners.schedulers.NAMES``) that plan workloads of ``kind`` (``schedulers.names_for``:
+    ``flashinfer`` is GQA's, ``flashmla`` MLA's; sparse MLA takes splitlab's own four)."""
+    from splitlab.planners.schedulers import names_for
 
-    if kind not in ("gqa", "mla"):
-        return ()
-    return tuple(n for n in NAMES if (n != "flashinfer" or kind == "gqa") and (n != "flashmla" or kind == "mla"))
+    return names_for(kind)
 
 
 class Impl(Protocol):
