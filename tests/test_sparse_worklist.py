@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sm90 import compile_in_child
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference
@@ -172,3 +173,54 @@ def test_refusals_are_one_line():
                         (dict(sm_scale=float("inf")), "sm_scale"), (dict(kv_scale=0.5), "kv_scale")):
         with pytest.raises(SplitlabError, match=rf"^{name}\b"):
             sparse_mla_decode_scheduled(**x, work=work, **{"head_dim_v": 32, **knobs})
+
+
+SM90_SCRIPT = r"""
+import splitlab.kernels._launch as launch_common
+import splitlab.kernels.combine as comb
+import splitlab.kernels.sparse_mla as smla
+import splitlab.kernels.worklist as wl
+from splitlab.kernels.inputs import sparse_mla_inputs
+from splitlab.planners import schedulers as S
+
+smla._sparse_mla_worklist_kernel = Warmup(smla._sparse_mla_worklist_kernel)
+wl._merge_kernel = Warmup(wl._merge_kernel)
+comb._combine_kernel = Warmup(comb._combine_kernel)
+launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block
+
+failed = False
+lens = [256, 256]
+cases = [(h, dqk, "one item", S.uniform(lens, 2, request_major=True)) for h in (64, 128) for dqk in (512, 576)]
+cases.append((64, 512, "persistent", S.stream_k(lens, 3)))
+for h, dqk, label, s in cases:
+    x = sparse_mla_inputs(2, h, dqk, 256, num_slots=300, invalid_frac=0.3, dtype=torch.bfloat16)
+    n0 = len(compiled)
+    smla.sparse_mla_decode_scheduled(**x, work=wl.WorkList.from_schedule(s, "cpu"), head_dim_v=512, validate=False)
+    k = compiled[n0]
+    usage = "?"
+    if os.path.exists(cuobjdump):
+        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+            f.write(k.asm["cubin"])
+        out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        os.unlink(f.name)
+        usage = next((line.strip() for line in out.splitlines() if "REG:" in line), "?")
+        stack = int(re.search(r"STACK:(\d+)", usage).group(1)) if "STACK:" in usage else -1
+        if label == "one item" and (stack != 0 or "LOCAL:0 " not in usage):
+            print(f"SPILL {h}/{dqk} {label}: {usage}")
+            failed = True
+    if k.metadata.shared > SMEM_LIMIT:
+        print(f"SHARED {h}/{dqk} {label}: {k.metadata.shared} B > {SMEM_LIMIT}")
+        failed = True
+    print(f"ok {h}/{dqk} {label}: shared {k.metadata.shared} B; {usage}")
+sys.exit(1 if failed else 0)
+"""
+
+
+def test_the_work_list_kernel_compiles_for_sm90():
+    """sm_90a, bf16, the default tile (BLOCK_H 64, BLOCK_K 64, 8 warps, 2 stages) at 64/128 heads and Dqk 512/576:
+    one item a slot compiles without spills (236-255 registers, as the split-count tile's 224-255); the persistent
+    loop compiles (255 registers and ~0.5 KB of stack, as the GQA/MLA persistent kernels: ``schedulers.STREAM_K_WAVES``)
+    and fits shared memory."""
+    compile_in_child(SM90_SCRIPT)
