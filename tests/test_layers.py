@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("planners", ["splitlab.planners", "splitlab.planners.*"]),
     ("kernels", ["splitlab.kernels", "splitlab.kernels.*"]),
     ("bench", ["splitlab.bench", "splitlab.bench.*"]),
-    ("analysis", ["splitlab.analysis", "splitlab.plots", "splitlab.peer_table"]),
+    ("analysis", ["splitlab.analysis", "splitlab.plots", "splitlab.peer_table", "splitlab.ledger"]),
     ("scoring", ["splitlab.scoring"]),
     ("fit and headline", ["splitlab.fit", "splitlab.headline"]),
     ("notebook helpers", ["splitlab.notebook"]),

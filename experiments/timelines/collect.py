@@ -1,0 +1,296 @@
+"""Where the time goes: per-program timelines and gap ledgers of splitlab's work-list decode, and what recording
+them costs (issue 38). README.md states the question, the command and the files.
+
+For each point (a shape, a batch's lengths, a scheduler's schedule): the work-list launcher is checked against the
+fp64 reference; timed plain and with timelines on (``kernels.timeline``), each by CUDA-graph replay over input sets
+rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead against the <= 3% goal); then one graph
+of [a marker kernel that records the clock, the instrumented decode] is replayed and its last replay's records
+read: the anchor (the marker's clock), every program's SM, start and end. The gap ledger (``splitlab.ledger``) of the
+point is the plain wall time against the floor, split with that timeline; the modelled timeline
+(``planners.timeline``) of the same schedule is written beside each partial program. The peers (FlashInfer for GQA,
+FlashMLA for MLA, where they import) are timed on the same inputs and get the peer ledger (wall time and grid).
+
+    python experiments/timelines/collect.py run --out DIR [--budget-s 540] [--families gqa,mla]
+    python experiments/timelines/collect.py run --dry-run --out DIR     # CPU: interpreter, tiny shapes, no timing
+
+``--dry-run`` runs every code path but the GPU's on the CPU (Triton's interpreter, three tiny shapes): the records
+hold no clock (SM and times -1), nothing is timed, and no ledger is made (its rows say why); tests/test_timeline_
+collect.py runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+if "--dry-run" in sys.argv[1:]:  # Triton takes the interpreter from the environment when it is imported
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import globaltimer  # noqa: E402
+
+POINT_FIELDS = ["shape", "kind", "batch", "longest", "dist", "scheduler", "schedule_hash", "ctas", "items",
+                "partial_rows", "programs", "merge_programs", "rel_err", "status", "plain_us", "plain_p20_us",
+                "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead", "launch_pair_us", "floor_us",
+                "partial_bytes", "model_launch", "model_tail", "model_units", "clock_step_ns", "model_err_median",
+                "measured_us", "gap_us", "launch_us", "idle_us", "merge_us", "below_peak_us", "extra_bytes_us",
+                "unexplained_us", "modelled", "note"]
+TIMELINE_FIELDS = ["shape", "batch", "longest", "dist", "scheduler", "schedule_hash", "kernel", "program", "sm",
+                   "start_ns", "end_ns", "slot", "group", "item", "items", "anchor_ns", "model_place", "model_sm",
+                   "model_start", "model_end"]
+PEER_FIELDS = ["shape", "kind", "batch", "longest", "dist", "impl", "status", "us", "p20_us", "p80_us", "programs",
+               "slots", "floor_us", "measured_us", "gap_us", "launch_us", "idle_us", "rest_us", "modelled", "note"]
+#: The H200 subset: (label, kind, q heads, kv heads, head dims, page) x batches x longest x length distributions.
+SHAPES = [("32/8", "gqa", 32, 8, (128, 128), 16), ("128/1", "gqa", 128, 1, (128, 128), 16),
+          ("mla16", "mla", 16, 1, (576, 512), 64)]
+BATCHES, LONGEST, DISTS = (16, 64), (8192, 32768), ("uniform", "spread16", "longtail")
+#: --dry-run's tiny shapes (interpreter): the same families and code paths at a few hundred keys.
+DRY = [("4/2", "gqa", 4, 2, (16, 16), 16), ("mla16-tiny", "mla", 16, 1, (96, 64), 64)]
+
+
+def shapes_of(dry: bool, families: set[str]):
+    from splitlab.workloads import DecodeWorkload
+
+    shapes = DRY if dry else SHAPES
+    batches, longest, dists = ((3,), (200,), ("uniform", "longtail")) if dry else (BATCHES, LONGEST, DISTS)
+    for label, kind, hq, hkv, (dqk, dv), page in shapes:
+        if kind not in families:
+            continue
+        for b in batches:
+            for n in longest:
+                for dist in dists:
+                    seed = 0 if dist == "uniform" else b + n
+                    yield label, dist, DecodeWorkload(kind, b, hq, hkv, dqk, dv, n, page_size=page, length_dist=dist,
+                                                      length_seed=seed)
+
+
+def schedules(w, dev):
+    """(label, schedule) of every point of ``w``: splitlab's scheduler, and the uniform split of the fitted plan."""
+    from splitlab.planners import schedulers as S
+    from splitlab.planners import splitlab as rule
+
+    out = {"splitlab": S.splitlab(w, dev),
+           "uniform": S.uniform(list(w.lengths), rule.fitted_plan(w, dev).num_splits,
+                                request_major=rule.REQUEST_MAJOR[w.kind])}
+    seen, res = set(), []
+    for name, s in out.items():
+        if s.digest not in seen:
+            seen.add(s.digest)
+            res.append((name, s))
+    return res
+
+
+def decode_call(w, wl, x, timelines=None):
+    from splitlab.kernels.worklist import gqa_decode_scheduled, mla_decode_scheduled
+
+    if w.kind == "gqa":
+        return lambda: gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl,
+                                            timelines=timelines)
+    return lambda: mla_decode_scheduled(x["q"], x["kv_cache"], x["block_table"], wl, head_dim_v=w.head_dim_v,
+                                        timelines=timelines)
+
+
+@triton.jit
+def mark(buf_ptr):
+    """One program that writes the GPU clock (``%globaltimer``, ns) into ``buf[0]``: the anchor launched just before
+    a recorded decode (the ledger's launch part starts there), and an empty launch to time."""
+    tl.store(buf_ptr, globaltimer())
+
+
+def moved_bytes(w, s) -> int:
+    """Bytes the partial kernel moves, as the ledger counts them: the cache's unique bytes (``kv_bytes``), q, the
+    block table (4 bytes a page), and the partial rows written (fp32 values and lse per head)."""
+    q = w.batch * w.num_q_heads * w.head_dim_qk * 2
+    table = sum(-(-n // w.page_size) for n in w.lengths) * 4
+    return w.kv_bytes + q + table + s.partial_rows * w.num_q_heads * (w.head_dim_v * 4 + 4)
+
+
+def run(args) -> None:
+    if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("--dry-run needs Triton's interpreter: pass --dry-run on the command line (it is set "
+                         "before triton is imported), or TRITON_INTERPRET=1")
+    import torch
+
+    from splitlab import devices, ledger, workloads
+    from splitlab.bench.timing import rotations, time_graph
+    from splitlab.kernels import reference
+    from splitlab.kernels.accuracy import TOLERANCE, rel_err
+    from splitlab.kernels.inputs import workload_inputs
+    from splitlab.kernels.timeline import Timelines, clock_on
+    from splitlab.kernels.worklist import WorkList
+    from splitlab.planners import schedulers as S
+    from splitlab.planners.timeline import modelled_timeline
+
+    dry = args.dry_run
+    device = "cpu" if dry else "cuda"
+    dev = devices.get("h200") if dry else devices.detect()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(device="cpu (interpreter, dry run)" if dry else torch.cuda.get_device_name(), sms=dev.sm_count,
+               preset=dev.name, torch=torch.__version__, triton=__import__("triton").__version__,
+               cuda=torch.version.cuda, argv=sys.argv, dry_run=dry)
+    (out / "env.json").write_text(json.dumps(env, indent=1))
+    files = {name: open(out / name, "w", newline="") for name in ("points.csv", "timelines.csv", "peers.csv")}
+    pts = csv.DictWriter(files["points.csv"], POINT_FIELDS)
+    tls = csv.DictWriter(files["timelines.csv"], TIMELINE_FIELDS)
+    prs = csv.DictWriter(files["peers.csv"], PEER_FIELDS)
+    for wr in (pts, tls, prs):
+        wr.writeheader()
+    launch_pair = None
+    if not dry:  # the fixed cost of two launches (partial + merge), from two empty marker launches a call
+        buf = torch.zeros(1, dtype=torch.int64, device=device)
+
+        def pair():
+            mark[(1,)](buf)
+            mark[(1,)](buf)
+
+        launch_pair = time_graph([pair] * 8).p50_us
+    l2 = 0 if dry else torch.cuda.get_device_properties(0).L2_cache_size
+    t0 = time.time()
+    for label, dist, w in shapes_of(dry, set(args.families.split(","))):
+        if time.time() - t0 > args.budget_s:
+            print("budget spent; stopping", flush=True)
+            break
+        first = workload_inputs(w, device=device, seed=1, draw_on="cpu" if dry else "device")
+        ref = (reference.gqa_decode(**first) if w.kind == "gqa" else
+               reference.mla_decode(**first, head_dim_v=w.head_dim_v))
+        n_sets = 1 if dry else rotations(min(sum(t.numel() * t.element_size() for t in first.values()), w.kv_bytes),
+                                         l2)
+        sets = [first] + [workload_inputs(w, device=device, seed=2 + i, draw_on="device") for i in range(n_sets - 1)]
+        floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
+        base = dict(shape=label, batch=w.batch, longest=w.ctx_len, dist=dist)
+        for sched, s in schedules(w, dev):
+            wl = WorkList.from_schedule(s, device)
+            row = dict(base, kind=w.kind, scheduler=sched, schedule_hash=s.digest, ctas=s.ctas, items=len(s.items),
+                       partial_rows=s.partial_rows, programs=s.ctas * S.head_groups(w), floor_us=round(floor, 3),
+                       partial_bytes=moved_bytes(w, s))
+            model = modelled_timeline(s, w, dev)
+            row.update(model_launch=round(model.launch, 4), model_tail=round(model.tail, 4), model_units=model.units)
+            err = rel_err(decode_call(w, wl, first)(), ref)
+            row["rel_err"] = f"{err:.2e}"
+            if not err <= TOLERANCE[first["q"].dtype]:
+                row.update(status="wrong", note="not timed: wrong against fp64")
+                pts.writerow(row)
+                continue
+            rec = Timelines()
+            anchor = None
+            if dry:
+                decode_call(w, wl, first, rec)()
+                row.update(status="dry-run", note="interpreter: no clock, not timed, no ledger")
+            else:
+                plain = time_graph([decode_call(w, wl, x) for x in sets])
+                timed = time_graph([decode_call(w, wl, x, Timelines()) for x in sets])
+                abuf = torch.zeros(1, dtype=torch.int64, device=device)
+
+                call = decode_call(w, wl, first, rec)
+
+                def recorded(call=call, abuf=abuf):
+                    mark[(1,)](abuf)
+                    call()
+
+                time_graph([recorded], replays=3, warmup=1)  # the last replay's records stay in rec's buffers
+                torch.cuda.synchronize()
+                anchor = int(abuf.item())
+                row.update(status="ok", plain_us=round(plain.p50_us, 3), plain_p20_us=round(plain.p20_us, 3),
+                           plain_p80_us=round(plain.p80_us, 3), timed_us=round(timed.p50_us, 3),
+                           timed_p20_us=round(timed.p20_us, 3), timed_p80_us=round(timed.p80_us, 3),
+                           overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3))
+            recs = rec.read()
+            partial, merge = recs.get("partial", []), recs.get("merge", [])
+            row["merge_programs"] = len(merge)
+            by_prog = {p.program: p for p in model.programs}
+            for kernel, rs in (("partial", partial), ("merge", merge)):
+                for r in rs:
+                    m = by_prog.get(r["program"]) if kernel == "partial" else None
+                    tls.writerow(dict(base, scheduler=sched, schedule_hash=s.digest, kernel=kernel, **r,
+                                      anchor_ns=anchor if anchor is not None else "",
+                                      model_place=m.place if m else "", model_sm=m.sm if m else "",
+                                      model_start=round(m.start, 4) if m else "",
+                                      model_end=round(m.end, 4) if m else ""))
+            if clock_on(device) and partial:
+                starts = sorted({r["start_ns"] for r in partial})
+                row["clock_step_ns"] = min((b - a for a, b in zip(starts, starts[1:], strict=False)), default="")
+                led = ledger.ledger(partial, merge, wall_us=row["plain_us"], floor_us=floor, sm_count=dev.sm_count,
+                                    bandwidth_gbps=dev.roofline_gbps, partial_bytes=row["partial_bytes"],
+                                    anchor_ns=anchor)
+                row.update({k: round(v, 3) if isinstance(v, float) else v for k, v in led.row().items()})
+                errs = sorted(e["rel_err"] for e in ledger.program_errors(model, partial))
+                row["model_err_median"] = round(errs[len(errs) // 2], 4) if errs else ""
+            pts.writerow(row)
+            files["points.csv"].flush()
+            files["timelines.csv"].flush()
+            print(f"[{time.time() - t0:5.0f}s] {label} B={w.batch} L={w.ctx_len} {dist} {sched}: "
+                  f"{row.get('status')} plain {row.get('plain_us')} timed {row.get('timed_us')} "
+                  f"unexplained {row.get('unexplained_us')}", flush=True)
+        if not dry:
+            peers(w, dev, base, first, sets, ref, floor, launch_pair, prs)
+            files["peers.csv"].flush()
+        torch.cuda.empty_cache() if not dry else None
+    for f in files.values():
+        f.close()
+
+
+def peers(w, dev, base, first, sets, ref, floor, launch_pair, writer) -> None:
+    """Time the peers that import (FlashInfer's decode for GQA, FlashMLA for MLA) and write their peer ledgers: the
+    grid is their own plan's, ported (``schedulers.flashinfer`` / ``flashmla``), one program per place (modelled)."""
+    from splitlab import ledger
+    from splitlab.bench.timing import time_graph
+    from splitlab.kernels.accuracy import TOLERANCE, rel_err
+    from splitlab.planners import schedulers as S
+
+    found = []
+    try:
+        if w.kind == "gqa":
+            from splitlab.bench.peers_flashinfer import FLASHINFER_DECODE
+
+            grid = S.flashinfer(list(w.lengths), page_size=w.page_size, num_kv_heads=w.num_kv_heads,
+                                sm_count=dev.sm_count)
+            found.append(("flashinfer", FLASHINFER_DECODE, grid.ctas * w.num_kv_heads))
+        else:
+            from splitlab.bench.peers_flashmla import FLASHMLA_DECODE
+            from splitlab.planners.flashmla import num_sm_parts
+
+            found.append(("flashmla", FLASHMLA_DECODE, num_sm_parts(dev.sm_count, w.num_q_heads, 1)))
+    except ImportError as e:
+        print("peer unavailable:", e, flush=True)
+    for name, p, programs in found:
+        row = dict(base, kind=w.kind, impl=name, programs=programs, slots=dev.sm_count, floor_us=round(floor, 3))
+        if p.unavailable() is not None:
+            writer.writerow(dict(row, status="unavailable", note=str(p.unavailable())[:160]))
+            continue
+        try:
+            err = rel_err(p.call(w, first, {}), ref)
+            if not err <= TOLERANCE[first["q"].dtype]:
+                writer.writerow(dict(row, status="wrong", note=f"rel_err {err:.2e}"))
+                continue
+            t = time_graph([(lambda x=x, p=p: p.call(w, x, {})) for x in sets])
+            led = ledger.peer_ledger(wall_us=t.p50_us, floor_us=floor, programs=programs, slots=dev.sm_count,
+                                     launch_us=launch_pair)
+            writer.writerow(dict(row, status="ok", us=round(t.p50_us, 3), p20_us=round(t.p20_us, 3),
+                                 p80_us=round(t.p80_us, 3),
+                                 **{k: round(v, 3) if isinstance(v, float) else v for k, v in led.row().items()}))
+        except Exception as e:  # a peer's refusal or failure: keep the reason, go on
+            writer.writerow(dict(row, status="error", note=f"{type(e).__name__}: {str(e)[:160]}"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="collect timelines, timings and ledgers into OUT")
+    r.add_argument("--out", required=True)
+    r.add_argument("--budget-s", type=float, default=540.0, help="stop starting new shapes after this many seconds")
+    r.add_argument("--families", default="gqa,mla")
+    r.add_argument("--dry-run", action="store_true", help="CPU: the interpreter at tiny shapes, nothing timed")
+    args = ap.parse_args(argv)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
