@@ -100,6 +100,24 @@ def test_same_as_the_split_count_kernel_at_the_same_split():
         torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
 
 
+def test_views_custom_scale_and_knobs():
+    """Non-contiguous q, pool and indices (as ``sparse_mla_decode``'s test), sm_scale, BLOCK_H 32, 2 warps."""
+    g = torch.Generator().manual_seed(6)
+    x = sparse_mla_inputs(2, 6, 48, 40, num_slots=60, dtype=torch.float32, seed=3)
+    kv_wide = torch.randn(60, 64, generator=g)
+    kv_wide[:, 4:52] = x["kv_cache"]
+    idx_wide = torch.full((2, 80), -7, dtype=torch.int32)
+    idx_wide[:, ::2] = x["indices"]
+    q_wide = torch.randn(2, 12, 48, generator=g)
+    q_wide[:, ::2] = x["q"]
+    views = dict(q=q_wide[:, ::2], kv_cache=kv_wide[:, 4:52], indices=idx_wide[:, ::2])
+    assert not any(t.is_contiguous() for t in views.values())
+    ref, ref_lse = reference.sparse_mla_decode(**x, head_dim_v=32, sm_scale=0.2, return_lse=True)
+    for s in (S.uniform([40, 40], 2, tile=16), S.stream_k([40, 40], 3, tile=16)):
+        out, lse = run(views, s, 32, sm_scale=0.2, block_k=16, block_h=32, num_warps=2)
+        assert_matches_reference(out, lse, ref, ref_lse, torch.float32, [])
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: inf - inf
 def test_a_nan_row_reaches_its_token_only():
     x = sparse_mla_inputs(2, 5, 48, 64, num_slots=100, invalid_frac=0.2, dtype=torch.float32, seed=41)
