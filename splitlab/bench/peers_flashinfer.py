@@ -233,10 +233,7 @@ class FlashInferDecode(_PeerBase):
         # FlashInfer's own plan where it runs this chunk count; the pinned split elsewhere.
         kwargs = {} if want.num_splits == own.num_splits else split_arguments(w, num_splits)
         wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(_workspace(), "NHD", use_tensor_cores=True, backend="fa2")
-        indptr, indices, last = csr_pages(inputs["block_table"], inputs["seq_lens"], w.page_size)
-        wrapper.plan(indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, w.page_size,
-                     pos_encoding_mode="NONE", q_data_type=inputs["q"].dtype, kv_data_type=inputs["k_cache"].dtype,
-                     **kwargs)
+        plan_decode(wrapper, w, inputs, **kwargs)
         tiles = _planned_tiles(wrapper)
         if tiles != want.work_tiles:
             how = "its own plan" if not kwargs else f"plan({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
@@ -257,6 +254,30 @@ class FlashInferDecode(_PeerBase):
             return out
 
         return run
+
+
+def plan_decode(wrapper, w: DecodeWorkload, inputs: dict, **kwargs) -> None:
+    """``wrapper.plan`` (a ``BatchDecodeWithPagedKVCacheWrapper``) for ``w`` on splitlab's paged ``inputs`` (their
+    block table and ``seq_lens`` as FlashInfer's page CSR, ``csr_pages``); ``kwargs``: more ``plan()`` keywords."""
+    indptr, indices, last = csr_pages(inputs["block_table"], inputs["seq_lens"], w.page_size)
+    wrapper.plan(indptr, indices, last, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, w.page_size,
+                 pos_encoding_mode="NONE", q_data_type=inputs["q"].dtype, kv_data_type=inputs["k_cache"].dtype,
+                 **kwargs)
+
+
+def graph_decode_wrapper(batch: int, max_pages: int, device):
+    """A tensor-core decode wrapper for CUDA graphs (``use_cuda_graph=True``): its page CSR buffers allocated here
+    for ``batch`` requests and ``max_pages`` pages in all, so that every later ``plan_decode`` writes the addresses a
+    captured ``run()`` holds (FlashInfer's graph mode: the batch fixed for the wrapper's life)."""
+    import torch
+
+    def buf(n: int):
+        return torch.zeros(n, dtype=torch.int32, device=device)
+
+    return _flashinfer().BatchDecodeWithPagedKVCacheWrapper(
+        _workspace(), "NHD", use_cuda_graph=True, use_tensor_cores=True, backend="fa2",
+        paged_kv_indptr_buffer=buf(batch + 1), paged_kv_indices_buffer=buf(max_pages),
+        paged_kv_last_page_len_buffer=buf(batch))
 
 
 def _planned_tiles(wrapper) -> int:
@@ -301,20 +322,8 @@ class FlashInferMLA(_PeerBase):
                                     head_dim_v=w.head_dim_v)
 
     def _wrapper(self, w: DecodeWorkload, inputs: dict):
-        import torch
-
-        fi = _flashinfer()
-        from flashinfer.mla import MLAPlanMetadata
-
-        indptr, indices, _ = csr_pages(inputs["block_table"], inputs["seq_lens"], w.page_size)
-        dev = inputs["q"].device
-        meta = MLAPlanMetadata.csr(torch.arange(w.batch + 1, dtype=torch.int32, device=dev), indptr, indices,
-                                   inputs["seq_lens"].to(torch.int32))
-        wrapper = fi.BatchMLAPagedAttentionWrapper(_workspace(), backend=self.backend)
-        wrapper.plan(metadata=meta, num_heads=w.num_q_heads, head_dim_ckv=MLA_CKV, head_dim_kpe=MLA_KPE,
-                     page_size=w.page_size, causal=False, sm_scale=1.0 / math.sqrt(w.head_dim_qk),
-                     q_data_type=inputs["q"].dtype, kv_data_type=inputs["kv_cache"].dtype,
-                     query_layout="packed", kv_cache_layout="packed")
+        wrapper = _flashinfer().BatchMLAPagedAttentionWrapper(_workspace(), backend=self.backend)
+        plan_mla(wrapper, w, inputs)
         return wrapper
 
     def call(self, w: DecodeWorkload, inputs: dict, knobs: dict) -> Callable:
@@ -329,6 +338,39 @@ class FlashInferMLA(_PeerBase):
             return out
 
         return run
+
+
+def plan_mla(wrapper, w: DecodeWorkload, inputs: dict) -> None:
+    """``wrapper.plan`` (a ``BatchMLAPagedAttentionWrapper``) for ``w`` on splitlab's latent cache ``inputs`` (one
+    query token a request; the page CSR by ``csr_pages``; packed query and cache layouts)."""
+    import torch
+    from flashinfer.mla import MLAPlanMetadata
+
+    indptr, indices, _ = csr_pages(inputs["block_table"], inputs["seq_lens"], w.page_size)
+    dev = inputs["q"].device
+    meta = MLAPlanMetadata.csr(torch.arange(w.batch + 1, dtype=torch.int32, device=dev), indptr, indices,
+                               inputs["seq_lens"].to(torch.int32))
+    wrapper.plan(metadata=meta, num_heads=w.num_q_heads, head_dim_ckv=MLA_CKV, head_dim_kpe=MLA_KPE,
+                 page_size=w.page_size, causal=False, sm_scale=1.0 / math.sqrt(w.head_dim_qk),
+                 q_data_type=inputs["q"].dtype, kv_data_type=inputs["kv_cache"].dtype,
+                 query_layout="packed", kv_cache_layout="packed")
+
+
+def graph_mla_wrapper(batch: int, max_pages: int, backend: str, device):
+    """A batch MLA wrapper (``backend``: ``MLA_BACKENDS``) for CUDA graphs: its CSR buffers allocated here for
+    ``batch`` requests and ``max_pages`` pages in all (what ``use_cuda_graph=True`` asks; see
+    ``graph_decode_wrapper``)."""
+    import torch
+
+    if backend not in MLA_BACKENDS:
+        raise bad("backend", backend, " or ".join(MLA_BACKENDS))
+
+    def buf(n: int):
+        return torch.zeros(n, dtype=torch.int32, device=device)
+
+    return _flashinfer().BatchMLAPagedAttentionWrapper(
+        _workspace(), use_cuda_graph=True, qo_indptr=buf(batch + 1), kv_indptr=buf(batch + 1),
+        kv_indices=buf(max_pages), kv_len_arr=buf(batch), backend=backend)
 
 
 FLASHINFER_DECODE = FlashInferDecode()

@@ -82,20 +82,27 @@ class FlashMLADecode:
         return self._sched[w]
 
     def call(self, w: DecodeWorkload, inputs: dict, knobs: dict) -> Callable:
-        import flash_mla
-
         sched = self._meta(w)
-        q = inputs["q"].unsqueeze(1)  # [B, 1, H, Dqk]
-        kv = inputs["kv_cache"].unsqueeze(2)  # [pages, 64, 1, Dqk]
-        table, lens = inputs["block_table"], inputs["seq_lens"]
-        scale = 1.0 / math.sqrt(w.head_dim_qk)
+        q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["seq_lens"]
 
         def run():
-            out, _ = flash_mla.flash_mla_with_kvcache(q, kv, table, lens, w.head_dim_v, sched, None,
-                                                      softmax_scale=scale, causal=False)
-            return out[:, 0]
+            return decode(q, kv, table, lens, sched)
 
         return run
+
+
+def decode(q, kv_cache, block_table, seq_lens, sched):
+    """One ``flash_mla.flash_mla_with_kvcache`` call on splitlab's layout: q ``[B, H, 576]`` (viewed ``[B, 1, H,
+    576]``: one query token), latent cache ``[num_pages, 64, 576]`` (viewed ``[.., 64, 1, 576]``: one kv head),
+    ``HEAD_DIM_V`` output columns, scale ``576 ** -0.5``; returns out ``[B, H, 512]``. ``sched``: a
+    ``flash_mla.get_mla_metadata()[0]``, filled by its first call (the scheduler kernel, on the device) and reused
+    while the lengths stay the same; a fresh one inside a captured CUDA graph recomputes it at every replay."""
+    import flash_mla
+
+    out, _ = flash_mla.flash_mla_with_kvcache(q.unsqueeze(1), kv_cache.unsqueeze(2), block_table, seq_lens,
+                                              HEAD_DIM_V, sched, None, softmax_scale=1.0 / math.sqrt(q.shape[-1]),
+                                              causal=False)
+    return out[:, 0]
 
 
 FLASHMLA_DECODE = FlashMLADecode()
