@@ -55,7 +55,8 @@ from splitlab.resources import notebooks_dir
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = notebooks_dir()  # the repository's notebooks/, or their copy in an installed package
 #: The notebooks, in report order.
-NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "schedules", "sweep")
+NOTEBOOKS = ("waves", "cta_latency", "split_regressions", "planner_shootout", "seeds", "kernels", "schedules",
+             "timelines", "sweep")
 #: The index's answer (``splitlab.headline``) as a page ``--only`` can name: a report of some pages (``--only waves``)
 #: builds it only when named (``--only waves,headline``; ``--only headline``: the index alone), a whole report always.
 HEADLINE = "headline"

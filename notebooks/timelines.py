@@ -1,0 +1,205 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Timelines: which SM ran which program when, and where the time to the roofline goes
+#
+# A decode's time says how far it is from the roofline floor, not why. The work-list kernels can record, per
+# program, the SM it ran on and when it started and ended (`kernels.timeline`); the cost model places the same
+# programs on the SMs as it prices them (`planners.timeline`). Above: one point's programs, one row per SM, the
+# model's placement above the GPU's. Below: the gap ledger across shapes (`splitlab.ledger`): the measured time
+# minus the floor, split into launch and fixed cost, idle SMs (waves and tail imbalance), the merge, streaming
+# below the peak inside busy CTAs, bytes the floor does not count, and what is left unexplained. Where no measured
+# timeline set is in the catalog (`experiments/timelines/collect.py` writes one on the H200), the page draws the
+# model's timelines and the model's shares only, and says so.
+
+# %% tags=["parameters"]
+data: str = "h200"  # the report's result set; this page draws its own shapes (the device below)
+allow_fake: bool = False  # (nothing here is read from the sweeps)
+timelines: str = "h200-timelines"  # the catalog bench entry holding experiments/timelines/collect.py's CSVs
+measured: str = ""  # a folder of those CSVs, read instead of the catalog's entry (empty: the catalog's)
+device: str = "h200"  # the device preset the model places the programs on
+shape: str = "32/8"  # the point drawn as Gantt charts: its shape (32/8, 128/1, mla16)
+batch: int = 16  # its requests (16, 64)
+longest: int = 8192  # its longest request's keys (8192, 32768)
+dist: str = "longtail"  # its length distribution (uniform, spread16, longtail)
+scheduler: str = "splitlab"  # its schedule: splitlab's scheduler, or uniform (the fitted plan's split)
+
+# %%
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from splitlab import catalog, devices, ledger, notebook, plots
+from splitlab.errors import SplitlabError
+from splitlab.planners import schedulers
+from splitlab.planners import splitlab as rule
+from splitlab.planners.timeline import modelled_timeline
+from splitlab.workloads import DecodeWorkload
+
+plots.setup()
+warnings.filterwarnings("ignore", category=UserWarning)
+dev = devices.get(device)
+#: The collection's shapes (experiments/timelines/collect.py: label, kind, q heads, kv heads, dims, page).
+SHAPES = {"32/8": ("gqa", 32, 8, (128, 128), 16), "128/1": ("gqa", 128, 1, (128, 128), 16),
+          "mla16": ("mla", 16, 1, (576, 512), 64)}
+DISTS = ("uniform", "spread16", "longtail")
+points = pd.DataFrame()
+programs = pd.DataFrame()
+try:
+    folder = Path(measured) if measured else catalog.bench(timelines).path
+    points = pd.read_csv(folder / "points.csv", dtype={"shape": str})
+    programs = pd.read_csv(folder / "timelines.csv", dtype={"shape": str})
+    points = points[points["status"] == "ok"]
+    source = f"`{folder.name}`" + (" (given as `measured`)" if measured else f" (catalog `{timelines}`)")
+except (SplitlabError, OSError) as e:
+    source = None
+    display(Markdown(f"**No measured timeline set in the catalog** ({e}). The charts below are the cost model's "
+                     f"timelines only ({plots.MODELLED.split(',')[0]} by the model, not measured): "
+                     "`experiments/timelines/collect.py` (prepared, not yet run) writes the set on the H200."))
+if source is not None:
+    notes = sorted(set(points["note"].dropna())) if "note" in points else []
+    display(Markdown(f"Measured timelines from {source}: {len(points)} points."
+                     + "".join(f" **{n}**." for n in notes)))
+    source = source.replace("`", "")  # (figure titles)
+
+
+def workload(label: str, b: int, n: int, d: str) -> DecodeWorkload:
+    kind, hq, hkv, (dqk, dv), page = SHAPES[label]
+    return DecodeWorkload(kind, b, hq, hkv, dqk, dv, n, page_size=page, length_dist=d,
+                          length_seed=0 if d == "uniform" else b + n)
+
+
+def schedule_of(w: DecodeWorkload, name: str):
+    if name == "uniform":
+        return schedulers.uniform(list(w.lengths), rule.fitted_plan(w, dev).num_splits,
+                                  request_major=rule.REQUEST_MAJOR[w.kind])
+    return schedulers.splitlab(w, dev)
+
+
+# %% [markdown]
+# **One point, per SM.** Each bar is one program of the partial kernel on the SM that ran it (colour: its CTA slot,
+# so a persistent slot's items and a slot's head groups share a colour); grey bars after them are the merge's
+# programs. The model's times are in its own unit (key tiles of one CTA) unless a measurement scales them to
+# microseconds (its partial span), so the two charts share the x axis only then.
+
+# %%
+w = workload(shape, batch, longest, dist)
+s = schedule_of(w, scheduler)
+model = modelled_timeline(s, w, dev)
+key = dict(shape=shape, batch=batch, longest=longest, dist=dist, scheduler=scheduler)
+mine = programs
+for k, v in key.items():
+    mine = mine[mine[k] == v] if not mine.empty else mine
+part = mine[mine["kernel"] == "partial"] if not mine.empty else mine
+merge = mine[mine["kernel"] == "merge"] if not mine.empty else mine
+t0 = part["start_ns"].min() if not part.empty else 0
+if not part.empty:
+    span_us = (part["end_ns"].max() - t0) / 1e3
+    model = model.scaled(span_us * model.total / model.launch)  # the model's launch lasts the measured span
+cmap = plt.get_cmap("tab20")
+rows = 2 if not part.empty else 1
+fig, axes = plt.subplots(rows, 1, figsize=plots.figsize(plots.PAGE_WIDTH_IN, 4.6 * rows), squeeze=False,
+                         sharex=not part.empty)
+ax = axes[0, 0]
+for p in model.programs:
+    ax.barh(p.sm, p.end - p.start, left=p.start, height=0.8, color=cmap(p.slot % 20), linewidth=0)
+if model.tail > 0:
+    ax.axvspan(model.launch, model.total, color="0.85", lw=0)
+unit = "us" if model.units == "us" else model.units
+ax.set_title(f"modelled ({'scaled to the measured span' if unit == 'us' else 'the cost model, not measured'}): "
+             f"launch {model.launch:.1f}, then partial writes and merge {model.tail:.1f} ({unit})",
+             fontsize=plots.MIN_FONT_PT)
+ax.set_ylabel("SM")
+ax.set_xlabel(f"time ({unit})")
+ax.invert_yaxis()
+table = pd.DataFrame([dict(source="model", program=p.program, slot=p.slot, sm=p.sm, start=p.start, end=p.end)
+                      for p in model.programs])
+if not part.empty:
+    ax = axes[1, 0]
+    for _, r in part.iterrows():
+        ax.barh(r["sm"], (r["end_ns"] - r["start_ns"]) / 1e3, left=(r["start_ns"] - t0) / 1e3, height=0.8,
+                color=cmap(int(r["slot"]) % 20), linewidth=0)
+    for _, r in merge.iterrows():
+        ax.barh(r["sm"], (r["end_ns"] - r["start_ns"]) / 1e3, left=(r["start_ns"] - t0) / 1e3, height=0.8,
+                color="0.55", linewidth=0)
+    ax.set_title(f"measured ({source}): partial kernel, then merge (grey)", fontsize=plots.MIN_FONT_PT)
+    ax.set_ylabel("SM")
+    ax.set_xlabel("time since the first program started (us)")
+    ax.invert_yaxis()
+    got = pd.DataFrame(dict(source="measured-" + mine["kernel"], program=mine["program"], slot=mine["slot"],
+                            sm=mine["sm"], start=(mine["start_ns"] - t0) / 1e3, end=(mine["end_ns"] - t0) / 1e3))
+    table = pd.concat([table, got], ignore_index=True)
+fig.suptitle(f"{shape}, {batch} requests, {dist} up to {longest} keys, {scheduler}'s schedule: {s.ctas} slots, "
+             f"{len(model.programs)} programs on {dev.name}'s {dev.sm_count} SMs", fontsize=plots.MIN_FONT_PT + 1)
+fig.tight_layout()
+notebook.show_figure(fig, "gantt", table)
+
+# %% [markdown]
+# **The ledger across shapes.** Measured: each point's gap to the floor in its parts, as fractions of the measured
+# time (`splitlab.ledger`; the floor is the rest of the bar to 1). Without a measured set, the model's own shares
+# of its time: the launch's busy SM-time, its idle SM-time (waves and tail imbalance: the time an SM has no program
+# resident, averaged over the SMs), and the partial writes and merge after it.
+
+# %%
+PART_COLORS = dict(zip(ledger.PARTS, ["0.45", "C1", "C4", "C0", "C2", "C3"], strict=True))
+if not points.empty:
+    t = points.assign(label=points["shape"] + " B" + points["batch"].astype(str) + " "
+                      + (points["longest"] // 1024).astype(str) + "K " + points["dist"] + " " + points["scheduler"])
+    shares = pd.DataFrame({p: t[f"{p}_us"] / t["measured_us"] for p in ledger.PARTS})
+    shares.insert(0, "floor", t["floor_us"] / t["measured_us"])
+    shares.index = t["label"]
+    title = f"measured gap ledger ({source}), as fractions of each point's measured time"
+    colors = ["0.85", *[PART_COLORS[p] for p in ledger.PARTS]]
+else:
+    rows_ = []
+    for label in SHAPES:
+        for d in DISTS:
+            wk = workload(label, batch, longest, d)
+            m = modelled_timeline(schedule_of(wk, scheduler), wk, dev)
+            busy = sum(ledger.busy_ns((p.sm, p.start, p.end) for p in m.programs).values()) / dev.sm_count
+            rows_.append(dict(label=f"{label} {d}", busy=busy / m.total, idle=(m.launch - busy) / m.total,
+                              tail=m.tail / m.total))
+    shares = pd.DataFrame(rows_).set_index("label")
+    title = (f"MODELLED (the cost model, not measured): shares of the modelled time, {batch} requests up to "
+             f"{longest} keys, {scheduler}'s schedule")
+    colors = ["C0", "C1", "C4"]
+fig, ax = plt.subplots(figsize=plots.figsize(plots.PAGE_WIDTH_IN, 4.4))
+bottom = np.zeros(len(shares))
+for col, color in zip(shares.columns, colors, strict=True):
+    vals = shares[col].to_numpy(dtype=float)
+    ax.bar(range(len(shares)), vals, bottom=bottom, color=color, label=col, width=0.75)
+    bottom = bottom + vals
+ax.set_xticks(range(len(shares)))
+ax.set_xticklabels(shares.index, rotation=55, ha="right", fontsize=plots.MIN_FONT_PT)
+ax.set_ylabel("fraction of the time")
+ax.set_title(title, fontsize=plots.MIN_FONT_PT + 1)
+plots.legend_outside(ax)
+notebook.show_figure(fig, "ledger", shares.round(4))
+
+# %%
+if not points.empty:
+    unexpl = (points["unexplained_us"].abs() / points["measured_us"])
+    notebook.record_finding(
+        f"Measured ({len(points)} points): the ledger leaves {unexpl.median():.1%} of the measured time unexplained "
+        f"at the median ({(unexpl <= 0.05).mean():.0%} of points within 5%); recording the timeline costs "
+        f"{points['overhead'].median():.1%} of the plain launch at the median (worst {points['overhead'].max():.1%}).")
+else:
+    idle = shares["idle"]
+    notebook.record_finding(
+        f"MODELLED, no measured timeline set yet: in the cost model idle SMs take {idle.min():.0%}-{idle.max():.0%} "
+        f"of the modelled time across the shipped shapes at {batch} requests up to {longest} keys "
+        f"({scheduler}'s schedule); the measured ledger awaits experiments/timelines on the H200.")

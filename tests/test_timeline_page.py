@@ -1,0 +1,63 @@
+"""``notebooks/timelines.py`` executed alone (``splitlab report --only timelines``): without a measured set it draws
+the modelled Gantt chart and ledger shares and says that no measured timeline set is in the catalog; given the
+SYNTHETIC fixture ``tests/fixtures/timelines`` as ``measured`` it draws the measured Gantt chart under the modelled
+one and the measured ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("papermill")
+pytest.importorskip("jupytext")
+pytest.importorskip("nbconvert")
+
+import nbformat  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from splitlab import ledger, notebook, report  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _build(tmp_path, **params):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        report.build_report(FIXTURES / "sweeps", tmp_path, only=["timelines"], progress=False, allow_fake=True,
+                            parameters={"timelines": params} if params else None)
+    nb = nbformat.read(tmp_path / "timelines.ipynb", as_version=4)
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.output_type == "error"]
+    return nb, (tmp_path / "timelines.html").read_text()
+
+
+def test_without_measured_timelines_the_page_is_modelled_and_says_so(tmp_path):
+    nb, page = _build(tmp_path)
+    assert "No measured timeline set in the catalog" in page
+    assert "measured (" not in page
+    finding = notebook.read_finding(nb)["finding"]
+    assert finding.startswith("MODELLED")
+    gantt = pd.read_csv(tmp_path / "timelines-gantt.csv")
+    assert set(gantt["source"]) == {"model"}
+    shares = pd.read_csv(tmp_path / "timelines-ledger.csv", index_col=0)
+    assert list(shares.columns) == ["busy", "idle", "tail"] and len(shares) == 9
+    assert shares.sum(axis=1).to_numpy() == pytest.approx(1.0, abs=1e-3)  # (rounded to 4 places)
+
+
+def test_a_measured_set_is_drawn_under_the_model(tmp_path):
+    nb, page = _build(tmp_path, measured=str(FIXTURES / "timelines"))
+    assert "No measured timeline set" not in page and "Measured timelines from <code>timelines</code>" in page
+    assert "SYNTHETIC test fixture, not measured" in page  # the fixture says what it is
+    gantt = pd.read_csv(tmp_path / "timelines-gantt.csv")
+    fixture = pd.read_csv(FIXTURES / "timelines" / "timelines.csv", dtype={"shape": str})
+    point = fixture[fixture["dist"] == "longtail"]
+    assert (gantt["source"] == "measured-partial").sum() == (point["kernel"] == "partial").sum()
+    assert (gantt["source"] == "measured-merge").sum() == (point["kernel"] == "merge").sum()
+    model = gantt[gantt["source"] == "model"]
+    measured = gantt[gantt["source"] == "measured-partial"]
+    assert model["end"].max() == pytest.approx(measured["end"].max(), rel=1e-6)  # scaled to the measured span
+    shares = pd.read_csv(tmp_path / "timelines-ledger.csv", index_col=0)
+    assert list(shares.columns) == ["floor", *ledger.PARTS]
+    assert shares.sum(axis=1).to_numpy() == pytest.approx(1.0, abs=1e-3)  # floor + parts = the measured time
+    assert notebook.read_finding(nb)["finding"].startswith("Measured (2 points)")
