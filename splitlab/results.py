@@ -172,8 +172,10 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
                       "`<NA>` in older data)"),
     "gpu_uuid": ("", "the GPU's UUID (`<NA>` in older data)"),
     "length_dist": ("", "the distribution the batch's lengths were drawn from (`workloads.LENGTH_DISTS`): "
-                        "`uniform`, every request `ctx_len` keys (`sparse_mla`: `topk` valid), or `spreadN`, each "
-                        "uniform on [longest / N, longest] with one the longest; `<NA>` in older data: uniform"),
+                        "`uniform`, every request `ctx_len` keys (`sparse_mla`: `topk` valid); `spreadN`, each "
+                        "uniform on [longest / N, longest] with one the longest; `longtail`, `bimodal`, and "
+                        "`serving-PROFILE` (a simulated server's steady-state batch, `serving`), each with one the "
+                        "longest; `<NA>` in older data: uniform"),
     "length_seed": ("", "the seed of that draw (0 for `uniform`): `length_dist`, `length_seed` and the workload "
                         "columns rebuild the batch (`results.workload`)"),
     "ctx_mean": ("keys", "mean keys per request (`sparse_mla`: valid top-k per token); `<NA>` in older data"),
