@@ -51,6 +51,7 @@ import itertools
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -345,6 +346,32 @@ def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None,
     return {kind: fit_family(fit_rows, kind, head_tile_rows=ht, allow_fake=allow_fake)[0] for kind in kinds}
 
 
+#: The constants a split-count sweep cannot measure: the persistent work-list kernel's key-tile cost, which prices
+#: stream-K in splitlab's scheduler (``planners.schedulers.persistent_cost``). They are fitted over schedule runs
+#: (``experiments/schedules/refit.py`` over the catalog's ``h200-schedules``), and a fit carries them over from the
+#: constants the data's device has of its own (none: 0, stream-K never weighed).
+SCHEDULE_CONSTANTS = ("persistent", "persistent_wide")
+
+
+def carry_schedule_constants(fitted: dict[str, CostConstants], df: pd.DataFrame, *,
+                             allow_fake: bool = False) -> dict[str, CostConstants]:
+    """``fitted`` with ``SCHEDULE_CONSTANTS`` taken from the constants the data's device has of its own (a user's
+    file, ``SPLITLAB_CONSTANTS`` or the shipped file fitted for it; not the fallback), else left at 0."""
+    from splitlab.planners.splitlab import constants_for
+
+    dev = analysis.data_device(analysis.measured(df[df["kernel"].isin(list(KERNEL_KINDS))], allow_fake=allow_fake))
+    out = {}
+    for kind, c in fitted.items():
+        try:
+            held = constants_for(dev, kind)
+        except SplitlabError:
+            held = None
+        if held is not None and held.how != "fallback":
+            c = replace(c, **{k: getattr(held.constants, k) for k in SCHEDULE_CONSTANTS})
+        out[kind] = c
+    return out
+
+
 def layered(base: pd.DataFrame, newer: pd.DataFrame) -> pd.DataFrame:
     """``base``'s rows of the kernels ``newer`` lacks, and all of ``newer``'s: a re-sweep of some kernels on a later
     kernel version supersedes their older data, and the other kernels keep theirs."""
@@ -523,7 +550,8 @@ def run(a) -> int:
     head_tiles = None if a.head_tiles is None else load("--head-tiles", a.head_tiles)
     confirm_sets = a.confirm if a.confirm is not None else [] if a.data else catalog.names("confirm")
     confirm = [(d, load("--confirm", d)) for d in confirm_sets]
-    fitted = fit_all(df, head_tiles=head_tiles, allow_fake=a.allow_fake)
+    fitted = carry_schedule_constants(fit_all(df, head_tiles=head_tiles, allow_fake=a.allow_fake), df,
+                                      allow_fake=a.allow_fake)
     for kind, c in fitted.items():
         print(f"{kind}: CostConstants({_fmt(c)})")
     table = shootout(df, fitted, allow_fake=a.allow_fake)

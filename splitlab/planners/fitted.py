@@ -77,6 +77,9 @@ class CostConstants:
     #                     wave (``planners.splitlab.ragged_launch_time``'s CAP); < 0: LONE's (no floor: 1)
     tile32: float = 0.0  # MLA: the tl 32-row head tile's cost per key tile, in 16-row tiles; 0: the rule weighs
     #                      MLA's default head tile only (and it costs 1)
+    persistent: float = 0.0  # schedules: a persistent slot's key tile (the work-list kernel's loop over a slot's
+    #                          items: stream-K's) in the one-item kernel's, narrow and mid tiles; 0: not weighed
+    persistent_wide: float = 0.0  # the same for wide tiles (>= 64 query-head rows a program)
 
 
 _INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "ctas_per_sm_mid", "max_splits")
@@ -103,6 +106,8 @@ BOUNDS: dict[str, tuple[float, float | None, bool, str]] = {
     "small_key_tile": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
     "narrow_tile": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
     "tile32": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
+    "persistent": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
+    "persistent_wide": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
     "sm90_tile": (0, MAX_COST, True, "a cost (> 0)"),
     "tail": (0, 1, False, "a share of a wave"),
     "lone": (-MAX_COST, 1, False, "a share of a wave (< 0: off)"),
