@@ -10,7 +10,7 @@ point is the plain wall time against the floor, split with that timeline; the mo
 (``planners.timeline``) of the same schedule is written beside each partial program. The peers (FlashInfer for GQA,
 FlashMLA for MLA, where they import) are timed on the same inputs and get the peer ledger (wall time and grid).
 
-    python experiments/timelines/collect.py run --out DIR [--budget-s 540] [--families gqa,mla]
+    python experiments/timelines/collect.py run --out DIR [--budget-s 540] [--families gqa,mla] [--fmla .fmla]
     python experiments/timelines/collect.py run --dry-run --out DIR     # CPU: interpreter, tiny shapes, no timing
 
 ``--dry-run`` runs every code path but the GPU's on the CPU (Triton's interpreter, three tiny shapes): the records
@@ -111,6 +111,16 @@ def moved_bytes(w, s) -> int:
     return w.kv_bytes + q + table + s.partial_rows * w.num_q_heads * (w.head_dim_v * 4 + 4)
 
 
+def load_flashmla(folder: str) -> None:
+    """Build FlashMLA from the workplace kit in ``folder`` and register it as ``flash_mla`` (as
+    experiments/schedules/ragged_ab.py does)."""
+    sys.path.insert(0, folder)
+    import fmla_peer  # the kit's build script
+
+    mod, _, _ = fmla_peer.build(from_source=False, sparse=False)
+    fmla_peer.import_flash_mla(mod)
+
+
 def run(args) -> None:
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("--dry-run needs Triton's interpreter: pass --dry-run on the command line (it is set "
@@ -128,6 +138,8 @@ def run(args) -> None:
     from splitlab.planners.timeline import modelled_timeline
 
     dry = args.dry_run
+    if args.fmla and not dry:
+        load_flashmla(args.fmla)
     device = "cpu" if dry else "cuda"
     dev = devices.get("h200") if dry else devices.detect()
     out = Path(args.out)
@@ -186,17 +198,23 @@ def run(args) -> None:
             else:
                 plain = time_graph([decode_call(w, wl, x) for x in sets])
                 timed = time_graph([decode_call(w, wl, x, Timelines()) for x in sets])
-                abuf = torch.zeros(1, dtype=torch.int64, device=device)
+                # One graph of [marker, instrumented decode] per rotated set, as the plain timing ran them (each
+                # set's inputs evicted from the L2 by the sets before it); the last set's records of the last
+                # replay are the point's timeline.
+                set_recs = [Timelines() for _ in sets[:-1]] + [rec]
+                abufs = [torch.zeros(1, dtype=torch.int64, device=device) for _ in sets]
 
-                call = decode_call(w, wl, first, rec)
+                def recorded(call, abuf):
+                    def run():
+                        mark[(1,)](abuf)
+                        call()
+                    return run
 
-                def recorded(call=call, abuf=abuf):
-                    mark[(1,)](abuf)
-                    call()
-
-                time_graph([recorded], replays=3, warmup=1)  # the last replay's records stay in rec's buffers
+                time_graph([recorded(decode_call(w, wl, x, r), a) for x, r, a in zip(sets, set_recs, abufs,
+                                                                                      strict=True)],
+                           replays=3, warmup=1)
                 torch.cuda.synchronize()
-                anchor = int(abuf.item())
+                anchor = int(abufs[-1].item())
                 row.update(status="ok", plain_us=round(plain.p50_us, 3), plain_p20_us=round(plain.p20_us, 3),
                            plain_p80_us=round(plain.p80_us, 3), timed_us=round(timed.p50_us, 3),
                            timed_p20_us=round(timed.p20_us, 3), timed_p80_us=round(timed.p80_us, 3),
@@ -287,6 +305,7 @@ def main(argv=None) -> int:
     r.add_argument("--budget-s", type=float, default=540.0, help="stop starting new shapes after this many seconds")
     r.add_argument("--families", default="gqa,mla")
     r.add_argument("--dry-run", action="store_true", help="CPU: the interpreter at tiny shapes, nothing timed")
+    r.add_argument("--fmla", default="", help="build and import FlashMLA from this workplace kit folder (.fmla/)")
     args = ap.parse_args(argv)
     run(args)
     return 0
