@@ -33,11 +33,15 @@ The empty programs of a capacity grid cost GPU time (a GPU question: keep ``max_
 needs). Without ``use_cuda_graph`` the grid is the plan's exact slot count and the merge runs only where a request
 was split; ``run()`` then refuses to be captured (a later plan would change the grid).
 
-Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced``, ``stream_k``
-and ``uniform`` at a ``num_splits``). ``plan_on_device(seq_lens)`` takes the lengths as a device int32 tensor and
-launches ``kernels.device_schedule``'s kernel into the same buffers (the host scheduler's work list, bit for bit), with
+Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced``, ``stream_k``,
+``uniform`` at a ``num_splits``, ``flashmla`` (MLA; persistent) and ``splitlab``). ``plan_on_device(seq_lens)`` takes
+the lengths as a device int32 tensor and launches ``kernels.device_schedule``'s kernels into the same buffers (the host
+scheduler's work list, bit for bit; ``splitlab``'s is the one ``schedulers.splitlab`` makes within the plan's
+``max_ctas`` / ``max_items``: its candidates priced on the device in fp64, one program each, the same winner), with
 no host sync: a graph captures it with ``run()``, and each replay recomputes the schedule from the lengths the tensor
-then holds, so one graph a batch size serves every length (padded requests: length 0). The host never sees that schedule
+then holds, so one graph a batch size serves every length (padded requests: length 0). ``splitlab``'s terms that do
+not depend on the lengths (the fitted constants, the candidates' split counts and budgets) are made on the host once
+per batch size, at its first ``plan_on_device`` (outside a capture). The host never sees that schedule
 (``schedule`` is None, ``run()`` cannot check the lengths against the block table: a request past it is NaN); past a
 capacity smaller than ``capacity_bound`` every row is NaN and ``status`` (a device int32) is 1. ``plan()`` still works
 on such a plan.
@@ -177,7 +181,7 @@ class _DecodePlan:
     def _check_device_schedule(self, on: object) -> bool:
         """``device_schedule``: a bool; True only with ``use_cuda_graph`` (the grid is the capacity) and a scheduler
         the device computes at knobs fixed now (``balanced``'s and ``stream_k``'s CTAs, ``uniform``'s
-        ``num_splits``)."""
+        ``num_splits``, FlashMLA's SM parts, ``splitlab``'s cost-model terms)."""
         if not isinstance(on, bool):
             raise bad("device_schedule", on, "True or False")
         if not on:
@@ -187,8 +191,9 @@ class _DecodePlan:
             raise SplitlabError(f"{name} without use_cuda_graph: the grid must be the capacity (the host never "
                                 "learns the schedule); expected use_cuda_graph=True")
         if self.scheduler not in _ds.DEVICE_SCHEDULERS:
-            raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected balanced, uniform or stream_k "
-                                "(the schedulers computed on the device)")
+            raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected one of "
+                                f"{', '.join(_ds.DEVICE_SCHEDULERS)} (the schedulers computed on the device)")
+        self._pricing: dict[int, _ds.SplitlabPricing] = {}  # splitlab's, by batch size
         if self.scheduler == "uniform":
             if self._num_splits is None:
                 raise SplitlabError(f"{name} with scheduler 'uniform' and no num_splits; expected num_splits (the "
@@ -197,11 +202,30 @@ class _DecodePlan:
 
             self._device_kw = dict(scheduler="uniform", num_splits=self._num_splits,
                                    request_major=rule.REQUEST_MAJOR[self.kind])
+        elif self.scheduler == "flashmla":
+            from splitlab.planners.flashmla import num_sm_parts
+
+            self._device_kw = dict(scheduler="flashmla", ctas=num_sm_parts(self.spec.sm_count, self.num_heads,
+                                                                           self.num_kv_heads))
+        elif self.scheduler == "splitlab":
+            self._device_kw = dict(scheduler="splitlab")
         else:
             n = self._ctas or S.slots_per_group(self._workload((1,)), self.spec)
             self._device_kw = (dict(scheduler="balanced", budget=n) if self.scheduler == "balanced" else
                                dict(scheduler="stream_k", ctas=n))
         return True
+
+    def _splitlab_pricing(self, batch: int) -> _ds.SplitlabPricing:
+        """splitlab's device pricing terms and buffers for a batch size, made at its first ``plan_on_device`` (and
+        for ``max_batch`` when the buffers are allocated), then reused: same tensors every replay."""
+        p = self._pricing.get(batch)
+        if p is None:
+            from splitlab.planners import splitlab as rule
+
+            c = rule.constants_for(self.spec, self.kind).constants
+            p = _ds.splitlab_pricing(self._workload((1,) * batch), self.spec, c, self.capacity.items, self.device)
+            self._pricing[batch] = p
+        return p
 
     # --- capacity and buffers ------------------------------------------------------------------------------------
     def _workload(self, lens: Sequence[int]) -> DecodeWorkload:
@@ -234,7 +258,8 @@ class _DecodePlan:
         from splitlab.planners.flashmla import num_sm_parts
 
         parts = num_sm_parts(dev.sm_count, self.num_heads, self.num_kv_heads)
-        return parts, parts + batch  # a part's span cuts at most one request more than it holds
+        # a part's span cuts at most one request more than it holds; slots for one item a request past a capacity
+        return max(parts, batch), parts + batch
 
     def _allocate(self, batch: int) -> None:
         """The buffers, once: the packed work list (``[slot count | partial_offsets | cta_offsets | items]``, each
@@ -271,6 +296,8 @@ class _DecodePlan:
         # The kernels' bound arguments: none unless the grid is the capacity (the launchers' kernels otherwise).
         self._bounded = dict(num_ctas_ptr=self._num_ctas, BOUNDED=True) if self.use_cuda_graph else {}
         self.capacity = cap
+        if self.device_schedule and self.scheduler == "splitlab":
+            self._splitlab_pricing(cap.batch)
 
     # --- plan ----------------------------------------------------------------------------------------------------
     def plan(self, seq_lens: Sequence[int] | torch.Tensor, *, block_table: torch.Tensor | None = None,
@@ -338,12 +365,20 @@ class _DecodePlan:
         if B > cap.batch:
             raise SplitlabError(f"{self.what}.plan_on_device: a batch of {B} requests is past max_batch={cap.batch}; "
                                 "expected at most that (make the plan with a larger max_batch)")
+        kw = dict(self._device_kw)
+        if self.scheduler == "splitlab":
+            if B not in self._pricing and _launch.capturing(seq_lens):
+                raise SplitlabError(f"{self.what}.plan_on_device: a first plan of {B} requests while a CUDA graph is "
+                                    "captured; expected one outside the capture first (it makes the batch size's "
+                                    "pricing tensors)")
+            kw["pricing"] = self._splitlab_pricing(B)
         with self._guard():
             _ds.schedule_on_device(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
                                    self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
-                                   scratch=self._scratch, max_batch=cap.batch, **self._device_kw)
-        kw = self._device_kw
-        splits = kw.get("num_splits") or kw.get("budget") or kw["ctas"]
+                                   scratch=self._scratch, max_batch=cap.batch, **kw)
+        # the merge's tile: for the most rows a request may have (any count is merged correctly, in chunks)
+        splits = (kw.get("num_splits") or kw.get("budget") or kw.get("ctas")
+                  or kw["pricing"].max_splits)
         heads, dv = self.num_heads, self.head_dim_v
         block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows), dv)
         self._planned = _Planned(

@@ -16,6 +16,24 @@ lengths, bit for bit (same items in the same order, same rows, offsets and count
   ``C = max(1, min(ctas, T))`` spans (the first ``T % C`` one tile longer); request ``b``'s items are its pieces of
   the spans it crosses (an empty request one empty item, in the CTA whose span holds its place), request-major.
 
+* ``flashmla`` over ``num_sm_parts`` parts (``schedulers.flashmla``, persistent): FlashMLA's ``get_mla_metadata``
+  walk (``planners.flashmla``), one step a finished request or a closed part (at most parts + batch steps of
+  scalar work in one program): blocks ``max(L - 1, 0) // 64 + 1``, payload ``cdiv(sum(blocks + 5), parts) + 5``; a
+  part takes the rest of a request while its payload holds it plus the overhead, else ``payload - 5`` of its
+  blocks and closes; an item per (part, request span), written as the walk goes; slot count the parts;
+* ``splitlab`` (``schedulers.splitlab`` within the capacity): a first launch prices each candidate in a program of
+  its own (``_splitlab_price_kernel``: uniform at the split counts ``planners.splitlab.split_candidates`` weighs
+  for the batch's longest request, balanced at the ``BALANCED_WAVES`` budgets; those past the items or CTA slots
+  left out) by ``schedulers._priced``'s arithmetic, operation for operation in fp64 without FMA contraction: each
+  item's duration ``tiles x RATE + FIXED`` in issue order, ``ragged_launch_time`` (its closed form past
+  ``SCHEDULE_WAVES`` waves, with Python's ``sum()`` in item order, plain or compensated as the host's is; else its
+  list schedule simulated: the slots' end times a vector, each event the least end, its CTAs freed and the next
+  ones issued, the elapsed time divided by ``min(1 / CAP, slots / resident)``), then the partial writes and the
+  merge; the schedule kernel then takes the least (time, partial rows, items, uniform by split count before
+  balanced by budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule. The terms
+  that do not depend on the lengths (``schedulers.splitlab_terms``, the constants) come from the host
+  (``splitlab_pricing``, once per shape and batch size).
+
 Partial rows for the requests of more than one item (``partial_offsets``: exclusive prefix sums of ``n_b`` where
 ``n_b > 1``, else 0). ``balanced`` and ``uniform`` run one item per CTA slot (``cta_offsets[i] = i``, the slot count =
 the items); ``stream_k`` writes its slots' CSR offsets (each slot's last item ends its range) and ``C``.
@@ -25,8 +43,9 @@ barrier), ``BLOCK_I`` items at a time; split-major items are written a split at 
 requests).
 
 Capacity. ``balanced`` deals at most ``max(budget, batch)`` items, ``uniform`` ``batch x num_splits``, ``stream_k``
-``ctas`` slots and ``ctas + batch`` items: a plan's default capacities (``decode_plan.capacity_bound``) hold them, so
-the default never overflows. Where a smaller capacity is given and a schedule would pass it (items past the ``items``
+and ``flashmla`` ``ctas`` slots and ``ctas + batch`` items, ``splitlab`` a candidate that fits the items and slots
+(uniform at one split always does): a plan's default capacities (``decode_plan.capacity_bound``) hold them, so the
+default never overflows. Where a smaller capacity is given and a schedule would pass it (items past the ``items``
 rows, slots past the CTA slots, partial rows past ``max_partial_rows``), the kernel writes instead one *bad* item per
 request (keys ``[1, 0)``: ``worklist.load_item`` makes its request NaN, never reading a key) and no partial rows, and
 sets ``status`` (an int32 on the device) to 1: every row of the run is NaN, nothing is written out of bounds, and
@@ -37,24 +56,32 @@ the batch must fit int32).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 import triton
 import triton.language as tl
 
 from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.intmath import next_power_of_two
+from splitlab.planners import schedulers as S
 from splitlab.planners.schedulers import TILE_KEYS
 
-__all__ = ["schedule_on_device", "DEVICE_SCHEDULERS", "OVER_CAPACITY", "NEGATIVE_LENGTH"]
+__all__ = ["schedule_on_device", "splitlab_pricing", "SplitlabPricing", "DEVICE_SCHEDULERS", "OVER_CAPACITY",
+           "NEGATIVE_LENGTH"]
 
 #: The schedulers computed on the device.
-DEVICE_SCHEDULERS = ("balanced", "uniform", "stream_k")
+DEVICE_SCHEDULERS = ("balanced", "uniform", "stream_k", "flashmla", "splitlab")
 #: ``status`` bits.
 OVER_CAPACITY, NEGATIVE_LENGTH = 1, 2
 #: Items written a round (request-major: each binary-searches its request).
 BLOCK_I = 256
 
-_BALANCED, _UNIFORM_RM, _UNIFORM_SM, _STREAM_K = 0, 1, 2, 3
+#: Warps of the pricing programs (one a candidate): its list schedule is a chain of small reductions over the slots,
+#: cheapest within one warp (shuffles, no shared-memory round trips).
+PRICE_WARPS = 1
+
+_BALANCED, _UNIFORM_RM, _UNIFORM_SM, _STREAM_K, _SPLITLAB, _FLASHMLA = 0, 1, 2, 3, 4, 5
 
 
 @triton.jit
@@ -79,31 +106,142 @@ def _cta_of(p, ctas, q, extra):
 
 
 @triton.jit
+def _smallest_chunk(t1, valid, budget):
+    """``schedulers.smallest_chunk``'s binary search (low 1, high ``max(t, 1)``): the smallest chunk, in tiles, whose
+    count ``sum(cdiv(t1, chunk))`` fits ``budget``."""
+    c_hi = tl.max(tl.where(valid, t1, 1), axis=0)
+    c_lo = c_hi * 0 + 1
+    while c_lo < c_hi:  # about log2(longest tiles) rounds, each one reduction over the batch
+        c_mid = (c_lo + c_hi) // 2
+        count = tl.sum(tl.where(valid, (t1 + c_mid - 1) // c_mid, 0), axis=0)
+        fits = count <= budget
+        c_lo = tl.where(fits, c_lo, c_mid + 1)
+        c_hi = tl.where(fits, c_mid, c_hi)
+    return c_lo
+
+
+@triton.jit
+def _uniform_step(lens, splits, tile):
+    """Keys of a uniform chunk: ``cdiv(cdiv(L, S), tile) * tile``."""
+    return ((lens + splits - 1) // splits + tile - 1) // tile * tile
+
+
+@triton.jit
+def _write_split_major(items_ptr, n, lens, offs, step, pofs, bad_req, splits):
+    # split s of every request that has it, then split s + 1
+    base = tl.sum(n * 0, axis=0)
+    for s in range(0, splits):
+        has = n > s
+        h = has.to(tl.int32)
+        pos = base + tl.cumsum(h, axis=0) - h
+        begin = s * step
+        end = tl.minimum(begin + step, lens)
+        _store_item(items_ptr, pos, offs, begin, end, tl.where(n > 1, pofs + s, -1), bad_req, has)
+        base += tl.sum(h, axis=0)
+
+
+@triton.jit
+def _write_request_major(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, scratch_ptr, total, batch, param, tile,
+                         chunk_keys, is_uni, over, C, q, extra,
+                         MODE: tl.constexpr, BLOCK_I: tl.constexpr, LOG_B: tl.constexpr):
+    # item i belongs to the request whose item range holds it (binary search of the ends in scratch)
+    offs_i = tl.arange(0, BLOCK_I)
+    zero = tl.zeros([BLOCK_I], tl.int32)
+    for i0 in range(0, total, BLOCK_I):
+        i = i0 + offs_i
+        live = i < total
+        s_lo = zero
+        s_hi = zero + batch
+        for _step in range(LOG_B):
+            act = s_lo < s_hi
+            s_mid = (s_lo + s_hi) // 2
+            c = tl.load(scratch_ptr + s_mid, mask=act & live, other=0)
+            s_lo = tl.where(act & (c <= i), s_mid + 1, s_lo)
+            s_hi = tl.where(act & (c > i), s_mid, s_hi)
+        r = tl.minimum(s_lo, batch - 1)
+        end_r = tl.load(scratch_ptr + r, mask=live, other=0)
+        first = tl.load(scratch_ptr + r - 1, mask=live & (r > 0), other=0)
+        n_r = end_r - first
+        k = i - first
+        raw_r = tl.load(seq_lens_ptr + r, mask=live, other=0).to(tl.int32)
+        len_r = tl.maximum(raw_r, 0)
+        if MODE == 3:  # item k: request r's piece of CTA first + k; the slot's last item ends its CSR range
+            pos_r = tl.load(scratch_ptr + batch + r, mask=live, other=0)
+            t_r = (len_r + tile - 1) // tile
+            c_i = _cta_of(pos_r, C, q, extra) + k
+            span0 = c_i * q + tl.minimum(c_i, extra)
+            span1 = span0 + q + (c_i < extra).to(tl.int32)
+            begin = tl.where(t_r > 0, (tl.maximum(pos_r, span0) - pos_r) * tile, 0)
+            end = tl.where(t_r > 0, tl.minimum((tl.minimum(pos_r + t_r, span1) - pos_r) * tile, len_r), 0)
+            last = (k < n_r - 1) | (r == batch - 1) | (_cta_of(pos_r + t_r, C, q, extra) != c_i)
+            tl.store(cta_ptr + c_i + 1, i + 1, mask=live & last & (over == 0))
+        else:
+            step_r = tl.where(is_uni != 0, _uniform_step(len_r, param, tile), chunk_keys)
+            begin = k * step_r
+            end = tl.minimum(begin + step_r, len_r)
+        po_r = tl.load(po_ptr + r, mask=live, other=0)
+        row = tl.where(n_r > 1, po_r + k, -1)
+        _store_item(items_ptr, i, r, begin, end, row, over | (raw_r < 0), live)
+
+
+@triton.jit
+def _splitlab_winner(res_f_ptr, res_i_ptr, n_cands):
+    """splitlab's choice among the priced candidates: the least (modelled time, partial rows, items, rank) of those
+    that fit (``schedulers.splitlab``'s key and order); returns (uniform?, its split count or budget)."""
+    best_t = tl.load(res_f_ptr)
+    best_p = tl.load(res_i_ptr + 1)
+    best_n = tl.load(res_i_ptr + 2)
+    best_r = tl.load(res_i_ptr + 3)
+    best_k = tl.where(tl.load(res_i_ptr) != 0, 0, -1)
+    for k in range(1, n_cands):
+        fit = tl.load(res_i_ptr + 6 * k)
+        t = tl.load(res_f_ptr + k)
+        pr = tl.load(res_i_ptr + 6 * k + 1)
+        nn = tl.load(res_i_ptr + 6 * k + 2)
+        rk = tl.load(res_i_ptr + 6 * k + 3)
+        less = (t < best_t) | ((t == best_t) & ((pr < best_p) | ((pr == best_p) & (
+            (nn < best_n) | ((nn == best_n) & (rk < best_r))))))
+        better = (fit != 0) & ((best_k < 0) | less)
+        best_t = tl.where(better, t, best_t)
+        best_p = tl.where(better, pr, best_p)
+        best_n = tl.where(better, nn, best_n)
+        best_r = tl.where(better, rk, best_r)
+        best_k = tl.where(better, k, best_k)
+    best_k = tl.maximum(best_k, 0)  # uniform at one split always fits a capacity of the batch (the launcher's check)
+    return tl.load(res_i_ptr + 6 * best_k + 4), tl.load(res_i_ptr + 6 * best_k + 5)
+
+
+@triton.jit
 def _device_schedule_kernel(
-    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr,
-    batch, param, tile, cap_items, cap_ctas, cap_rows,
-    MODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr, LOG_B: tl.constexpr,
+    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr, res_i_ptr,
+    batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands,
+    MODE: tl.constexpr, SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
+    LOG_B: tl.constexpr,
 ):
-    # One program. param: balanced's budget, uniform's split count, or stream-K's CTAs.
+    # One program. param: balanced's budget, uniform's split count, or stream-K's CTAs; splitlab (MODE 4): the
+    # winner's, read from the priced candidates (uniform at a split count or balanced at a budget).
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
     neg = valid & (raw < 0)
     lens = tl.maximum(raw, 0)
     t1 = tl.maximum((lens + tile - 1) // tile, 1)
-    if MODE == 0:  # balanced: schedulers.smallest_chunk's binary search, low 1, high max(t, 1)
-        c_hi = tl.max(tl.where(valid, t1, 1), axis=0)
-        c_lo = c_hi * 0 + 1
-        while c_lo < c_hi:  # about log2(longest tiles) rounds, each one reduction over the batch
-            c_mid = (c_lo + c_hi) // 2
-            count = tl.sum(tl.where(valid, (t1 + c_mid - 1) // c_mid, 0), axis=0)
-            fits = count <= param
-            c_lo = tl.where(fits, c_lo, c_mid + 1)
-            c_hi = tl.where(fits, c_mid, c_hi)
+    zero = tl.sum(offs * 0, axis=0)
+    if MODE == 1 or MODE == 2:
+        is_uni = zero + 1
+    else:
+        is_uni = zero
+    C = zero + 1
+    q = zero
+    extra = zero
+    if MODE == 4:
+        is_uni, param = _splitlab_winner(res_f_ptr, res_i_ptr, n_cands)
+    if MODE == 0 or MODE == 4:  # balanced: schedulers.smallest_chunk's binary search
+        c_lo = _smallest_chunk(t1, valid, param)
         chunk_keys = c_lo * tile
         step = tl.zeros([BLOCK_B], tl.int32) + chunk_keys
         n = (t1 + c_lo - 1) // c_lo
-    elif MODE == 3:  # stream-K: the batch's tiles end to end, cut into C spans; a request's items: the spans it crosses
+    if MODE == 3:  # stream-K: the batch's tiles end to end, cut into C spans; a request's items: the spans it crosses
         chunk_keys = 0
         t = tl.where(valid, (lens + tile - 1) // tile, 0)
         T = tl.sum(t, axis=0)
@@ -114,10 +252,16 @@ def _device_schedule_kernel(
         first_c = _cta_of(tpos, C, q, extra)
         n = tl.where(t > 0, _cta_of(tpos + t - 1, C, q, extra) - first_c + 1, 1)
         step = t
-    else:  # uniform: cdiv(cdiv(L, S), tile) * tile keys a chunk; the chunks that start before L (one if L == 0)
-        chunk_keys = 0
-        step = ((lens + param - 1) // param + tile - 1) // tile * tile
-        n = tl.where(lens > 0, (lens + tl.maximum(step, 1) - 1) // tl.maximum(step, 1), 1)
+    if MODE == 1 or MODE == 2 or MODE == 4:  # uniform: the chunks that start before L (one if L == 0)
+        step_u = _uniform_step(lens, param, tile)
+        n_u = tl.where(lens > 0, (lens + tl.maximum(step_u, 1) - 1) // tl.maximum(step_u, 1), 1)
+        if MODE == 4:
+            n = tl.where(is_uni != 0, n_u, n)
+            step = tl.where(is_uni != 0, step_u, step)
+        else:
+            chunk_keys = 0
+            n = n_u
+            step = step_u
     n = tl.where(valid, n, 0)
     total = tl.sum(n, axis=0)
     rows = tl.where(n > 1, n, 0)
@@ -150,60 +294,293 @@ def _device_schedule_kernel(
     if MODE == 3:
         tl.store(cta_ptr, 0)
 
-    if MODE == 2:  # split-major: split s of every request that has it, then split s + 1
-        base = total * 0
-        for s in range(0, tl.where(over, 1, param)):
-            has = n > s
-            h = has.to(tl.int32)
-            pos = base + tl.cumsum(h, axis=0) - h
-            begin = s * step
-            end = tl.minimum(begin + step, lens)
-            _store_item(items_ptr, pos, offs, begin, end, tl.where(n > 1, pofs + s, -1), bad_req, has)
-            base += tl.sum(h, axis=0)
-    else:  # request-major: item i belongs to the request whose item range holds it (binary search of the ends)
-        tl.store(scratch_ptr + offs, tl.cumsum(n, axis=0), mask=valid)
-        if MODE == 3:
-            tl.store(scratch_ptr + batch + offs, tpos, mask=valid)
-        tl.debug_barrier()
-        zero = tl.zeros([BLOCK_I], tl.int32)
-        for i0 in range(0, total, BLOCK_I):
-            i = i0 + offs_i
-            live = i < total
-            s_lo = zero
-            s_hi = zero + batch
-            for _step in range(LOG_B):
-                act = s_lo < s_hi
-                s_mid = (s_lo + s_hi) // 2
-                c = tl.load(scratch_ptr + s_mid, mask=act & live, other=0)
-                s_lo = tl.where(act & (c <= i), s_mid + 1, s_lo)
-                s_hi = tl.where(act & (c > i), s_mid, s_hi)
-            r = tl.minimum(s_lo, batch - 1)
-            end_r = tl.load(scratch_ptr + r, mask=live, other=0)
-            first = tl.load(scratch_ptr + r - 1, mask=live & (r > 0), other=0)
-            n_r = end_r - first
-            k = i - first
-            raw_r = tl.load(seq_lens_ptr + r, mask=live, other=0).to(tl.int32)
-            len_r = tl.maximum(raw_r, 0)
-            if MODE == 3:  # item k: request r's piece of CTA first + k; the slot's last item ends its CSR range
-                pos_r = tl.load(scratch_ptr + batch + r, mask=live, other=0)
-                t_r = (len_r + tile - 1) // tile
-                c_i = _cta_of(pos_r, C, q, extra) + k
-                span0 = c_i * q + tl.minimum(c_i, extra)
-                span1 = span0 + q + (c_i < extra).to(tl.int32)
-                begin = tl.where(t_r > 0, (tl.maximum(pos_r, span0) - pos_r) * tile, 0)
-                end = tl.where(t_r > 0, tl.minimum((tl.minimum(pos_r + t_r, span1) - pos_r) * tile, len_r), 0)
-                last = (k < n_r - 1) | (r == batch - 1) | (_cta_of(pos_r + t_r, C, q, extra) != c_i)
-                tl.store(cta_ptr + c_i + 1, i + 1, mask=live & last & (over == 0))
-            else:
-                if MODE == 0:
-                    step_r = chunk_keys  # one chunk for all
-                else:
-                    step_r = ((len_r + param - 1) // param + tile - 1) // tile * tile
-                begin = k * step_r
-                end = tl.minimum(begin + step_r, len_r)
-            po_r = tl.load(po_ptr + r, mask=live, other=0)
-            row = tl.where(n_r > 1, po_r + k, -1)
-            _store_item(items_ptr, i, r, begin, end, row, over | (raw_r < 0), live)
+    # the scratch the request-major writer searches (the requests' item ends; stream-K: each request's first tile)
+    tl.store(scratch_ptr + offs, tl.cumsum(n, axis=0), mask=valid)
+    if MODE == 3:
+        tl.store(scratch_ptr + batch + offs, tpos, mask=valid)
+    tl.debug_barrier()
+    if MODE == 2:
+        _write_split_major(items_ptr, n, lens, offs, step, pofs, bad_req, tl.where(over, 1, param))
+    elif MODE == 4 and SPLIT_MAJOR:  # GQA's grid order for uniform, request-major balanced chunks
+        if is_uni != 0:
+            _write_split_major(items_ptr, n, lens, offs, step, pofs, bad_req, tl.where(over, 1, param))
+        else:
+            _write_request_major(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, scratch_ptr, total, batch, param, tile,
+                                 chunk_keys, is_uni, over, C, q, extra, MODE, BLOCK_I, LOG_B)
+    else:
+        _write_request_major(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, scratch_ptr, total, batch, param, tile,
+                             chunk_keys, is_uni, over, C, q, extra, MODE, BLOCK_I, LOG_B)
+
+
+@triton.jit
+def _flashmla_kernel(
+    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr,
+    batch, parts, block_n, overhead, cap_items, cap_ctas, cap_rows,
+    BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
+):
+    # One program: FlashMLA's get_mla_metadata walk (planners.flashmla), one step a finished request or a closed part.
+    offs = tl.arange(0, BLOCK_B)
+    valid = offs < batch
+    raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
+    neg = valid & (raw < 0)
+    lens = tl.maximum(raw, 0)
+    blocks = tl.maximum(lens - 1, 0) // block_n + 1  # a zero length still counts one block
+    total = tl.sum(tl.where(valid, blocks + overhead, 0), axis=0)
+    payload = (total + parts - 1) // parts + overhead
+    zero = tl.sum(offs * 0, axis=0)
+    p = zero  # the SM part
+    remain = payload
+    req = zero
+    blk = zero  # the first block of req not yet dealt
+    split = zero  # req's items so far
+    count = zero  # items written
+    tl.store(cta_ptr, 0)
+    while (p < parts) & (req < batch):
+        len_r = tl.maximum(tl.load(seq_lens_ptr + req).to(tl.int32), 0)
+        nb = tl.maximum(len_r - 1, 0) // block_n + 1
+        left = nb - blk
+        finish = remain >= left + overhead  # the part takes the rest of req
+        take = remain - overhead
+        cut = (finish == 0) & (take > 0)  # else it takes `take` blocks of req and closes
+        b1 = tl.where(finish, nb, blk + take)
+        write = finish | cut
+        begin = tl.where(len_r == 0, 0, blk * block_n)
+        end = tl.where(len_r == 0, 0, tl.minimum(b1 * block_n, len_r))
+        base = items_ptr + count * 4
+        wmask = write & (count < cap_items)
+        tl.store(base, req, mask=wmask)
+        tl.store(base + 1, begin, mask=wmask)
+        tl.store(base + 2, end, mask=wmask)
+        count += write.to(tl.int32)
+        tl.store(scratch_ptr + req, split + 1, mask=finish)  # req's items (its split count)
+        tl.store(cta_ptr + p + 1, count, mask=(finish == 0) & (p < cap_ctas))  # the part closes
+        remain = tl.where(finish, remain - (left + overhead), payload)
+        req = tl.where(finish, req + 1, req)
+        blk = tl.where(finish, 0, tl.where(cut, blk + take, blk))
+        split = tl.where(finish, 0, tl.where(cut, split + 1, split))
+        p = tl.where(finish, p, p + 1)
+    offs_i = tl.arange(0, BLOCK_I)
+    for c0 in range(0, parts + 1, BLOCK_I):  # the part that dealt the last request and the empty ones after it
+        ci = c0 + offs_i
+        tl.store(cta_ptr + ci, count, mask=(ci > p) & (ci <= parts) & (ci <= cap_ctas))
+    tl.debug_barrier()
+    n = tl.load(scratch_ptr + offs, mask=valid, other=0)
+    rows = tl.where(n > 1, n, 0)
+    total_rows = tl.sum(rows, axis=0)
+    # past a capacity (or, never, requests left when the parts ran out: upstream's device assert)
+    over = (count > cap_items) | (parts > cap_ctas) | (total_rows > cap_rows) | (req < batch)
+    rows = tl.where(over, 0, rows)
+    total_rows = tl.where(over, 0, total_rows)
+    pofs = tl.cumsum(rows, axis=0) - rows
+    tl.store(po_ptr + offs, pofs, mask=valid)
+    tl.store(po_ptr + batch, total_rows)
+    tl.store(scratch_ptr + batch + offs, tl.cumsum(n, axis=0) - n, mask=valid)  # each request's first item
+    tl.store(num_ctas_ptr, tl.where(over, batch, parts))
+    tl.store(status_ptr, over.to(tl.int32) * 1 + (tl.max(neg.to(tl.int32), axis=0) > 0).to(tl.int32) * 2)
+    for c0 in range(0, cap_ctas + 1, BLOCK_I):  # past the capacity: one item a slot
+        ci = c0 + offs_i
+        tl.store(cta_ptr + ci, ci, mask=(ci <= cap_ctas) & over)
+    tl.debug_barrier()
+    items = tl.where(over, batch, count)
+    for i0 in range(0, items, BLOCK_I):  # each item's partial row (its request's items are consecutive)
+        i = i0 + offs_i
+        live = i < items
+        keep = live & (over == 0)
+        r = tl.where(over, i, tl.load(items_ptr + i * 4, mask=keep, other=0))
+        begin = tl.load(items_ptr + i * 4 + 1, mask=keep, other=0)
+        end = tl.load(items_ptr + i * 4 + 2, mask=keep, other=0)
+        n_r = tl.load(scratch_ptr + r, mask=keep, other=1)
+        first = tl.load(scratch_ptr + batch + r, mask=keep, other=0)
+        po_r = tl.load(po_ptr + r, mask=keep, other=0)
+        row = tl.where(n_r > 1, po_r + i - first, -1)
+        raw_r = tl.load(seq_lens_ptr + r, mask=live, other=0).to(tl.int32)
+        _store_item(items_ptr, i, r, begin, end, row, over | (raw_r < 0), live)
+
+
+@triton.jit(do_not_specialize=["batch", "h", "slots", "sm_count", "cap_items", "cap_ctas", "closed_ctas"])
+def _splitlab_price_kernel(
+    seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr,
+    batch, max_splits, min_keys, h, slots, sm_count, cap_items, cap_ctas, tile, closed_ctas,
+    SPLIT_MAJOR: tl.constexpr, COMPENSATED: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    # Program k prices candidate k as schedulers._priced does (fp64, operation for operation; launched without FMA
+    # contraction): each item's key tiles t in issue order, its duration t x RATE + FIXED, the launch's time by
+    # planners.splitlab.ragged_launch_time (closed form past SCHEDULE_WAVES waves of CTAs, else the list schedule of
+    # its CTAs on the slots), plus the partial-row writes and the merge.
+    k = tl.program_id(0)
+    kind = tl.load(cand_ptr + 2 * k)  # 0 uniform at a fixed split count, 1 uniform at the limit, 2 balanced
+    arg = tl.load(cand_ptr + 2 * k + 1)
+    offs = tl.arange(0, BLOCK_B)
+    valid = offs < batch
+    lens = tl.maximum(tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32), 0)
+    longest = tl.max(lens, axis=0)
+    lim = tl.maximum(1, tl.minimum(max_splits, (longest + min_keys - 1) // min_keys))  # split_candidates' limit
+    is_bal = kind == 2
+    s = tl.maximum(tl.where(kind == 1, lim, arg), 1)
+    ok = tl.where(kind == 0, (arg < lim).to(tl.int32), 1)  # a fixed count at or past the limit is the limit's candidate
+    t = (lens + tile - 1) // tile
+    t1 = tl.maximum(t, 1)
+    chunk = _smallest_chunk(t1, valid, arg)
+    per = _uniform_step(lens, s, tile)
+    n_u = tl.where(lens > 0, (lens + tl.maximum(per, 1) - 1) // tl.maximum(per, 1), 1)
+    n_b = (t1 + chunk - 1) // chunk
+    n = tl.where(valid, tl.where(is_bal, n_b, n_u), 0)
+    N = tl.sum(n, axis=0)
+    prows = tl.sum(tl.where(n > 1, n, 0), axis=0)
+    fits = (ok != 0) & (N <= cap_items) & (N <= cap_ctas)
+
+    rate = tl.load(consts_ptr + 0)
+    fixed = tl.load(consts_ptr + 1)
+    dur = dur_ptr + k.to(tl.int64) * cap_items  # this candidate's item durations, in issue order
+    start = tl.cumsum(n, axis=0) - n
+    if SPLIT_MAJOR:
+        by_split = kind != 2
+    else:
+        by_split = kind < 0
+    placed = tl.sum(offs * 0, axis=0)
+    for j in range(0, tl.where(fits, tl.max(n, axis=0), 0)):
+        has = n > j
+        hi = has.to(tl.int32)
+        pos = tl.where(by_split, placed + tl.cumsum(hi, axis=0) - hi, start + j)
+        tiles_u = tl.where(lens > 0, (tl.minimum(per, lens - j * per) + tile - 1) // tile, 1)
+        tiles_b = tl.where(j < n - 1, chunk, tl.maximum(t - (n - 1) * chunk, 1))
+        d = tl.where(is_bal, tiles_b, tiles_u).to(tl.float64) * rate + fixed
+        tl.store(dur + pos, d, mask=has)
+        placed += tl.sum(hi, axis=0)
+    tl.debug_barrier()
+
+    zf = rate * 0.0
+    inf = zf + float("inf")
+    ctas = h * N
+    closed = ctas >= closed_ctas
+    # closed form: work = sum(d) * h / slots; max(work + cap * sum(d) / N / 2, cap * max(d)). Python's sum(), in
+    # item order: plain, or Neumaier's compensated sum where the host's sum() is (CPython 3.12+, bltinmodule.c).
+    n_sum = tl.where(fits & closed, N, 0)
+    acc = zf
+    comp = zf
+    for i in range(0, n_sum):
+        x = tl.load(dur + i)
+        if COMPENSATED:
+            y = acc + x
+            comp += tl.where(tl.abs(acc) >= tl.abs(x), (acc - y) + x, (x - y) + acc)
+            acc = y
+        else:
+            acc = acc + x
+    if COMPENSATED:
+        acc = tl.where((comp != 0.0) & (tl.abs(comp) < inf), acc + comp, acc)
+    offs_s = tl.arange(0, BLOCK_S)
+    longest_d = zf
+    for i0 in range(0, n_sum, BLOCK_S):
+        longest_d = tl.maximum(longest_d, tl.max(tl.load(dur + i0 + offs_s, mask=i0 + offs_s < n_sum, other=0.0),
+                                                 axis=0))
+    cap = tl.load(consts_ptr + 3)
+    work = acc * h.to(tl.float64) / slots.to(tl.float64)
+    drain = work + cap * acc / N.to(tl.float64) / 2.0
+    closed_time = tl.maximum(drain, cap * longest_d)
+
+    # list schedule: CTA c (item c // h) starts in the first slot that frees, the resident CTAs stream at
+    # min(1 / CAP, slots / resident); CTAs that end at one virtual work end together (the host's merged heap pops)
+    inv_cap = tl.load(consts_ptr + 2)  # 1 / CAP, or inf where CAP is 0
+    n_sim = tl.where(fits & (closed == 0), ctas, 0)
+    q0 = tl.minimum(slots, n_sim)
+    first = offs_s < q0
+    ends = tl.where(first, tl.load(dur + offs_s // h, mask=first, other=0.0), inf)
+    resident = q0
+    head = q0
+    done = zf
+    now = zf
+    while resident > 0:
+        e = tl.min(ends, axis=0)
+        freed = ends == e
+        fi = freed.to(tl.int32)
+        nf = tl.sum(fi, axis=0)
+        speed = tl.minimum(inv_cap, slots.to(tl.float64) / resident.to(tl.float64))
+        now = now + (e - done) / speed
+        done = e
+        c = head + tl.cumsum(fi, axis=0) - fi
+        take = freed & (c < n_sim)
+        d = tl.load(dur + c // h, mask=take, other=0.0)
+        ends = tl.where(take, e + d, tl.where(freed, inf, ends))
+        got = tl.minimum(nf, n_sim - head)
+        resident = resident - nf + got
+        head += got
+    launch = tl.where(closed, closed_time, now)
+    # the partial rows' writes and the merge (schedulers._priced)
+    rows_f = prows.to(tl.float64)
+    wrote = launch + tl.load(consts_ptr + 4) * ((prows * h + sm_count - 1) // sm_count).to(tl.float64)
+    merge = tl.load(consts_ptr + 5) + tl.load(consts_ptr + 6) * rows_f * h.to(tl.float64) * tl.load(consts_ptr + 7) \
+        / sm_count.to(tl.float64)
+    launch = tl.where(prows > 0, wrote + merge, launch)
+    tl.store(res_f_ptr + k, launch)
+    base = res_i_ptr + 6 * k
+    tl.store(base, fits.to(tl.int32))
+    tl.store(base + 1, prows)
+    tl.store(base + 2, N)
+    tl.store(base + 3, tl.where(is_bal, (1 << 20) + k, s))  # ties: uniform by split count, then balanced in order
+    tl.store(base + 4, (kind != 2).to(tl.int32))
+    tl.store(base + 5, tl.where(is_bal, arg, s))
+
+
+@dataclass(frozen=True)
+class SplitlabPricing:
+    """What the device needs to price splitlab's candidates for one shape and batch size (``splitlab_pricing``):
+    the candidates (``cands`` int32 ``[K, 2]``: kind 0 uniform at a fixed split count, 1 uniform at the split
+    limit, 2 balanced at a budget; and the count or budget), the fp64 terms (``consts``: RATE, FIXED, 1 / CAP or
+    inf, CAP, PARTIAL x P, COMBINE, COMBINE_PER_SPLIT, P), the integer terms and the buffers the pricing writes
+    (``durations`` fp64 ``K x max_items``, ``res_f`` fp64 ``[K]``, ``res_i`` int32 ``[K, 6]``), allocated once."""
+
+    batch: int
+    cands: torch.Tensor
+    consts: torch.Tensor
+    durations: torch.Tensor
+    res_f: torch.Tensor
+    res_i: torch.Tensor
+    max_items: int
+    max_splits: int
+    min_keys: int
+    h: int
+    slots: int
+    sm_count: int
+    closed_ctas: int
+    split_major: bool
+    compensated: bool
+
+
+def host_sum_is_compensated() -> bool:
+    """Whether this Python's ``sum()`` of floats is Neumaier's compensated sum (CPython 3.12+) rather than plain
+    left-to-right addition: the device prices with the host's arithmetic."""
+    return sum([1.0, 1e100, 1.0, -1e100]) == 2.0
+
+
+def splitlab_pricing(w: object, dev: object, constants: object, max_items: int,
+                     device: torch.device | str) -> SplitlabPricing:
+    """The host's share of splitlab's scheduler on the device for workload ``w``'s shape and batch (its lengths are
+    not read) on ``dev`` under ``constants`` (``planners.splitlab.constants_for``'s): ``schedulers.splitlab_terms``,
+    the uniform split counts ``planners.splitlab.split_candidates`` can weigh at any split limit (the device keeps
+    those below the batch's limit, and the limit), the balanced budgets; ``max_items`` sizes the durations buffer
+    (the plan's item capacity: a candidate past it is never priced)."""
+    from splitlab.planners import splitlab as rule
+
+    c = constants
+    terms = S.splitlab_terms(w, dev, c)
+    min_keys = rule.MIN_KEYS_PER_SPLIT[w.kind]
+    # The split counts weighed at the largest limit: split_candidates at one past it (the limit itself is weighed
+    # as its own candidate, since below it only the powers of two and wave-filling counts are).
+    long = (c.max_splits + 1) * min_keys
+    w_long = replace(w, ctx_len=long, seq_lens=(long,) * w.batch)
+    fixed = [n for n in rule.split_candidates(w_long, c.max_splits + 1, dev.sm_count) if n <= c.max_splits]
+    cands = [(0, n) for n in fixed] + [(1, 0)] + [(2, b) for b in terms.budgets]
+    k = len(cands)
+    inv_cap = 1 / terms.cap if terms.cap > 0 else float("inf")
+    consts = [terms.rate, c.fixed, inv_cap, terms.cap, c.partial * terms.p, c.combine, c.combine_per_split, terms.p]
+    f64 = dict(dtype=torch.float64, device=device)
+    return SplitlabPricing(
+        batch=w.batch, cands=torch.tensor(cands, dtype=torch.int32, device=device),
+        consts=torch.tensor(consts, **f64), durations=torch.empty(k * max_items, **f64),
+        res_f=torch.empty(k, **f64), res_i=torch.empty(k * 6, dtype=torch.int32, device=device),
+        max_items=max_items, max_splits=c.max_splits, min_keys=min_keys, h=terms.h, slots=terms.slots,
+        sm_count=terms.sm_count, closed_ctas=rule.SCHEDULE_WAVES * terms.slots,
+        split_major=not terms.request_major, compensated=host_sum_is_compensated())
 
 
 def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: torch.Tensor,
@@ -211,16 +588,18 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
                        scheduler: str, budget: int | None = None, num_splits: int | None = None,
                        ctas: int | None = None,
                        request_major: bool = False, tile: int = TILE_KEYS, max_partial_rows: int | None = None,
-                       scratch: torch.Tensor | None = None, max_batch: int | None = None) -> None:
+                       scratch: torch.Tensor | None = None, max_batch: int | None = None,
+                       pricing: SplitlabPricing | None = None) -> None:
     """Launch the schedule kernel (the module docstring): ``seq_lens [B]`` int32 on the device (padded slots 0) into
     ``items [cap, 4]``, ``cta_offsets [>= 1]`` (its length - 1 is the CTA slots' capacity), ``partial_offsets
     [>= B + 1]``, ``num_ctas`` and ``status`` (int32, one element each), all int32 on ``seq_lens``' device.
-    ``scheduler`` ``balanced`` (``budget``), ``uniform`` (``num_splits``, ``request_major``) or ``stream_k``
-    (``ctas``); ``max_partial_rows`` (default: the items' capacity) the partial buffer's rows; items and CTA slots of
-    at least B each (else refused); ``scratch`` int32 of at least 2 x B entries (allocated here
-    if not given: pass it inside a graph capture); ``max_batch`` sizes the program's block (default B: a plan passes
-    its capacity, so one compiled kernel serves every batch). Checks only host-visible metadata (no host sync);
-    capturable."""
+    ``scheduler`` ``balanced`` (``budget``), ``uniform`` (``num_splits``, ``request_major``), ``stream_k``
+    (``ctas``), ``flashmla`` (``ctas``: its ``num_sm_parts``) or ``splitlab`` (``pricing``: ``splitlab_pricing``'s
+    for this batch size, its durations sized for these items); ``max_partial_rows`` (default: the items' capacity)
+    the partial buffer's rows; items and CTA slots of at least B each (else refused); ``scratch`` int32 of at least
+    2 x B entries (allocated here if not given: pass it inside a graph capture); ``max_batch`` sizes the program's
+    block (default B: a plan passes its capacity, so one compiled kernel serves every batch). Checks only
+    host-visible metadata (no host sync); capturable."""
     what = "schedule_on_device"
     if scheduler not in DEVICE_SCHEDULERS:
         raise bad("scheduler", scheduler, "one of " + ", ".join(DEVICE_SCHEDULERS) + " (on the device)")
@@ -239,12 +618,21 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
     if partial_offsets.numel() < B + 1:
         raise SplitlabError(f"{what}: partial_offsets holds {partial_offsets.numel()}; expected at least B + 1 = "
                             f"{B + 1}")
+    split_major = False
     if scheduler == "balanced":
         param = check_int("budget", budget)
         mode = _BALANCED
-    elif scheduler == "stream_k":
+    elif scheduler in ("stream_k", "flashmla"):
         param = check_int("ctas", ctas)
-        mode = _STREAM_K
+        mode = _STREAM_K if scheduler == "stream_k" else _FLASHMLA
+    elif scheduler == "splitlab":
+        if not isinstance(pricing, SplitlabPricing):
+            raise bad("pricing", pricing, "splitlab_pricing(...)'s for scheduler splitlab")
+        if pricing.batch != B or pricing.cands.device != dev or pricing.max_items < items.shape[0]:
+            raise SplitlabError(f"{what}: pricing is for {pricing.batch} requests, {pricing.max_items} items on "
+                                f"{pricing.cands.device}; expected {B} requests, at least {items.shape[0]} items on "
+                                f"{dev}")
+        param, mode, split_major = 1, _SPLITLAB, pricing.split_major
     else:
         param = check_int("num_splits", num_splits)
         mode = _UNIFORM_RM if request_major else _UNIFORM_SM
@@ -262,13 +650,32 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
     elif scratch.dtype != torch.int32 or scratch.device != dev or scratch.numel() < 2 * B:
         raise SplitlabError(f"{what}: scratch must be int32 on {dev} with at least 2 x {B} entries")
     block_b = max(16, next_power_of_two(max_batch))
+    warps = 4 if block_b <= 256 else 8
+    cap_ctas = cta_offsets.numel() - 1
     guard = torch.cuda.device(dev) if dev.type == "cuda" else _null()
     with guard:
+        if mode == _FLASHMLA:
+            _flashmla_kernel[(1,)](
+                seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch,
+                B, param, S.FLASHMLA_BLOCK_N, S.FLASHMLA_OVERHEAD, cap_items, cap_ctas, cap_rows,
+                BLOCK_B=block_b, BLOCK_I=BLOCK_I, num_warps=warps)
+            return
+        res_f = res_i = scratch  # (unread but by splitlab's)
+        n_cands = 1
+        if mode == _SPLITLAB:
+            p = pricing
+            n_cands = p.cands.shape[0]
+            res_f, res_i = p.res_f, p.res_i
+            _splitlab_price_kernel[(n_cands,)](
+                seq_lens, p.cands, p.consts, p.durations, p.res_f, p.res_i,
+                B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas,
+                SPLIT_MAJOR=p.split_major, COMPENSATED=p.compensated, BLOCK_B=block_b,
+                BLOCK_S=max(16, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False)
         _device_schedule_kernel[(1,)](
-            seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch,
-            B, param, tile, cap_items, cta_offsets.numel() - 1, cap_rows,
-            MODE=mode, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-            num_warps=4 if block_b <= 256 else 8)
+            seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i,
+            B, param, tile, cap_items, cap_ctas, cap_rows, n_cands,
+            MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
+            num_warps=warps)
 
 
 def _null():

@@ -22,6 +22,7 @@ of its top-k list it walks are its keys (``w.lengths``: ``topk``, or each token'
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.intmath import cdiv
@@ -116,8 +117,13 @@ def flashinfer(lengths: Sequence[int], *, page_size: int, num_kv_heads: int, sm_
     return by_chunk(lens, chunk * page_size, name="flashinfer", align=page_size, chunk_pages=chunk, budget=budget)
 
 
-def flashmla(lengths: Sequence[int], num_sm_parts: int, *, block_size_n: int = 64,
-             fixed_overhead_num_blocks: int = 5) -> Schedule:
+#: FlashMLA's dense decode scheduler block (keys) and fixed overhead per request span (blocks):
+#: ``csrc/api/dense_decode.h``'s ``block_size_n`` and ``fixed_overhead_num_blocks`` (``planners.flashmla``).
+FLASHMLA_BLOCK_N, FLASHMLA_OVERHEAD = 64, 5
+
+
+def flashmla(lengths: Sequence[int], num_sm_parts: int, *, block_size_n: int = FLASHMLA_BLOCK_N,
+             fixed_overhead_num_blocks: int = FLASHMLA_OVERHEAD) -> Schedule:
     """FlashMLA's decode schedule: ``get_mla_metadata`` (``planners.flashmla``, ported exactly) turned into items,
     one per (SM part, request span): part ``p`` runs request ``begin_req_idx``'s blocks from ``begin_block_idx``,
     the requests between whole, and ``end_req_idx``'s blocks up to ``end_block_idx``; a span is keys ``[block *
@@ -312,6 +318,43 @@ def candidates(w: object, sm_count: int, c: object) -> list[Schedule]:
     return out
 
 
+class SplitlabTerms(NamedTuple):
+    """What ``splitlab``'s scheduler prices every candidate with that does not depend on the lengths (only on the
+    workload's shape and batch, the device and the constants): the head groups ``h``, the CTA ``slots``, the tile
+    ``rate``, the drain ``cap``, the partial tiles ``p``, the SMs, the wave ``base`` (slots a head group has), the
+    family's grid order and the balanced budgets weighed (``BALANCED_WAVES`` x base, at least the batch).
+    ``kernels.device_schedule`` passes them to the device."""
+
+    h: int
+    slots: int
+    rate: float
+    cap: float
+    p: float
+    sm_count: int
+    base: int
+    request_major: bool
+    budgets: tuple[int, ...]
+
+
+def splitlab_terms(w: object, dev: object, c: object) -> SplitlabTerms:
+    """``SplitlabTerms`` for workload ``w`` (its shape and batch) on ``dev`` under constants ``c``: the terms of
+    ``modelled_time``, computed once."""
+    from splitlab.planners import splitlab as rule
+
+    rows_ = rule.tile_rows(w)
+    wide = rule.wide_tile(w, rows_)
+    mid = rule.mid_tile(w, rows_) and c.ctas_per_sm_mid > 0
+    slots = dev.sm_count * ctas_per_sm(w, c)
+    scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
+    lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
+    cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
+    rate = rule._tile_rate(w, rows_, dev.arch, None, c)
+    h, p = head_groups(w), rule.partial_tiles(w, None, dev.arch)
+    base = max(1, dev.sm_count * ctas_per_sm(w, c) // h)
+    budgets = tuple(b for b in sorted({max(1, m * base) for m in BALANCED_WAVES}) if b >= w.batch)
+    return SplitlabTerms(h, slots, rate, cap, p, dev.sm_count, base, rule.REQUEST_MAJOR[w.kind], budgets)
+
+
 def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int | None = None,
              max_items: int | None = None) -> Schedule:
     """splitlab's scheduler: of ``candidates``, the schedule of least ``modelled_time`` on ``dev`` (ties: fewer
@@ -328,28 +371,19 @@ def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int 
     # Every candidate is priced from its parameters (one item a CTA: the key tiles of each, in issue order) and only
     # the winner is built: the same choice as pricing ``candidates``' schedules (tests/test_schedules.py), in a
     # fraction of the time (a plan is made once per decode step).
-    rows_ = rule.tile_rows(w)
-    wide = rule.wide_tile(w, rows_)
-    mid = rule.mid_tile(w, rows_) and c.ctas_per_sm_mid > 0
-    slots = dev.sm_count * ctas_per_sm(w, c)
-    scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
-    lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
-    cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
-    rate = rule._tile_rate(w, rows_, dev.arch, None, c)
-    h, p = head_groups(w), rule.partial_tiles(w, None, dev.arch)
-    major = rule.REQUEST_MAJOR[w.kind]
-    base = max(1, dev.sm_count * ctas_per_sm(w, c) // h)
+    terms = splitlab_terms(w, dev, c)
+    h, slots, rate, cap, p = terms.h, terms.slots, terms.rate, terms.cap, terms.p
+    major = terms.request_major
     specs = [("uniform", n, _uniform_tiles(lens, n, major)) for n in rule.split_candidates(w, c.max_splits,
                                                                                          dev.sm_count)]
-    specs += [("balanced", b, _balanced_tiles(lens, b)) for b in sorted({max(1, m * base) for m in BALANCED_WAVES})
-              if b >= w.batch]
+    specs += [("balanced", b, _balanced_tiles(lens, b)) for b in terms.budgets]
     best, key = None, None
     for m in STREAM_K_WAVES:  # persistent: priced on the built schedule (none weighed today)
-        sk = stream_k(lens, max(1, m * base))
+        sk = stream_k(lens, max(1, m * terms.base))
         if (max_ctas is None or sk.ctas <= max_ctas) and (max_items is None or len(sk.items) <= max_items):
             k = (modelled_time(sk, w, dev.sm_count, c, dev.arch), sk.partial_rows, len(sk.items))
             if key is None or k < key:
-                best, key = ("stream_k", max(1, m * base)), k
+                best, key = ("stream_k", max(1, m * terms.base)), k
     for name, arg, (tiles, prows) in specs:
         if (max_ctas is not None and len(tiles) > max_ctas) or (max_items is not None and len(tiles) > max_items):
             continue
