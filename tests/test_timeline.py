@@ -108,7 +108,7 @@ def test_a_buffer_is_reused_and_unwritten_records_are_dropped():
     assert timeline.read(buf) == [dict(zip(timeline.FIELDS, range(2, 2 + len(timeline.FIELDS)), strict=True))]
     t.reset()
     assert timeline.read(buf) == []
-    with pytest.raises(ValueError, match="expected one of"):
+    with pytest.raises(SplitlabError, match="kernel='combine' is not allowed; expected one of partial, merge"):
         t.args("combine", 1, torch.device("cpu"))
 
 

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import globaltimer, smid
 
+from splitlab.errors import SplitlabError
 from splitlab.kernels._launch import INTERPRET
 
 #: A record's int64 fields, in the order a program writes them (module docstring).
@@ -94,7 +95,7 @@ class Timelines:
     def args(self, kernel: str, programs: int, device: torch.device) -> dict[str, Any]:
         """The keyword arguments that turn ``kernel``'s timeline on for a launch of ``programs`` programs."""
         if kernel not in KERNELS:
-            raise ValueError(f"kernel={kernel!r}; expected one of {KERNELS}")
+            raise SplitlabError(f"kernel={kernel!r} is not allowed; expected one of {', '.join(KERNELS)}")
         buf = self.buffers.get(kernel)
         if buf is None or buf.shape[0] != programs or buf.device != torch.device(device):
             buf = torch.full((programs, len(FIELDS)), ABSENT, dtype=torch.int64, device=device)

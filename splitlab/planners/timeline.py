@@ -76,7 +76,8 @@ def modelled_timeline(s: Schedule, w: object, dev: object, c: object = None) -> 
     from splitlab.planners import splitlab as rule
 
     c = rule.constants_for(dev, w.kind).constants if c is None else c
-    h, slots, rate, cap, p = _terms(w, dev, c)
+    t = schedulers.splitlab_terms(w, dev, c)  # modelled_time's wave width, tile rate, drain cap and P
+    h, slots, rate, cap, p = t.h, t.slots, t.rate, t.cap, t.p
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
     tiles = [k + max(n - 1, 0) * c.fixed / rate for k, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
     # modelled_time's durations, in its arithmetic (ragged_launch_time: tiles x RATE + FIXED)
@@ -85,22 +86,6 @@ def modelled_timeline(s: Schedule, w: object, dev: object, c: object = None) -> 
     launch = max((q.end for q in programs), default=0.0)
     tail = schedulers._priced([], s.partial_rows, h, slots, rate, cap, p, dev.sm_count, c)
     return ModelledTimeline(tuple(programs), launch, tail, dev.sm_count)
-
-
-def _terms(w: object, dev: object, c: object) -> tuple[int, int, float, float, float]:
-    """(head groups, places, tile rate, drain cap, partial tiles) as ``schedulers.modelled_time`` takes them (the
-    wave width, rate, cap and P of ``planners.splitlab.fitted_cost``; tests/test_timelines_model.py holds the
-    makespan to ``modelled_time``'s)."""
-    from splitlab.planners import splitlab as rule
-
-    rows = rule.tile_rows(w)
-    wide = rule.wide_tile(w, rows)
-    mid = rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0
-    scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
-    lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
-    cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
-    return (schedulers.head_groups(w), dev.sm_count * schedulers.ctas_per_sm(w, c),
-            rule._tile_rate(w, rows, dev.arch, None, c), cap, rule.partial_tiles(w, None, dev.arch))
 
 
 def _run(queue: list[tuple[int, int, float]], slots: int, cap: float, groups: int,
