@@ -1,9 +1,13 @@
 """Plan once, run every layer, on a GPU: what a call costs eager against its kernels replayed in a CUDA graph, and
-one graph captured once replayed over many batches of new lengths (the capacity grid), checked against fp64.
+one graph captured once replayed over many batches of new lengths (the capacity grid), checked against fp64; and
+schedules computed on the device: a graph that holds the schedule kernels beside the decode's against the same graph
+with a host-made schedule, the schedule kernels' own time, and one such graph replayed over many batches of random
+lengths and padding, each output checked against fp64 and the work list against the host scheduler's.
 
-    python experiments/plan_run/gpu.py --out OUT [--replays 100]
+    python experiments/plan_run/gpu.py --out OUT [--replays 100] [--device-replays 1000] [--only device]
 
-Writes OUT/plan_run_gpu.csv (one row per call kind and shape) and OUT/replays.csv (one row per replayed batch).
+Writes OUT/plan_run_gpu.csv (one row per call kind and shape), OUT/replays.csv (one row per replayed batch) and
+OUT/device_schedule.csv (one row per shape and scheduler).
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import torch
 
 from splitlab.kernels import gqa, reference
 from splitlab.kernels.accuracy import TOLERANCE, rel_err
-from splitlab.kernels.decode_plan import GQADecodePlan
-from splitlab.kernels.inputs import gqa_inputs
+from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs
 
 SHAPES = [(32, 8, 8, 4096), (32, 8, 64, 4096)]  # (query heads, kv heads, batch, keys): the issue's GQA rows
 
@@ -130,6 +134,136 @@ def replays(out: Path, count: int) -> None:
     print(f"{count} replays of one captured graph, new lengths each: {bad} outside the bf16 tolerance", flush=True)
 
 
+#: Device-schedule cases: (label, batch bucket, longest keys, schedulers). GQA 32/8/128 page 16, MLA 576/512 page 64,
+#: bf16: the issue's shapes.
+DEVICE_CASES = [("GQA 32/8", 8, 4096, ("splitlab", "balanced", "stream_k")),
+                ("GQA 32/8", 64, 4096, ("splitlab", "balanced", "stream_k")),
+                ("MLA-16", 16, 8192, ("splitlab", "flashmla")),
+                ("MLA-128", 16, 8192, ("splitlab", "flashmla"))]
+
+
+def capture(fn):
+    """A CUDA graph of ``fn`` (run once on a side stream first: compiles and warms outside the capture)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def replay_us(g, replays: int = 200) -> float:
+    """Per replay of a captured graph, by CUDA events over ``replays`` back-to-back replays (best of 3)."""
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b) / replays * 1e3)
+    return best
+
+
+def random_lens(rng: random.Random, b: int, n: int) -> list[int]:
+    """A bucket of ``b`` slots: 1..b live requests of random lengths (edges 0, 1, 63-65 among them), the rest padding
+    (length 0)."""
+    live = rng.randint(1, b)
+    return [rng.choice([0, 1, 63, 64, 65, rng.randint(1, n)]) for _ in range(live)] + [0] * (b - live)
+
+
+def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: random.Random) -> tuple[dict, list]:
+    """One shape and scheduler: host-schedule graph vs device-schedule graph (same lengths, same schedule), the
+    schedule kernels alone, then ``count`` replays of the device graph over new lengths, each output against fp64
+    (and every 10th work list against the host plan's)."""
+    if label.startswith("GQA"):
+        x = gqa_inputs(b, 32, 8, 128, n, page_size=16, device="cuda", draw_on="device")
+        args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
+
+        def make(**kw):
+            return GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cuda", scheduler=scheduler,
+                                 max_batch=b, use_cuda_graph=True, **kw)
+
+        def ref(lens_t):
+            return reference.gqa_decode(*args, lens_t)
+    else:
+        heads = int(label.split("-")[1])
+        x = mla_inputs(b, heads, 576, n, page_size=64, device="cuda", draw_on="device")
+        args = (x["q"], x["kv_cache"], x["block_table"])
+
+        def make(**kw):
+            return MLADecodePlan(heads, 576, 512, 64, dtype=torch.bfloat16, device="cuda", scheduler=scheduler,
+                                 max_batch=b, use_cuda_graph=True, **kw)
+
+        def ref(lens_t):
+            return reference.mla_decode(*args, lens_t, head_dim_v=512)
+    host, dev = make(), make(device_schedule=True)
+    lens0 = [rng.randint(n // 16, n) for _ in range(b)]
+    lens_t = torch.tensor(lens0, dtype=torch.int32, device="cuda")
+    host.plan(lens0)
+    o = torch.empty(b, args[0].shape[1], 512 if label.startswith("MLA") else 128, dtype=torch.bfloat16,
+                    device="cuda")
+    g_host = capture(lambda: host.run(*args, out=o, check=False))
+    g_dev = capture(lambda: (dev.plan_on_device(lens_t), dev.run(*args, out=o, check=False)))
+    g_sched = capture(lambda: [dev.plan_on_device(lens_t) for _ in range(20)])
+    host_us, dev_us = replay_us(g_host), replay_us(g_dev)
+    sched_us = replay_us(g_sched, 20) / 20
+    same = work_list_equal(dev, host)
+    rows, bad, differ, checked = [], 0, 0, 0
+    tol = TOLERANCE[torch.bfloat16]
+    for i in range(count):
+        lens = random_lens(rng, b, n)
+        lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
+        o.fill_(float("nan"))
+        g_dev.replay()
+        torch.cuda.synchronize()
+        err = rel_err(o, ref(lens_t))
+        ok = err <= tol and dev.status.item() == 0
+        bad += not ok
+        if i % 10 == 0 and max(lens) > 0:
+            host.plan(lens)
+            torch.cuda.synchronize()
+            differ += not work_list_equal(dev, host)
+            checked += 1
+        rows.append(dict(case=label, scheduler=scheduler, replay=i, live=sum(v > 0 for v in lens),
+                         rel_err=f"{err:.2e}", ok=ok))
+    row = dict(case=label, scheduler=scheduler, batch=b, keys=n, host_schedule_graph_us=round(host_us, 2),
+               device_schedule_graph_us=round(dev_us, 2), ratio=round(dev_us / host_us, 4),
+               schedule_kernels_us=round(sched_us, 2), same_work_list=same, replays=count, outside_tolerance=bad,
+               work_lists_checked=checked, work_lists_differing=differ)
+    print(row, flush=True)
+    return row, rows
+
+
+def work_list_equal(dev, host) -> bool:
+    """The device plan's work list (slot count, partial offsets, CTA offsets, items) equals the host plan's."""
+    s = host.schedule
+    n, b = len(s.items), s.batch
+    m, h = dev._meta, host._meta
+    return all(torch.equal(m[lo:lo + k], h[lo:lo + k]) for lo, k in (
+        (0, 1), (host._off_po, b + 1), (host._off_co, s.ctas + 1), (host._off_it, 4 * n)))
+
+
+def device_schedule(out: Path, count: int) -> None:
+    rng = random.Random(36)
+    rows, replayed = [], []
+    for label, b, n, schedulers in DEVICE_CASES:
+        for scheduler in schedulers:
+            row, r = device_case(label, b, n, scheduler, count, rng)
+            rows.append(row)
+            replayed += r
+    write(out / "device_schedule.csv", rows)
+    write(out / "device_replays.csv", replayed)
+    print(f"device schedules: {sum(r['outside_tolerance'] for r in rows)} of {len(replayed)} replays outside the "
+          f"bf16 tolerance, {sum(r['work_lists_differing'] for r in rows)} work lists unlike the host's", flush=True)
+
+
 def write(path: Path, rows: list[dict]) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with open(path, "w", newline="") as f:
@@ -142,11 +276,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--replays", type=int, default=100)
+    ap.add_argument("--device-replays", type=int, default=1000, help="replays per device-schedule case")
+    ap.add_argument("--only", choices=["host", "device"], help="the host-plan runs or the device-schedule runs alone")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    replays(out, a.replays)
-    overhead(out)
+    if a.only != "device":
+        replays(out, a.replays)
+        overhead(out)
+    if a.only != "host":
+        device_schedule(out, a.device_replays)
 
 
 if __name__ == "__main__":
