@@ -1,0 +1,691 @@
+"""Absorbed MLA decode on a work list, in Gluon for Hopper (sm_90a), with FlashMLA's schedule: two consumer
+warpgroups that split the 64 x 512 output, a producer warp that streams the latent cache as TMA pieces.
+
+Not yet dispatched to: ``mla.mla_decode`` and ``worklist.mla_decode_scheduled`` run the kernels they ran before.
+This module is the candidate of an H200 A/B (``experiments/mla_ws/``): compiled for sm_90a here, never run yet.
+
+The rule it ports. FlashMLA's dense decode kernel (deepseek-ai/FlashMLA, ``docs/20250422-new-kernel-deep-dive.md``:
+read for the schedule, no code taken) holds the 64-row head tile's 64 x 512 fp32 output in two warpgroups, 64 x 256
+each (the left ``O_L`` and the right ``O_R``), takes two KV blocks a step and interleaves one block's softmax with
+the other's GEMMs under one running max shared through shared memory ("seesaw"), and copies each 64 x 576 block as
+nine 64 x 64 TMA pieces, each GEMM starting as its piece lands. Per step, with blocks 0 and 1 (K = the whole latent
+row, V its first 512 columns; [0] / [1] = the warpgroup; m the running max, in shared memory; c0, c1 and the P of
+the other warpgroup's block also pass through shared memory):
+
+    [0] S0 = Q K0^T                                 [1] S1 = Q K1^T
+    [0] m0 = max(m, rowmax S0), c0 = exp(m - m0), P0 = exp(S0 - m0)
+    [0] O_L = O_L c0 + P0 V0_L                      [1] O_R = O_R c0 + P0 V0_R, while
+                                                    [1] m1 = max(m0, rowmax S1), c1 = exp(m0 - m1), P1 = exp(S1 - m1)
+    [0] O_L = O_L c1 + P1 V1_L                      [1] O_R = O_R c1 + P1 V1_R
+
+the online softmax exactly (every product ends up against the step's last max m1). FlashMLA's text has [1] scale
+O_R by c0 c1 before P1 V1_R and [0] hand over P0 c1 for a last P0 V0_R; here [1] adds P0 V0_R first and c1 scales
+both, the same sums, which spares [0] the rescaled copy of P0 (registers: with it consumer 0 spilled) and a
+barrier. Each warpgroup keeps the row sum of its own P; the epilogue adds the two.
+
+Variants (``VARIANTS``, constexprs of one kernel, so that an A/B measures each idea):
+
+- ``recompute``: the simplest correct split. Both warpgroups compute every block's S = Q K^T and the same online
+  softmax (the QK GEMM twice: 1.53x the tensor-core work of ``seesaw``), each its half of P V. No warpgroup waits on
+  the other; only the buffers are shared.
+- ``seesaw``: the schedule above.
+- ``*-fine``: each block lands as nine 64 x 64 pieces with a barrier each, and the QK GEMM waits piece by piece;
+  without it, one barrier for the block's 72 KiB.
+
+Partitions (``gl.warp_specialize``): consumer 0 (the default partition, 4 warps), consumer 1 (4 warps,
+``CONSUMER_REGS``), the producer (1 warp, ``LOADER_REGS``): Q once (nine TMA pieces, 72 KiB), then block t into
+buffer t % 2 once both consumers have released the block before it (t - 2): 9 x 8 KiB a block, plus the block's
+4-byte table entry (a block is 64 keys of one page: ``BLOCK_N`` divides the page size and the schedule's items start
+at multiples of it). Shared memory (bf16 / fp16): Q 72 KiB, two blocks 144 KiB; P0 and P1 (8 KiB each) overwrite the
+rope piece of their block (read by that block's QK only, which is done by then); the running max, c0, c1 and the two
+row sums 1.25 KiB; 24 barriers; the epilogue stages each half of the output through a block buffer. Compiled for
+sm_90a (triton 3.6; ``tests/test_compile_mla_ws.py``): 222144 bytes (recompute) and 223008 (seesaw) of the 232448
+an SM lends a block, no spills.
+
+Rows a block holds past its item's end (the item's last block; TMA copies whole pages) score -inf, and each consumer
+zeroes them in the V columns it multiplies before its P V GEMM (a NaN there would poison 0 x NaN); the other
+warpgroup's QK may read those rows meanwhile, whose scores are masked. The work list is ``kernels.worklist``'s
+(``WorkList``; one item per program: the program of CTA slot c runs item c, for each 64-row head tile, head tile
+fastest); an item of a request with one item writes its output row and lse directly, any other its partial row
+(fp32), which ``worklist.launch_merge`` merges. As the work-list kernels: an item outside ``[0, max_keys]`` or a
+block-table entry outside the cache makes its row NaN (a TMA box outside the cache reads zeros, never memory outside
+it); an empty request writes zeros and lse -inf.
+
+Scope (``check_launch``, else one ``SplitlabError`` line): 16-bit q and cache of one dtype, Dqk 576 and Dv 512,
+page size a multiple of 64, at least one page, cache rows of contiguous elements at a 16-byte-aligned stride and
+pages of ``page_size`` rows back to back (the cache read as one 2-D TMA tensor of rows), fewer than 2^31 rows; any
+head count (64-row tiles; q read as rows of ``[B * H, 576]``, copied contiguous where its strides are not that);
+a non-persistent schedule aligned to 64 keys; an sm_90 GPU with triton 3.6's Gluon, not the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from splitlab.errors import SplitlabError
+from splitlab.kernels import _launch as launch_common
+from splitlab.kernels.mla_sm90 import BLOCK_H, BLOCK_N, HAVE_GLUON
+from splitlab.kernels.worklist import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+HEAD_DIM_QK, HEAD_DIM_V = 576, 512
+PIECE = 64  # columns of a TMA piece: 128 bytes, the swizzle width
+PIECES = HEAD_DIM_QK // PIECE  # 9 a block: 8 of V, 1 of rope
+#: name -> (seesaw, fine): the kernel's constexprs per variant (module docstring).
+VARIANTS = {"recompute": (False, False), "recompute-fine": (False, True), "seesaw": (True, False),
+            "seesaw-fine": (True, True)}
+#: Warps: the default partition (consumer 0) runs the launch's 4; consumer 1 has 4, the producer 1.
+NUM_WARPS = 4
+CONSUMER_WARPS, LOADER_WARPS = 4, 1
+#: Registers a thread. At launch 168 (the producer's warp is padded to a warpgroup: 12 warps x 168 = 64512 of the
+#: SM's 65536); then setmaxnreg: the producer 24 (it holds a few scalars), the consumers 240 each (64 x 256 fp32 of
+#: output is 128 of them, S 32, P 16).
+MAXNREG = 168
+CONSUMER_REGS, LOADER_REGS = 240, 24
+SCAN = 1024  # block-table entries a consumer reads at once when it checks an item's pages
+
+if HAVE_GLUON:
+    _HALF = gl.constexpr(HEAD_DIM_V // 2)
+    _PIECE = gl.constexpr(PIECE)
+    _NV = gl.constexpr(HEAD_DIM_V // PIECE)  # pieces of V: 8
+    _NP = gl.constexpr(PIECES)
+    _SCAN = gl.constexpr(SCAN)
+    _LN2 = gl.constexpr(LN2.value)
+    _BH = gl.constexpr(BLOCK_H)
+    _BN = gl.constexpr(BLOCK_N)
+    _WARPS = gl.constexpr((CONSUMER_WARPS, LOADER_WARPS))
+    _REGS = gl.constexpr((CONSUMER_REGS, LOADER_REGS))
+    # The S tile's wgmma layout (m64n64), the output half's (m64n256), P as the output GEMM's A operand.
+    _QK_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                   instr_shape=[16, BLOCK_N, 16]))
+    _PV_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                   instr_shape=[16, HEAD_DIM_V // 2, 16]))
+    _P_L = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_PV_L.value, k_width=2))
+
+    @gluon.jit
+    def _load_item(items_ptr, it, max_keys):
+        """``worklist.load_item`` (the work list's 16-byte rows, the same rule) for Gluon: ``(request (int64),
+        key_begin, key_end, partial row, bad)``; a range outside ``[0, max_keys]`` or reversed reads nothing and
+        is ``bad``."""
+        base = items_ptr + it.to(gl.int64) * 4
+        b = gl.load(base)
+        start = gl.load(base + 1)
+        end = gl.load(base + 2)
+        row = gl.load(base + 3)
+        bad = (start < 0) | (end > max_keys) | (start > end)
+        return b.to(gl.int64), start, gl.where(bad, start, end), row, bad
+
+    @gluon.jit
+    def _pages_bad(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE: gl.constexpr):
+        """Whether a block-table entry of keys ``[start, end)`` lies outside ``[0, num_pages)`` (4 bytes an
+        entry, ``SCAN`` at a time; negative entries read as huge unsigned ones). An empty range (a bad item's too)
+        reads nothing."""
+        L: gl.constexpr = gl.BlockedLayout([8], [32], [4], [0])
+        offs = gl.arange(0, _SCAN, layout=L)
+        seen = gl.zeros([_SCAN], gl.uint32, layout=L)
+        first = start // PAGE_SIZE
+        last = gl.where(end > start, gl.cdiv(end, PAGE_SIZE), first)
+        for c in range(first, last, _SCAN):
+            e = gl.load(bt_row + (c + offs) * bt_stride_p, mask=c + offs < last, other=0)
+            seen = gl.maximum(seen, e.to(gl.uint32, bitcast=True))
+        return gl.max(seen, axis=0) >= num_pages.to(gl.uint32)
+
+    @gluon.jit
+    def _issue_block(kv_desc, krow, v_buf, r_buf, kv_ready, buf, FINE: gl.constexpr):
+        """The TMA copies of one 64 x 576 block (9 pieces of 64 x 64, 8 KiB each) at cache row ``krow``: with
+        ``FINE`` piece c signals barrier ``buf * 9 + c``, else all nine signal ``buf * 9``."""
+        nbytes: gl.constexpr = kv_desc.block_type.nbytes
+        if FINE:
+            for c in gl.static_range(_NV):
+                bar = kv_ready.index(buf * _NP + c)
+                mbarrier.expect(bar, nbytes)
+                tma.async_copy_global_to_shared(kv_desc, [krow, c * _PIECE], bar, v_buf.slice(c * _PIECE, _PIECE, 1))
+            bar = kv_ready.index(buf * _NP + _NV)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(kv_desc, [krow, _NV * _PIECE], bar, r_buf)
+        else:
+            bar = kv_ready.index(buf * _NP)
+            mbarrier.expect(bar, _NP * nbytes)
+            for c in gl.static_range(_NV):
+                tma.async_copy_global_to_shared(kv_desc, [krow, c * _PIECE], bar, v_buf.slice(c * _PIECE, _PIECE, 1))
+            tma.async_copy_global_to_shared(kv_desc, [krow, _NV * _PIECE], bar, r_buf)
+
+    @gluon.jit
+    def _wait_block(kv_ready, buf, phase, FINE: gl.constexpr):
+        """Block ``buf`` (of this phase) has landed, every piece: what a consumer waits on before it reads the
+        block other than through its own QK (which waits piece by piece)."""
+        if FINE:
+            for c in gl.static_range(_NP):
+                mbarrier.wait(kv_ready.index(buf * _NP + c), phase)
+        else:
+            mbarrier.wait(kv_ready.index(buf * _NP), phase)
+
+    @gluon.jit
+    def _qk(q_v, q_r, v_buf, r_buf, kv_ready, buf, phase, FINE: gl.constexpr, QK_L: gl.constexpr):
+        """S = Q K^T of one block ([64, 64] fp32; 2 x 64 x 64 x 576 FLOPs): one wgmma chain a 64-column piece (4
+        x m64n64k16), each issued as its piece lands (``FINE``), else once the whole block has. (One chain over
+        the whole [64, 512] V part instead compiled with more spill, sm_90a.)"""
+        zero = gl.zeros([_BH, _BN], gl.float32, layout=QK_L)
+        mbarrier.wait(kv_ready.index(buf * _NP), phase)
+        s = warpgroup_mma(q_v.slice(0, _PIECE, 1), v_buf.slice(0, _PIECE, 1).permute((1, 0)), zero, use_acc=False,
+                          is_async=True)
+        for c in gl.static_range(1, _NV):
+            if FINE:
+                mbarrier.wait(kv_ready.index(buf * _NP + c), phase)
+            s = warpgroup_mma(q_v.slice(c * _PIECE, _PIECE, 1), v_buf.slice(c * _PIECE, _PIECE, 1).permute((1, 0)),
+                              s, is_async=True)
+        if FINE:
+            mbarrier.wait(kv_ready.index(buf * _NP + _NV), phase)
+        s = warpgroup_mma(q_r, r_buf.permute((1, 0)), s, is_async=True)
+        return warpgroup_mma_wait(0, deps=[s])
+
+    @gluon.jit
+    def _masked_scores(s, n0, end, qk_scale, QK_L: gl.constexpr):
+        """Scores in base 2; keys at or past the item's end -inf (their rows may hold anything)."""
+        ok = n0 + gl.arange(0, _BN, layout=gl.SliceLayout(0, QK_L)) < end
+        return gl.where(ok[None, :], s * qk_scale, float("-inf"))
+
+    @gluon.jit
+    def _zero_tail(v_half, n0, end):
+        """Zero the rows of ``v_half`` ([64 keys, 256] of a landed block) at or past the item's end, so that the
+        P V GEMM never multiplies what lies there; a no-op for a full block. Reads and writes 64 x 256 x 2 bytes
+        of shared memory, once an item."""
+        if n0 + _BN > end:
+            ZL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            keep = (n0 + gl.arange(0, _BN, layout=gl.SliceLayout(1, ZL)) < end)[:, None]
+            for c in gl.static_range(_HALF // _PIECE):
+                piece = v_half.slice(c * _PIECE, _PIECE, 1)
+                x = piece.load(ZL)
+                piece.store(gl.where(keep, x, gl.zeros_like(x)))
+            fence_async_shared()
+            gl.thread_barrier()
+
+    @gluon.jit
+    def _store_rows(stage, base, stride_h, stride_d, head_tile, num_heads, COL0: gl.constexpr):
+        """Rows of ``stage`` ([64, 256], staged) to ``base`` (head rows, columns ``COL0 + [0, 256)``), 16 rows at a
+        time, 16 bytes a thread: whole rows, and few addresses live at once."""
+        VEC: gl.constexpr = 128 // stage.dtype.primitive_bitwidth
+        ROW_L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [4, 1], [1, 0])
+        cols = COL0 + gl.arange(0, _HALF, layout=gl.SliceLayout(0, ROW_L))
+        for r in gl.static_range(0, _BH, 16):
+            heads = head_tile * _BH + r + gl.arange(0, 16, layout=gl.SliceLayout(1, ROW_L))
+            vals = stage.slice(r, 16, 0).load(ROW_L)
+            gl.store(base + heads[:, None] * stride_h + cols[None, :] * stride_d, vals,
+                     mask=(heads < num_heads)[:, None])
+
+    @gluon.jit
+    def _store_half(acc, m_i, l_i, outs, b, row, head_tile, stage_buf, COL0: gl.constexpr,
+                    WRITE_LSE: gl.constexpr, PV_L: gl.constexpr):
+        """``acc / l`` into columns ``COL0 + [0, 256)`` of the tile's head rows: the output row (q's dtype) of a
+        request with one item (``row < 0``), else partial row ``row`` (fp32); with ``WRITE_LSE`` the lse too
+        (natural log; an empty row 0 with lse -inf, a NaN ``l_i`` NaN). Staged through ``stage_buf`` (64 KiB of a
+        block buffer no partition reads any more) so that the 64-bit addresses of the whole half are never live
+        beside it. Bytes: 64 x 256 x elt (+ 64 x 4)."""
+        (out_ptr, lse_ptr, po_ptr, pl_ptr, num_heads, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+         lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h) = outs
+        ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
+        l_o = gl.convert_layout(l_i, ROWS)
+        empty = l_o == 0.0
+        l_safe = gl.where(empty, 1.0, l_o)
+        vals = acc / l_safe[:, None]
+        heads = head_tile * _BH + gl.arange(0, _BH, layout=ROWS)
+        if row < 0:
+            out_dtype: gl.constexpr = out_ptr.dtype.element_ty
+            VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
+            out_stage = stage_buf._reinterpret(out_dtype, [_BH, _HALF], gl.SwizzledSharedLayout(
+                vec=VEC, per_phase=1, max_phase=8, order=[1, 0]))
+            out_stage.store(vals.to(out_dtype))
+            gl.thread_barrier()
+            _store_rows(out_stage, out_ptr + b * out_stride_b, out_stride_h, out_stride_d, head_tile, num_heads, COL0)
+        else:
+            stage = stage_buf._reinterpret(gl.float32, [_BH, _HALF], gl.SwizzledSharedLayout(
+                vec=4, per_phase=1, max_phase=8, order=[1, 0]))
+            stage.store(vals)
+            gl.thread_barrier()
+            _store_rows(stage, po_ptr + row.to(gl.int64) * po_stride_r, po_stride_h, po_stride_d, head_tile,
+                        num_heads, COL0)
+        if WRITE_LSE:
+            lse = gl.where(empty, float("-inf"), (gl.convert_layout(m_i, ROWS) + gl.log2(l_safe)) * _LN2)
+            if row < 0:
+                gl.store(lse_ptr + b * lse_stride_b + heads * lse_stride_h, lse, mask=heads < num_heads)
+            else:
+                gl.store(pl_ptr + row.to(gl.int64) * pl_stride_r + heads * pl_stride_h, lse, mask=heads < num_heads)
+
+    @gluon.jit
+    def _row_sums(l_i, l_smem, epi, SIDE: gl.constexpr, READ: gl.constexpr, ROWS: gl.constexpr):
+        """Both consumers are past their last GEMM (so both block buffers are free for the epilogue's staging),
+        each having written its row sums; ``READ`` 2: the two added (seesaw: each covers its own P), 1: consumer
+        0's (recompute: the same sums, with the page check's NaN)."""
+        l_smem[SIDE].store(l_i)
+        gl.thread_barrier()
+        mbarrier.arrive(epi)
+        mbarrier.wait(epi, 0)
+        if READ == 2:
+            l_i = l_smem[0].load(ROWS) + l_smem[1].load(ROWS)
+        else:
+            l_i = l_smem[0].load(ROWS)
+        return l_i
+
+    # --- recompute: both warpgroups run the whole softmax ---------------------------------------------------------
+
+    @gluon.jit
+    def _recompute(smem, bars, item, geo, outs, COL0: gl.constexpr, WRITE_LSE: gl.constexpr,
+                   FINE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+        """A consumer of ``recompute``: every block's QK and online softmax, the P V of output columns
+        ``COL0 + [0, 256)``, then that half of the output."""
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        b, start, end, row, bad, n_tiles, head_tile = item
+        q_desc, kv_desc, bt_row, bt_stride_p, num_pages, q_row, qk_scale = geo
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        P_L: gl.constexpr = _P_L
+        dtype: gl.constexpr = q_v.dtype
+        if COL0 == 0:  # (consumer 0 checks the pages; consumer 1 takes its row sums, NaN and all)
+            bad = bad | _pages_bad(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+        m_i = gl.full([_BH], float("-inf"), gl.float32, layout=gl.SliceLayout(1, QK_L))
+        l_i = gl.zeros([_BH], gl.float32, layout=gl.SliceLayout(1, QK_L))
+        acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
+        mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
+        for t in range(n_tiles):
+            buf = t % 2
+            n0 = start + t * _BN
+            s = _masked_scores(_qk(q_v, q_r, kv_v.index(buf), kv_r.index(buf), kv_ready, buf, (t // 2) & 1, FINE,
+                                   QK_L), n0, end, qk_scale, QK_L)
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            p = gl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            v_half = kv_v.index(buf).slice(COL0, _HALF, 1)
+            _zero_tail(v_half, n0, end)
+            # acc = acc * alpha + P @ V[:, COL0:COL0 + 256]: 2 x 64 x 64 x 256 FLOPs, P from registers.
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV_L))[:, None]
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), P_L), v_half, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            gl.thread_barrier()
+            mbarrier.arrive(kv_free.index(buf))
+        l_i = _row_sums(gl.where(bad, float("nan"), l_i), red[3], bars[3][2], COL0 // _HALF, 1,
+                        gl.SliceLayout(1, QK_L))
+        _store_half(acc, m_i, l_i, outs, b, row, head_tile, kv_v.index(COL0 // _HALF), COL0, WRITE_LSE, PV_L)
+
+    # --- seesaw: FlashMLA's schedule ------------------------------------------------------------------------------
+
+    @gluon.jit
+    def _opaque_zero(j):
+        """0, which the compiler cannot see through (an asm with side effects, once a step): the seesaw's buffer
+        indices are constants, and the smem descriptors of 36 QK and 8 PV wgmma a buffer hoisted out of the loop
+        would not fit the consumers' registers (56-136 bytes of spill, sm_90a)."""
+        return gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r,r", [j], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr):
+        """Consumer 0's part of step ``j`` (block 2j in buffer 0 and, with ``HAS1``, 2j + 1 in buffer 1): S0; the
+        max m0, c0 and P0 for consumer 1; O_L = O_L c0 + P0 V0_L; then, given c1 and P1, O_L = O_L c1 + P1 V1_L.
+        Its row sum covers its own P0s."""
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        m_smem, c0_smem, c1_smem, l_smem = red
+        m0_bar, s1_bar, epi = sync
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        PV_ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
+        dtype: gl.constexpr = q_v.dtype
+        phase = j & 1
+        b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
+        b1 = b0 + 1
+        n0 = start + 2 * j * _BN
+        s = _masked_scores(_qk(q_v, q_r, kv_v.index(b0), kv_r.index(b0), kv_ready, b0, phase, FINE, QK_L), n0, end,
+                           qk_scale, QK_L)
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        c0 = gl.exp2(m_i - m_safe)
+        p = gl.exp2(s - m_safe[:, None])
+        l_i = l_i * c0 + gl.sum(p, axis=1)
+        # m0, c0 and P0 (over block 0's rope piece, which only this warpgroup's QK read: 8 KiB) to consumer 1; its
+        # loads of the last step's m and c0 are behind s1_bar, which this warpgroup passed.
+        kv_r.index(b0).store(p.to(dtype))
+        m_smem.store(m_new)
+        c0_smem.store(c0)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(m0_bar)
+        v_left = kv_v.index(b0).slice(0, _HALF, 1)
+        _zero_tail(v_left, n0, end)
+        acc = acc * gl.convert_layout(c0, PV_ROWS)[:, None]
+        acc = warpgroup_mma(kv_r.index(b0), v_left, acc, is_async=True)
+        # c1 and the step's last max from consumer 1, while the GEMM runs.
+        mbarrier.wait(s1_bar, phase)
+        c1 = c1_smem.load(ROWS)
+        m_i = m_smem.load(ROWS)
+        l_i = l_i * c1
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        gl.thread_barrier()
+        mbarrier.arrive(kv_free.index(b0))
+        acc = acc * gl.convert_layout(c1, PV_ROWS)[:, None]
+        if HAS1:
+            # O_L += P1 V1_L, P1 from consumer 1 (over block 1's rope piece).
+            _wait_block(kv_ready, b1, phase, FINE)
+            v1_left = kv_v.index(b1).slice(0, _HALF, 1)
+            _zero_tail(v1_left, n0 + _BN, end)
+            acc = warpgroup_mma(kv_r.index(b1), v1_left, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            gl.thread_barrier()
+            mbarrier.arrive(kv_free.index(b1))
+        return m_i, l_i, acc
+
+    @gluon.jit
+    def _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr):
+        """Consumer 1's part of step ``j``: S1 (block 2j + 1, with ``HAS1``); given m0, c0 and P0,
+        O_R = O_R c0 + P0 V0_R, and meanwhile the step's last max m1, c1 and P1 for consumer 0; then
+        O_R = O_R c1 + P1 V1_R. Its row sum covers its own P1s. Without ``HAS1`` (an odd item's last step) c1 = 1
+        and there is no P1."""
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        m_smem, c0_smem, c1_smem, l_smem = red
+        m0_bar, s1_bar, epi = sync
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        P_L: gl.constexpr = _P_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        PV_ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
+        dtype: gl.constexpr = q_v.dtype
+        phase = j & 1
+        b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
+        b1 = b0 + 1
+        n0 = start + 2 * j * _BN
+        n1 = n0 + _BN
+        if HAS1:
+            s = _masked_scores(_qk(q_v, q_r, kv_v.index(b1), kv_r.index(b1), kv_ready, b1, phase, FINE, QK_L), n1,
+                               end, qk_scale, QK_L)
+        mbarrier.wait(m0_bar, phase)
+        m0 = m_smem.load(ROWS)
+        c0 = c0_smem.load(ROWS)
+        gl.thread_barrier()  # every thread has read m0 before any overwrites it
+        _wait_block(kv_ready, b0, phase, FINE)
+        v0_right = kv_v.index(b0).slice(_HALF, _HALF, 1)
+        _zero_tail(v0_right, n0, end)
+        acc = acc * gl.convert_layout(c0, PV_ROWS)[:, None]
+        acc = warpgroup_mma(kv_r.index(b0), v0_right, acc, is_async=True)
+        if HAS1:
+            m_new = gl.maximum(m0, gl.max(s, axis=1))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            c1 = gl.exp2(m0 - m_safe)
+            p = gl.exp2(s - m_safe[:, None])
+            l_i = l_i * c0 * c1 + gl.sum(p, axis=1)
+            p = p.to(dtype)
+            kv_r.index(b1).store(p)
+        else:
+            m_new = m0
+            c1 = gl.full([_BH], 1.0, gl.float32, layout=ROWS)
+            l_i = l_i * c0
+        m_smem.store(m_new)
+        c1_smem.store(c1)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(s1_bar)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        gl.thread_barrier()
+        mbarrier.arrive(kv_free.index(b0))
+        if HAS1:
+            acc = acc * gl.convert_layout(c1, PV_ROWS)[:, None]
+            v1_right = kv_v.index(b1).slice(_HALF, _HALF, 1)
+            _zero_tail(v1_right, n1, end)
+            acc = warpgroup_mma(gl.convert_layout(p, P_L), v1_right, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            gl.thread_barrier()
+            mbarrier.arrive(kv_free.index(b1))
+        return l_i, acc
+
+    @gluon.jit
+    def _seesaw_consumer0(smem, bars, item, geo, outs, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        b, start, end, row, bad, n_tiles, head_tile = item
+        q_desc, kv_desc, bt_row, bt_stride_p, num_pages, q_row, qk_scale = geo
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        bad = bad | _pages_bad(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+        m_i = gl.full([_BH], float("-inf"), gl.float32, layout=ROWS)
+        l_i = gl.zeros([_BH], gl.float32, layout=ROWS)
+        acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
+        mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
+        for j in range(n_tiles // 2):
+            m_i, l_i, acc = _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, True, FINE)
+        if n_tiles % 2 == 1:
+            m_i, l_i, acc = _seesaw_left(n_tiles // 2, smem, bars, m_i, l_i, acc, start, end, qk_scale, False, FINE)
+        l_i = _row_sums(gl.where(bad, float("nan"), l_i), red[3], sync[2], 0, 2, ROWS)
+        _store_half(acc, m_i, l_i, outs, b, row, head_tile, smem[2].index(0), 0, True, PV_L)
+
+    @gluon.jit
+    def _seesaw_consumer1(smem, bars, item, geo, outs, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        b, start, end, row, bad, n_tiles, head_tile = item
+        q_desc, kv_desc, bt_row, bt_stride_p, num_pages, q_row, qk_scale = geo
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        l_i = gl.zeros([_BH], gl.float32, layout=ROWS)
+        acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
+        mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
+        for j in range(n_tiles // 2):
+            l_i, acc = _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, True, FINE)
+        if n_tiles % 2 == 1:
+            l_i, acc = _seesaw_right(n_tiles // 2, smem, bars, l_i, acc, start, end, qk_scale, False, FINE)
+        l_i = _row_sums(l_i, red[3], sync[2], 1, 2, ROWS)
+        # (m is consumer 0's to write with the lse; it is not read here)
+        _store_half(acc, l_i, l_i, outs, b, row, head_tile, smem[2].index(1), _HALF, False, PV_L)
+
+    # --- partitions -----------------------------------------------------------------------------------------------
+
+    @gluon.jit
+    def _part_consumer0(smem, bars, item, geo, outs, SEESAW: gl.constexpr, FINE: gl.constexpr,
+                        PAGE_SIZE: gl.constexpr):
+        """The default partition (4 warps): output columns [0, 256) and the lse."""
+        if SEESAW:
+            _seesaw_consumer0(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
+        else:
+            _recompute(smem, bars, item, geo, outs, 0, True, FINE, PAGE_SIZE)
+
+    @gluon.jit
+    def _part_consumer1(smem, bars, item, geo, outs, SEESAW: gl.constexpr, FINE: gl.constexpr,
+                        PAGE_SIZE: gl.constexpr):
+        """A worker partition (4 warps): output columns [256, 512)."""
+        if SEESAW:
+            _seesaw_consumer1(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
+        else:
+            _recompute(smem, bars, item, geo, outs, _HALF, False, FINE, PAGE_SIZE)
+
+    @gluon.jit
+    def _part_load(smem, bars, item, geo, outs, SEESAW: gl.constexpr, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+        """The producer (1 warp): Q's nine pieces (64 x 576 x 2 bytes), then every block of the item into buffer
+        t % 2 once both consumers released block t - 2 (64 x 576 x 2 bytes and its 4-byte table entry)."""
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        b, start, end, row, bad, n_tiles, head_tile = item
+        q_desc, kv_desc, bt_row, bt_stride_p, num_pages, q_row, qk_scale = geo
+        some = n_tiles > 0  # (an empty item copies nothing: no copy may outlive the program)
+        mbarrier.expect(q_ready, _NP * q_desc.block_type.nbytes, pred=some)
+        for c in gl.static_range(_NV):
+            tma.async_copy_global_to_shared(q_desc, [q_row, c * _PIECE], q_ready, q_v.slice(c * _PIECE, _PIECE, 1),
+                                            pred=some)
+        tma.async_copy_global_to_shared(q_desc, [q_row, _NV * _PIECE], q_ready, q_r, pred=some)
+        for t in range(n_tiles):
+            buf = t % 2
+            n0 = start + t * _BN
+            # The block's page (read before the wait, so its latency hides behind it); an entry outside the cache
+            # puts the box outside the tensor (zeros) or wraps into it, and the consumers' scan makes the row NaN.
+            page = gl.load(bt_row + (n0 // PAGE_SIZE) * bt_stride_p)
+            krow = page * PAGE_SIZE + n0 % PAGE_SIZE
+            mbarrier.wait(kv_free.index(buf), ((t // 2) & 1) ^ 1)  # (a fresh barrier passes parity 1)
+            _issue_block(kv_desc, krow, kv_v.index(buf), kv_r.index(buf), kv_ready, buf, FINE)
+
+    @gluon.jit
+    def _mla_ws_kernel(
+        q_desc, kv_desc, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+        num_heads, num_head_tiles, qk_scale, num_pages, max_keys,
+        bt_stride_b, bt_stride_p,
+        out_stride_b, out_stride_h, out_stride_d,
+        lse_stride_b, lse_stride_h,
+        po_stride_r, po_stride_h, po_stride_d,
+        pl_stride_r, pl_stride_h,
+        PAGE_SIZE: gl.constexpr, SEESAW: gl.constexpr, FINE: gl.constexpr, num_warps: gl.constexpr,
+    ):
+        # One program per (work item, head tile), head tile fastest: the head tiles of an item share its blocks
+        # through L2.
+        pid = gl.program_id(0)
+        head_tile = pid % num_head_tiles
+        it = pid // num_head_tiles
+        b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
+        n_tiles = gl.cdiv(end - start, _BN)
+        dtype: gl.constexpr = q_desc.dtype
+        SM_L: gl.constexpr = q_desc.layout
+        VEC_L: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+        q_v = gl.allocate_shared_memory(dtype, [_BH, _NV * _PIECE], SM_L)
+        q_r = gl.allocate_shared_memory(dtype, [_BH, _PIECE], SM_L)
+        kv_v = gl.allocate_shared_memory(dtype, [2, _BN, _NV * _PIECE], SM_L)
+        kv_r = gl.allocate_shared_memory(dtype, [2, _BN, _PIECE], SM_L)
+        m_smem = gl.allocate_shared_memory(gl.float32, [_BH], VEC_L)
+        c0_smem = gl.allocate_shared_memory(gl.float32, [_BH], VEC_L)
+        c1_smem = gl.allocate_shared_memory(gl.float32, [_BH], VEC_L)
+        l_smem = (gl.allocate_shared_memory(gl.float32, [_BH], VEC_L),
+                  gl.allocate_shared_memory(gl.float32, [_BH], VEC_L))
+        # Barriers: Q landed; each piece (or block) landed (producer -> consumers, by TMA bytes); each buffer free
+        # (both consumers -> producer); seesaw: m0, c0 and P0 ready; m1, c1 and P1 ready; the row sums (both).
+        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [2 * _NP, 1], mbarrier.MBarrierLayout())
+        kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        m0_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        s1_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        epi = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_ready, count=1)
+        for i in gl.static_range(2 * _NP):
+            mbarrier.init(kv_ready.index(i), count=1)
+        for i in gl.static_range(2):
+            mbarrier.init(kv_free.index(i), count=2)
+        mbarrier.init(m0_bar, count=1)
+        mbarrier.init(s1_bar, count=1)
+        mbarrier.init(epi, count=2)
+
+        smem = (q_v, q_r, kv_v, kv_r, (m_smem, c0_smem, c1_smem, l_smem))
+        bars = (q_ready, kv_ready, kv_free, (m0_bar, s1_bar, epi))
+        item = (b, start, end, row, bad, n_tiles, head_tile)
+        geo = (q_desc, kv_desc, bt_ptr + b * bt_stride_b, bt_stride_p, num_pages,
+               b.to(gl.int32) * num_heads + head_tile * _BH, qk_scale)
+        outs = (out_ptr, lse_ptr, po_ptr, pl_ptr, num_heads, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+                lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h)
+        # (The constexprs go into each tuple as it is written: a tuple assigned to a name first turns them into
+        # runtime values.)
+        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, SEESAW, FINE, PAGE_SIZE)),
+                            (_part_consumer1, (smem, bars, item, geo, outs, SEESAW, FINE, PAGE_SIZE)),
+                            (_part_load, (smem, bars, item, geo, outs, SEESAW, FINE, PAGE_SIZE))], _WARPS, _REGS)
+
+
+def _tma_rows(t: torch.Tensor, row_stride: int) -> bool:
+    """Whether ``t`` can be read as a 2-D TMA tensor of rows ``row_stride`` elements apart: contiguous rows, a
+    16-byte-aligned base and row stride."""
+    e = t.element_size()
+    return t.stride(-1) == 1 and (t.data_ptr() % 16 == 0) and (row_stride * e) % 16 == 0
+
+
+def check_launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: object, variant: str,
+                 head_dim_v: int) -> WorkList:
+    """The scope in the module docstring, each breach one ``SplitlabError`` line; returns the checked work list."""
+    from splitlab.kernels import mla
+
+    if not HAVE_GLUON:
+        raise SplitlabError("mla_decode_ws: needs triton 3.6's Gluon (triton.experimental.gluon)")
+    if launch_common.INTERPRET:
+        raise SplitlabError("mla_decode_ws: Gluon kernels do not run under TRITON_INTERPRET=1")
+    if variant not in VARIANTS:
+        raise SplitlabError(f"mla_decode_ws: variant={variant!r} is not allowed; expected one of {sorted(VARIANTS)}")
+    mla.check_inputs(q, kv_cache, block_table)
+    if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] != 9:
+        raise SplitlabError(f"mla_decode_ws: q is on {torch.cuda.get_device_name(q.device)}; expected an sm_90 GPU")
+    if q.dtype not in (torch.bfloat16, torch.float16) or kv_cache.dtype != q.dtype:
+        raise SplitlabError(f"mla_decode_ws: q {q.dtype} and kv_cache {kv_cache.dtype}; expected both bfloat16 or "
+                            "both float16")
+    B, H, Dqk = q.shape
+    num_pages, page_size, _ = kv_cache.shape
+    if (Dqk, head_dim_v) != (HEAD_DIM_QK, HEAD_DIM_V):
+        raise SplitlabError(f"mla_decode_ws: head_dim_qk={Dqk}, head_dim_v={head_dim_v}; expected "
+                            f"{HEAD_DIM_QK}/{HEAD_DIM_V}")
+    if page_size % BLOCK_N or num_pages < 1:
+        raise SplitlabError(f"mla_decode_ws: kv_cache has {num_pages} pages of {page_size}; expected at least one "
+                            f"page, of a multiple of {BLOCK_N} keys")
+    if not _tma_rows(kv_cache, kv_cache.stride(1)) or kv_cache.stride(0) != page_size * kv_cache.stride(1):
+        raise SplitlabError(f"mla_decode_ws: kv_cache strides {tuple(kv_cache.stride())} are not allowed; expected "
+                            "pages of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
+    if num_pages * page_size >= 2**31:
+        raise SplitlabError(f"mla_decode_ws: kv_cache holds {num_pages * page_size} rows; expected fewer than 2^31")
+    work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mla_decode_ws")
+    if work.schedule.persistent or work.schedule.align % BLOCK_N:
+        kind = "a persistent schedule" if work.schedule.persistent else "a schedule"
+        raise SplitlabError(f"mla_decode_ws: {kind} with items aligned to {work.schedule.align} keys is not allowed; "
+                            f"expected one item a CTA slot (not persistent), items starting at multiples of {BLOCK_N}")
+    return work
+
+
+def mla_decode_ws(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
+                  variant: str = "seesaw-fine", head_dim_v: int = HEAD_DIM_V, sm_scale: float | None = None,
+                  return_lse: bool = False):
+    """Absorbed MLA decode over a work list on this module's kernel (``variant`` of ``VARIANTS``):
+    ``worklist.mla_decode_scheduled``'s inputs and outputs within the scope of the module docstring."""
+    work = check_launch(q, kv_cache, block_table, work, variant, head_dim_v)
+    B, H, Dqk = q.shape
+    scale = launch_common.resolve_sm_scale(sm_scale, Dqk)
+    out = launch_common.alloc(B, H, head_dim_v, dtype=q.dtype, device=q.device)
+    lse = launch_common.alloc(B, H, dtype=torch.float32, device=q.device)
+    po, pl = alloc_partials(work, H, head_dim_v, q.device)
+    with launch_common.device_guard(q):
+        launch(q, kv_cache, block_table, work, out, lse, po, pl, scale * LOG2E, variant)
+        launch_merge(work, po, pl, out, lse)
+    return (out, lse) if return_lse else out
+
+
+def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
+    """The TMA descriptors of q (rows of ``[B * H, 576]``; a contiguous copy where q's strides are not that) and
+    of the cache (rows of ``[num_pages * page_size, 576]``), both in 64 x 64 boxes."""
+    B, H, Dqk = q.shape
+    if not (_tma_rows(q, q.stride(1)) and q.stride(0) == H * q.stride(1)):
+        q = q.contiguous()
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_H, PIECE], gl.bfloat16 if q.dtype == torch.bfloat16
+                                                  else gl.float16)
+    rows = kv_cache.shape[0] * kv_cache.shape[1]
+    q_desc = TensorDescriptor(q, [B * H, Dqk], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
+    kv_desc = TensorDescriptor(kv_cache, [rows, Dqk], [kv_cache.stride(1), 1], [BLOCK_N, PIECE], layout)
+    return q_desc, kv_desc
+
+
+def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, out: torch.Tensor,
+           lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor, qk_scale: float, variant: str) -> None:
+    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2)."""
+    seesaw, fine = VARIANTS[variant]
+    B, H, _ = q.shape
+    num_pages, page_size, _ = kv_cache.shape
+    tiles = -(-H // BLOCK_H)
+    q_desc, kv_desc = descriptors(q, kv_cache)
+    _mla_ws_kernel[(work.ctas * tiles,)](
+        q_desc, kv_desc, block_table, work.items, out, lse, po, pl,
+        H, tiles, qk_scale, num_pages, block_table.shape[1] * page_size,
+        *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
+        PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, num_warps=NUM_WARPS, maxnreg=MAXNREG,
+    )
+
+
+__all__ = ["VARIANTS", "check_launch", "launch", "mla_decode_ws"]

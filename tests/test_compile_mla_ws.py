@@ -1,0 +1,107 @@
+"""The warp-specialized MLA work-list kernel (``kernels.mla_sm90_ws``) compiles for sm_90a on this CPU machine, every
+variant, without launching (``tests/sm90.py``'s stand-in driver; Gluon does not run under the interpreter): no
+register spills, shared memory within the 227 KiB an SM lends a block, no wgmma that ptxas serialises (its C7515
+warning), the partitions' register counts within the SM's file, and the wgmma the schedule implies.
+
+Its results are checked only on the H200 (``experiments/mla_ws/ab.py`` checks every variant against the fp64
+reference before timing it); ``test_mla_ws_scope.py`` has what the launcher refuses."""
+
+from __future__ import annotations
+
+import pytest
+from sm90 import compile_in_child
+
+from splitlab.kernels import mla_sm90_ws as ws
+
+SCRIPT = r"""
+import splitlab.kernels._launch as launch_common
+import splitlab.kernels.mla_sm90_ws as ws
+from splitlab.kernels.inputs import mla_inputs
+from splitlab.kernels.mla import SMEM_BUDGET
+from splitlab.kernels.worklist import WorkList, alloc_partials
+from splitlab.planners import schedulers
+
+ws._mla_ws_kernel = Warmup(ws._mla_ws_kernel)
+launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
+
+
+def case(variant, heads, page, dtype):  # two requests: one split in two (partial rows), one direct
+    lens = [300, 70]
+    x = mla_inputs(2, heads, 576, lens, page_size=page, dtype=dtype)
+    work = ws.check_launch(x["q"], x["kv_cache"], x["block_table"],
+                           WorkList.from_schedule(schedulers.uniform(lens, 2, request_major=True), "cpu"), variant,
+                           512)
+    po, pl = alloc_partials(work, heads, 512, "cpu")
+    ws.launch(x["q"], x["kv_cache"], x["block_table"], work, torch.empty(2, heads, 512, dtype=dtype),
+              torch.empty(2, heads), po, pl, 0.1, variant)
+
+
+# name, variant, heads, page, dtype; (QK m64n64k16, PV m64n256k16) wgmma in the code: recompute runs its loop body
+# in both consumers (2 x 36 QK, 2 x 4 PV); seesaw has three QK sites (consumer 0's step, its odd last step,
+# consumer 1's step) and six PV GEMMs (two a full step in each consumer, one in each odd last step).
+CASES = [(f"{v} 128/576 bf16 page 64", v, 128, 64, torch.bfloat16) for v in ws.VARIANTS] + [
+    ("seesaw-fine 64/576 fp16 page 128", "seesaw-fine", 64, 128, torch.float16),
+    ("recompute 16/576 bf16 page 64", "recompute", 16, 64, torch.bfloat16),
+]
+WGMMA = {"recompute": (72, 8), "recompute-fine": (72, 8), "seesaw": (108, 24), "seesaw-fine": (108, 24)}
+failed = False
+for name, variant, heads, page, dtype in CASES:
+    n0 = len(compiled)
+    try:
+        case(variant, heads, page, dtype)
+    except Exception as e:
+        print(f"FAIL {name}: {type(e).__name__}: {str(e)[:2000]}")
+        failed = True
+        continue
+    k = compiled[n0]
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    usage = next((line.strip() for line in usage.splitlines() if "REG:" in line), "?")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull], capture_output=True,
+                         text=True)
+    os.unlink(f.name)
+    log = log.stdout + log.stderr
+    if "C7515" in log:
+        print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
+        failed = True
+    if "STACK:0 " not in usage or "LOCAL:0 " not in usage or " 0 bytes spill stores" not in log:
+        print(f"SPILL {name}: {usage}")
+        failed = True
+    if k.metadata.shared > SMEM_BUDGET:
+        print(f"SHARED {name}: {k.metadata.shared} B > {SMEM_BUDGET}")
+        failed = True
+    regs = sorted(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", k.asm["ptx"]))
+    want = {ws.CONSUMER_REGS, ws.LOADER_REGS, 3 * ws.MAXNREG - ws.CONSUMER_REGS - ws.LOADER_REGS}
+    if not want <= set(regs):
+        print(f"REGS {name}: setmaxnreg {sorted(set(regs))}, expected {sorted(want)} among them")
+        failed = True
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", k.asm["ptx"])
+    got = (shapes.count("64"), shapes.count("256"))
+    if got != WGMMA[variant]:
+        print(f"SHAPES {name}: {got} (m64n64, m64n256) wgmma, expected {WGMMA[variant]}")
+        failed = True
+    print(f"ok {name}: shared {k.metadata.shared} B; setmaxnreg {sorted(set(regs))}; {usage}")
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.skipif(not ws.HAVE_GLUON, reason="needs triton 3.6's Gluon")
+def test_every_variant_compiles_for_sm90a_without_spills():
+    r = compile_in_child(SCRIPT)
+    print(r.stdout)
+
+
+def test_the_partitions_registers_fit_the_register_file():
+    # 12 warps (the producer's warp is padded to a warpgroup) at MAXNREG each at launch; setmaxnreg then moves
+    # registers between the three warpgroups, which must not ask for more than the launch holds (a warpgroup whose
+    # increase cannot be met waits for ever), nor may the launch ask more than the SM's 65536.
+    assert 12 * 32 * ws.MAXNREG <= 65536
+    default = 3 * ws.MAXNREG - ws.CONSUMER_REGS - ws.LOADER_REGS
+    assert 24 <= ws.LOADER_REGS <= default <= 256 and ws.CONSUMER_REGS <= 256
+    assert all(r % 8 == 0 for r in (ws.CONSUMER_REGS, ws.LOADER_REGS, default))

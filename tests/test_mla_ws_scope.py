@@ -1,0 +1,107 @@
+"""What the warp-specialized MLA work-list launcher (``kernels.mla_sm90_ws``) takes and what it refuses, in one
+``SplitlabError`` line each, checked on the CPU without launching (its kernel compiles in
+``test_compile_mla_ws.py`` and runs only on an sm_90 GPU); and that no default path dispatches to it yet."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from splitlab.errors import SplitlabError
+from splitlab.kernels import _launch, mla, mla_sm90_ws, worklist
+from splitlab.kernels.inputs import mla_inputs, quantize_fp8
+from splitlab.kernels.worklist import WorkList
+from splitlab.planners import schedulers
+
+LENS = [300, 70]
+
+
+def _inputs(heads=128, page=64, dtype=torch.bfloat16, dqk=576):
+    return mla_inputs(2, heads, dqk, LENS, page_size=page, dtype=dtype)
+
+
+def _work(s=None):
+    return WorkList.from_schedule(s or schedulers.uniform(LENS, 2, request_major=True), "cpu")
+
+
+@pytest.fixture
+def off_interpreter(monkeypatch):
+    """The launcher's checks as on a GPU: not under the interpreter, CPU tensors standing in for CUDA ones."""
+    monkeypatch.setattr(_launch, "INTERPRET", False)
+    monkeypatch.setattr(_launch, "check_launch_device", lambda *a: None)
+
+
+def _check(x, work=None, variant="seesaw-fine", head_dim_v=512):
+    return mla_sm90_ws.check_launch(x["q"], x["kv_cache"], x["block_table"], work or _work(), variant, head_dim_v)
+
+
+def test_refused_under_the_interpreter():
+    if not _launch.INTERPRET:
+        pytest.skip("the suite runs kernels under the interpreter; here it does not")
+    x = _inputs()
+    with pytest.raises(SplitlabError, match="TRITON_INTERPRET"):
+        mla_sm90_ws.mla_decode_ws(x["q"], x["kv_cache"], x["block_table"], _work())
+
+
+@pytest.mark.parametrize("variant", sorted(mla_sm90_ws.VARIANTS))
+@pytest.mark.parametrize("heads,page,dtype", [(128, 64, torch.bfloat16), (64, 128, torch.float16),
+                                              (16, 64, torch.bfloat16)])
+def test_takes_its_scope(off_interpreter, variant, heads, page, dtype):
+    x = _inputs(heads, page, dtype)
+    work = _work()
+    assert _check(x, work, variant) is work
+
+
+def _refused(x, match, **kw):
+    with pytest.raises(SplitlabError, match=match) as e:
+        _check(x, **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_refuses_what_it_does_not_run(off_interpreter):
+    x = _inputs()
+    _refused(x, "variant='pingpong'", variant="pingpong")
+    _refused(x, "head_dim_v=448", head_dim_v=448)
+    _refused(_inputs(dqk=512), "head_dim_qk=512")
+    _refused(_inputs(page=16), "pages of 16")
+    _refused(_inputs(page=32), "pages of 32")
+    _refused(_inputs(dtype=torch.float32), "float32")
+    _refused(dict(x, kv_cache=quantize_fp8(x["kv_cache"], 1.0)), "float8")
+
+
+def test_refuses_caches_tma_cannot_read_as_rows(off_interpreter):
+    x = _inputs()
+    kv = x["kv_cache"]
+    wide = torch.zeros(kv.shape[0], kv.shape[1], 580, dtype=kv.dtype)  # rows 1160 bytes apart: not 16-aligned
+    wide[..., :576] = kv
+    _refused(dict(x, kv_cache=wide[..., :576]), "kv_cache strides")
+    spread = torch.zeros(kv.shape[0], kv.shape[1] + 1, 576, dtype=kv.dtype)  # a row of padding after each page
+    spread[:, :-1] = kv
+    _refused(dict(x, kv_cache=spread[:, :-1]), "kv_cache strides")
+    _refused(dict(x, kv_cache=kv.transpose(0, 1).contiguous().transpose(0, 1)), "kv_cache strides")
+
+
+def test_refuses_schedules_it_does_not_run(off_interpreter):
+    x = _inputs()
+    _refused(x, "persistent", work=_work(schedulers.stream_k(LENS, 3)))
+    _refused(x, "aligned to 16", work=_work(schedulers.uniform(LENS, 3, tile=16)))
+    _refused(x, "3 requests", work=WorkList.from_schedule(schedulers.uniform([300, 70, 5], 2), "cpu"))
+
+
+def test_reads_q_as_rows_copying_it_where_its_strides_are_not_rows(off_interpreter):
+    x = _inputs()
+    q_desc, kv_desc = mla_sm90_ws.descriptors(x["q"], x["kv_cache"])
+    assert q_desc.base is x["q"] and q_desc.shape == [2 * 128, 576] and q_desc.block_shape == [64, 64]
+    assert kv_desc.base is x["kv_cache"] and kv_desc.shape == [x["kv_cache"].shape[0] * 64, 576]
+    heads_major = x["q"].transpose(0, 1).contiguous().transpose(0, 1)  # [B, H, D] with H outermost in memory
+    q_desc, _ = mla_sm90_ws.descriptors(heads_major, x["kv_cache"])
+    assert q_desc.base is not heads_major and torch.equal(q_desc.base, x["q"]) and q_desc.strides == [576, 1]
+
+
+def test_no_default_path_takes_it():
+    # Without a GPU A/B the launchers keep their kernels: neither the split-count nor the work-list launcher
+    # names this module.
+    for launcher in (mla.mla_decode, worklist.mla_decode_scheduled):
+        assert "mla_sm90_ws" not in inspect.getsource(launcher)
