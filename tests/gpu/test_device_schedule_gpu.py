@@ -112,7 +112,7 @@ def test_equals_host_compiled():
 def test_splitlab_equals_host_compiled(shape):
     """splitlab's choice on the GPU (fp64 there: division, no FMA) equals schedulers.splitlab's within a plan's
     default capacity, and every fitting candidate's price equals the host's _priced to the bit."""
-    rng = random.Random(hash(shape) % 997)
+    rng = random.Random(200 + list(SHAPES).index(shape))
     for max_batch in (64, 256):
         for _ in range(25):
             B = rng.choice([1, 2, rng.randint(1, max_batch), max_batch])
