@@ -433,15 +433,15 @@ def _splitlab_price_kernel(
     fixed = tl.load(consts_ptr + 1)
     dur = dur_ptr + k.to(tl.int64) * cap_items  # this candidate's item durations, in issue order
     start = tl.cumsum(n, axis=0) - n
-    if SPLIT_MAJOR:
-        by_split = kind != 2
-    else:
-        by_split = kind < 0
+    by_split = kind != 2  # GQA's uniform candidates: split-major (its grid order)
     placed = tl.sum(offs * 0, axis=0)
     for j in range(0, tl.where(fits, tl.max(n, axis=0), 0)):
         has = n > j
         hi = has.to(tl.int32)
-        pos = tl.where(by_split, placed + tl.cumsum(hi, axis=0) - hi, start + j)
+        if SPLIT_MAJOR:
+            pos = tl.where(by_split, placed + tl.cumsum(hi, axis=0) - hi, start + j)
+        else:
+            pos = start + j
         tiles_u = tl.where(lens > 0, (tl.minimum(per, lens - j * per) + tile - 1) // tile, 1)
         tiles_b = tl.where(j < n - 1, chunk, tl.maximum(t - (n - 1) * chunk, 1))
         d = tl.where(is_bal, tiles_b, tiles_u).to(tl.float64) * rate + fixed
