@@ -1,0 +1,129 @@
+"""``experiments/mla_ws/ab.py`` without a GPU: its argument parsing, the batches it times, its CSV rows, the verdict of
+a check (on CPU tensors) and the summary it prints. (``test_experiments.py`` byte-compiles it and resolves its
+imports; the GPU parts run on the H200 only.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from splitlab.kernels.mla_sm90_ws import VARIANTS
+
+PATH = Path(__file__).resolve().parents[1] / "experiments" / "mla_ws" / "ab.py"
+
+
+@pytest.fixture(scope="module")
+def ab():
+    spec = importlib.util.spec_from_file_location("mla_ws_ab", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # imports only the standard library at module level
+    return mod
+
+
+def test_parses_its_commands(ab):
+    a = ab.parse_args(["all", "--out", "o", "--fmla", ".fmla", "--budget-s", "200"])
+    assert (a.cmd, a.out, a.fmla, a.budget_s, a.variants) == ("all", "o", ".fmla", 200.0, list(VARIANTS))
+    assert a.check_timeout_s > 0 and a.schedules == list(ab.SCHEDULES)
+    a = ab.parse_args(["run", "--out", "o", "--variants", "seesaw,recompute", "--heads", "128", "--batches",
+                       "16,64", "--keys", "8192", "--dists", "uniform"])
+    assert (a.variants, a.heads, a.batches, a.keys, a.dists) == (["seesaw", "recompute"], [128], [16, 64], [8192],
+                                                                ["uniform"])
+    a = ab.parse_args(["check", "--out", "o", "--baseline"])
+    assert a.baseline and not hasattr(a, "budget_s")
+    assert ab.parse_args(["summary", "x.csv"]).csv == "x.csv"
+
+
+@pytest.mark.parametrize("argv", [["run", "--out", "o", "--variants", "pingpong"],
+                                  ["all", "--out", "o", "--schedules", "flashmla"], ["run"], []])
+def test_refuses_bad_arguments(ab, argv):
+    with pytest.raises(SystemExit):
+        ab.parse_args(argv)
+
+
+def test_the_timed_batches(ab):
+    s = ab.shapes()
+    # MLA-128 and MLA-64 x batch 1/16/64/132 x 8K/32K/64K keys x uniform/longtail, less batch 1 long-tail
+    assert len(s) == 2 * 4 * 3 * 2 - 2 * 3 and len(set(s)) == len(s)
+    assert {h for h, *_ in s} == {64, 128} and {b for _, b, *_ in s} == {1, 16, 64, 132}
+    assert {n for *_, n, _ in s} == {8192, 32768, 65536} and {d for *_, d in s} == {"uniform", "longtail"}
+    assert s[0] == (128, 64, 32768, "uniform") and all(h == 128 for h, *_ in s[: len(s) // 2])
+    assert (128, 1, 8192, "longtail") not in s
+
+
+def test_writes_csv_rows(ab, tmp_path):
+    path = tmp_path / "sub" / ab.CSV_NAME
+    rows = ab.Rows(path)
+    rows.write(phase="check", impl="ws-seesaw", variant="seesaw", case="fp16", status="ok", rel_err="1.00e-03")
+    rows.close()
+    rows = ab.Rows(path)  # appended: the header once
+    rows.write(phase="time", impl="gluon-v6", heads=128, batch=16, longest=8192, dist="uniform", us=12.5,
+               status="ok")
+    with pytest.raises(ValueError, match="not CSV fields"):
+        rows.write(phase="time", speed=3)
+    rows.close()
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(ab.FIELDS) and len(lines) == 3
+    got = ab.read_rows(path)
+    assert got[0]["case"] == "fp16" and got[0]["us"] == "" and got[1]["us"] == "12.5"
+
+
+def test_only_variants_that_passed_every_check_are_timed(ab):
+    rows = [dict(phase="check", variant="seesaw", status="ok"), dict(phase="check", variant="seesaw", status="ok"),
+            dict(phase="check", variant="recompute", status="ok"),
+            dict(phase="check", variant="recompute", status="wrong"),
+            dict(phase="check", variant="seesaw-fine", status="timeout"),
+            dict(phase="time", variant="recompute-fine", status="ok")]
+    assert ab.passed_checks(rows, list(VARIANTS)) == ["seesaw"]
+
+
+def test_verdict(ab):
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(3, 4, 8, generator=g, dtype=torch.float64)
+    ref_lse = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    ref[1], ref_lse[1] = 0.0, -math.inf  # an empty request
+    out, lse = ref.to(torch.bfloat16), ref_lse.float()
+    assert ab.verdict(out, lse, ref, ref_lse, torch.bfloat16)[2] == "ok"
+    noisy = (ref * 1.1).to(torch.bfloat16)
+    assert ab.verdict(noisy, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
+    nan_out, nan_lse = out.clone(), lse.clone()
+    nan_out[0], nan_lse[0] = float("nan"), float("nan")
+    assert ab.verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"  # NaN where none is due
+    assert ab.verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "ok"
+    assert ab.verdict(out, lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "wrong"  # NaN due, none
+    unwritten = out.clone()
+    unwritten[1, 2] = float("nan")  # an empty request's row left as the poisoned buffer was
+    assert ab.verdict(unwritten, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
+
+
+def test_poisoned_allocs_fill_new_buffers_with_nan(ab):
+    from splitlab.kernels import _launch
+
+    with ab.poisoned_allocs():
+        t = _launch.alloc(2, 3, dtype=torch.float32, device="cpu")
+        i = _launch.alloc(2, dtype=torch.int32, device="cpu")
+    assert torch.isnan(t).all() and i.dtype == torch.int32
+    assert not torch.isnan(_launch.alloc(2, dtype=torch.float32, device="cpu").fill_(0)).any()
+
+
+def test_summary(ab):
+    # Made-up rows (test data, not measurements): the summary's arithmetic.
+    def timed(impl, batch, us, roof):
+        return dict(phase="time", impl=impl, heads="128", batch=str(batch), longest="8192", dist="uniform",
+                    us=str(us), roofline=str(roof), status="ok", error="")
+
+    rows = [timed("gluon-v6", 16, 100, 0.5), timed("flashmla", 16, 50, 1.0), timed("ws-seesaw@uniform", 16, 80, 0.6),
+            timed("gluon-v6", 64, 400, 0.5), timed("flashmla", 64, 200, 1.0), timed("ws-seesaw@uniform", 64, 100, 0.8),
+            dict(phase="check", impl="ws-seesaw", case="fp16", status="ok", rel_err="2.0e-03", error=""),
+            dict(phase="check", impl="ws-recompute", case="nan-key", status="wrong", rel_err="inf", error="x"),
+            dict(phase="time", impl="ws-recompute@uniform", heads="128", batch="16", longest="8192",
+                 dist="uniform", status="wrong", error="")]
+    text = "\n".join(ab.summary_lines(rows))
+    # seesaw against gluon-v6: 100/80 = 1.25 and 400/100 = 4, geomean sqrt(5) = 2.236; against flashmla 0.625 and 2
+    assert "ws-seesaw@uniform" in text and "vs gluon-v6 2.236 (worst 1.250)" in text
+    assert "vs flashmla 1.118 (worst 0.625)" in text
+    assert "check ws-seesaw: 1/1 ok" in text and "check ws-recompute: 0/1 ok" in text
+    assert "time ws-recompute@uniform 128/16/8192/uniform: wrong" in text
