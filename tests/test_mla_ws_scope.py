@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 
 import pytest
 import torch
@@ -105,3 +106,48 @@ def test_no_default_path_takes_it():
     # names this module.
     for launcher in (mla.mla_decode, worklist.mla_decode_scheduled):
         assert "mla_sm90_ws" not in inspect.getsource(launcher)
+
+
+@pytest.mark.parametrize("keys", [1, 64, 100, 128, 200, 320])
+def test_the_seesaw_order_is_the_online_softmax(keys):
+    """The seesaw's order of operations (``mla_sm90_ws``'s docstring; consumer 1 adds P0 V0_R before c1 scales its
+    output, where FlashMLA's text hands it P0 c1), replayed in fp64 block by block, odd block counts and a masked
+    last block included, gives softmax(S) V and its log-sum-exp: a model of the schedule's algebra, not of the
+    kernel (which runs only on the GPU)."""
+    g = torch.Generator().manual_seed(keys)
+    rows, block, dv = 8, 64, 16
+    n_blocks = -(-keys // block)
+    s = torch.full((rows, n_blocks * block), float("-inf"), dtype=torch.float64)
+    s[:, :keys] = 4 * torch.randn(rows, keys, generator=g, dtype=torch.float64)
+    v = torch.randn(n_blocks * block, dv, dtype=torch.float64, generator=g)
+    half = dv // 2
+
+    def online(m_prev, scores):  # the kernel's m_safe rule: an all -inf row keeps its scale finite
+        m_new = torch.maximum(m_prev, scores.max(dim=1).values)
+        m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)
+        return m_new, torch.exp2(m_prev - m_safe), torch.exp2(scores - m_safe[:, None])
+
+    m = torch.full((rows,), float("-inf"), dtype=torch.float64)
+    o_l, o_r = torch.zeros(rows, half, dtype=torch.float64), torch.zeros(rows, half, dtype=torch.float64)
+    l0, l1 = torch.zeros(rows, dtype=torch.float64), torch.zeros(rows, dtype=torch.float64)
+    for j in range(-(-n_blocks // 2)):
+        b0 = slice(2 * j * block, (2 * j + 1) * block)
+        m0, c0, p0 = online(m, s[:, b0])  # consumer 0
+        l0 = l0 * c0 + p0.sum(dim=1)
+        o_l = o_l * c0[:, None] + p0 @ v[b0, :half]
+        o_r = o_r * c0[:, None] + p0 @ v[b0, half:]  # consumer 1, given m0, c0, P0
+        if 2 * j + 1 < n_blocks:
+            b1 = slice((2 * j + 1) * block, (2 * j + 2) * block)
+            m1, c1, p1 = online(m0, s[:, b1])
+            l1 = l1 * c0 * c1 + p1.sum(dim=1)
+            o_r = o_r * c1[:, None] + p1 @ v[b1, half:]
+            o_l = o_l * c1[:, None] + p1 @ v[b1, :half]  # consumer 0, given c1, P1
+            l0 = l0 * c1
+        else:
+            m1, l1 = m0, l1 * c0
+        m = m1
+    l = l0 + l1
+    out = torch.cat([o_l, o_r], dim=1) / l[:, None]
+    ref = torch.softmax(s * math.log(2), dim=1) @ v  # base-2 scores
+    assert torch.allclose(out, ref, rtol=1e-12, atol=1e-12)
+    assert torch.allclose((m + torch.log2(l)) * math.log(2), torch.logsumexp(s * math.log(2), dim=1), rtol=1e-12)
