@@ -127,3 +127,14 @@ def test_summary(ab):
     assert "vs flashmla 1.118 (worst 0.625)" in text
     assert "check ws-seesaw: 1/1 ok" in text and "check ws-recompute: 0/1 ok" in text
     assert "time ws-recompute@uniform 128/16/8192/uniform: wrong" in text
+
+
+def test_all_times_only_what_passed_its_check_process(ab, tmp_path, monkeypatch):
+    # On this machine each check process fails (no GPU): its failure is a row, and nothing is timed but the baseline.
+    timed = []
+    monkeypatch.setattr(ab, "run", lambda args, t0=None: timed.append(list(args.variants)))
+    ab.run_all(ab.parse_args(["all", "--out", str(tmp_path), "--variants", "seesaw", "--check-timeout-s", "120"]))
+    rows = ab.read_rows(tmp_path / ab.CSV_NAME)
+    assert timed == [[]]
+    assert {(r["impl"], r["status"]) for r in rows} == {("ws-seesaw", "error"), ("gluon-v6", "error")}
+    assert all("exited with code" in r["error"] for r in rows)

@@ -364,19 +364,23 @@ def run_all(args) -> None:
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    Rows(out / CSV_NAME).close()  # the header, before the children append to the file at once
     cmd = [sys.executable, os.path.abspath(__file__), "check", "--out", str(out)]
     jobs = {v: subprocess.Popen(cmd + ["--variants", v]) for v in args.variants}
     jobs["gluon-v6"] = subprocess.Popen(cmd + ["--baseline"])
     for name, p in jobs.items():
+        why = ""
         try:
-            p.wait(timeout=max(1.0, args.check_timeout_s - (time.time() - t0)))
+            if p.wait(timeout=max(1.0, args.check_timeout_s - (time.time() - t0))):
+                why, status = f"the check process exited with code {p.returncode}", "error"
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+            why, status = f"the check did not finish in {args.check_timeout_s:.0f} s", "timeout"
+        if why:
             rows = Rows(out / CSV_NAME)
             rows.write(phase="check", impl=name if name == "gluon-v6" else f"ws-{name}",
-                       variant="" if name == "gluon-v6" else name, status="timeout",
-                       error=f"the check did not finish in {args.check_timeout_s:.0f} s")
+                       variant="" if name == "gluon-v6" else name, status=status, error=why)
             rows.close()
     good = passed_checks(read_rows(out / CSV_NAME), args.variants)
     print(f"[{time.time() - t0:5.0f}s] checks passed: {good or 'none'}", flush=True)
