@@ -193,7 +193,7 @@ def test_splitlab_equals_the_host_scheduler(shape):
         cap = rng.choice([max(8 * B, 8 * base), max(B, base)])
         c = rule.constants_for(dev, w.kind).constants if i % 2 else odd(rule.constants_for(dev, w.kind).constants)
         buf, pricing, w, c = splitlab_on_device(lens, shape, dev, cap, cap, constants=c)
-        assert_equal_to_host(buf, S.splitlab(w, dev, c, max_ctas=cap, max_items=cap))
+        assert_equal_to_host(buf, S.splitlab(w, dev, c, max_ctas=cap, max_items=cap, persistent=False))
         assert_prices_equal(pricing, host_prices(w, dev, c, cap, cap))
 
 
@@ -229,7 +229,7 @@ def test_splitlab_compensated_sum_is_the_hosts():
         for _ in range(3):
             lens = [rng.randint(1, 9000) for _ in range(rng.randint(40, 64))]
             buf, pricing, w, _ = splitlab_on_device(lens, "mla-16", SMALL, 1024, 1024, constants=c, compensated=True)
-            assert_equal_to_host(buf, S.splitlab(w, SMALL, c, max_ctas=1024, max_items=1024))
+            assert_equal_to_host(buf, S.splitlab(w, SMALL, c, max_ctas=1024, max_items=1024, persistent=False))
             want = host_prices(w, SMALL, c, 1024, 1024)
             assert_prices_equal(pricing, want)
             mp.setattr(rule, "sum", sum)

@@ -214,3 +214,32 @@ def test_the_fast_choice_is_the_built_candidates_choice(shape, batch, longest, d
     fast = S.splitlab(w, dev, max_ctas=cap, max_items=cap)
     slow, modelled = _slow_splitlab(w, dev, cap, cap)
     assert fast.digest == slow.digest and fast.params["modelled"] == pytest.approx(round(modelled, 2))
+
+
+def test_stream_k_is_weighed_where_the_persistent_cost_is_fitted():
+    """``persistent_cost`` > 0 (the shipped MLA constants) puts stream-K at ``STREAM_K_WAVES`` among the candidates
+    and prices its key tiles at that cost; 0 (GQA) leaves it out, and so does ``persistent=False`` (a plan's
+    one-item kernel): the choice is then the best of the others."""
+    from dataclasses import replace
+
+    from splitlab.planners import splitlab as rule
+
+    dev = devices.get("h200")
+    w = DecodeWorkload("mla", 64, 16, 1, 576, 512, 32768, page_size=64, length_dist="longtail", length_seed=3)
+    c = rule.constants_for(dev, "mla").constants
+    assert S.persistent_cost(w, c) == c.persistent > 0
+    assert S.persistent_cost(w.with_(num_q_heads=128), c) == c.persistent_wide > 0
+    assert S.persistent_cost(w.with_(kind="gqa", num_q_heads=32, num_kv_heads=8, head_dim_qk=128, head_dim_v=128,
+                                     page_size=16), rule.constants_for(dev, "gqa").constants) == 0
+    names = [s.scheduler for s in S.candidates(w, dev.sm_count, c)]
+    assert names.count("stream_k") == len(S.STREAM_K_WAVES) and names[-1] == "stream_k"
+    off = replace(c, persistent=0.0)
+    assert "stream_k" not in {s.scheduler for s in S.candidates(w, dev.sm_count, off)}
+    sk = S.stream_k(list(w.lengths), S.slots_per_group(w, dev, c))
+    one, dear = S.modelled_time(sk, w, dev.sm_count, replace(c, persistent=1.0), dev.arch), \
+        S.modelled_time(sk, w, dev.sm_count, replace(c, persistent=2.0), dev.arch)
+    assert dear > one  # the persistent tile's cost is priced
+    cheap = replace(c, persistent=0.5)  # stream-K's tiles at half price: it wins
+    assert S.splitlab(w, dev, cheap).scheduler == "stream_k"
+    assert S.splitlab(w, dev, cheap, persistent=False).scheduler != "stream_k"
+    assert S.splitlab(w, dev, cheap, persistent=False).digest == S.splitlab(w, dev, off).digest

@@ -167,7 +167,8 @@ class _DecodePlan:
         if scheduler not in S.NAMES:
             raise bad("scheduler", scheduler, "one of " + ", ".join(S.NAMES))
         S.schedule(self._workload((1,)), self.spec, scheduler, num_splits=num_splits, ctas=ctas)
-        self.persistent = scheduler in PERSISTENT_SCHEDULERS or (scheduler == "splitlab" and bool(S.STREAM_K_WAVES))
+        # splitlab's scheduler weighs no stream-K for a plan (persistent=False): the plan's kernel runs one item a slot
+        self.persistent = scheduler in PERSISTENT_SCHEDULERS
         self.device_schedule = self._check_device_schedule(device_schedule)
         self._want = dict(batch=max_batch, ctas=max_ctas, items=max_items, partial_rows=max_partial_rows)
         for k, v in self._want.items():
@@ -243,7 +244,7 @@ class _DecodePlan:
         w, dev, name = self._workload((1,)), self.spec, self.scheduler
         if name == "splitlab":
             c = max(BUDGET_SPLITS * batch, BUDGET_WAVES * S.slots_per_group(w, dev))
-            return c, c + (batch if S.STREAM_K_WAVES else 0)
+            return c, c
         if name == "uniform":
             from splitlab.planners import splitlab as rule
 
@@ -412,7 +413,7 @@ class _DecodePlan:
         if max(lens) == 0:  # no workload describes it; one empty item a request (zeros, lse -inf)
             s = S.uniform(lens, 1)
         elif self.scheduler == "splitlab":
-            s = S.splitlab(self._workload(lens), self.spec, max_ctas=cap.ctas, max_items=cap.items)
+            s = S.splitlab(self._workload(lens), self.spec, max_ctas=cap.ctas, max_items=cap.items, persistent=False)
         else:
             s = S.schedule(self._workload(lens), self.spec, self.scheduler, num_splits=self._num_splits,
                            ctas=self._ctas)

@@ -21,18 +21,18 @@ lengths, bit for bit (same items in the same order, same rows, offsets and count
   scalar work in one program): blocks ``max(L - 1, 0) // 64 + 1``, payload ``cdiv(sum(blocks + 5), parts) + 5``; a
   part takes the rest of a request while its payload holds it plus the overhead, else ``payload - 5`` of its
   blocks and closes; an item per (part, request span), written as the walk goes; slot count the parts;
-* ``splitlab`` (``schedulers.splitlab`` within the capacity): a first launch prices each candidate in a program of
-  its own (``_splitlab_price_kernel``: uniform at the split counts ``planners.splitlab.split_candidates`` weighs
-  for the batch's longest request, balanced at the ``BALANCED_WAVES`` budgets; those past the items or CTA slots
-  left out) by ``schedulers._priced``'s arithmetic, operation for operation in fp64 without FMA contraction: each
-  item's duration ``tiles x RATE + FIXED`` in issue order, ``ragged_launch_time`` (its closed form past
-  ``SCHEDULE_WAVES`` waves, with Python's ``sum()`` in item order, plain or compensated as the host's is; else its
-  list schedule simulated: the slots' end times a vector, each event the least end, its CTAs freed and the next
-  ones issued, the elapsed time divided by ``min(1 / CAP, slots / resident)``), then the partial writes and the
-  merge; the schedule kernel then takes the least (time, partial rows, items, uniform by split count before
-  balanced by budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule. The terms
-  that do not depend on the lengths (``schedulers.splitlab_terms``, the constants) come from the host
-  (``splitlab_pricing``, once per shape and batch size).
+* ``splitlab`` (``schedulers.splitlab`` within the capacity, ``persistent=False``): a first launch prices each candidate
+  in a program of its own (``_splitlab_price_kernel``: uniform at the split counts
+  ``planners.splitlab.split_candidates`` weighs for the batch's longest request, balanced at the ``BALANCED_WAVES``
+  budgets; those past the items or CTA slots left out) by ``schedulers._priced``'s arithmetic, operation for operation
+  in fp64 without FMA contraction: each item's duration ``tiles x RATE + FIXED`` in issue order, ``ragged_launch_time``
+  (its closed form past ``SCHEDULE_WAVES`` waves, with Python's ``sum()`` in item order, plain or compensated as the
+  host's is; else its list schedule simulated: the slots' end times a vector, each event the least end, its CTAs freed
+  and the next ones issued, the elapsed time divided by ``min(1 / CAP, slots / resident)``), then the partial writes and
+  the merge; the schedule kernel then takes the least (time, partial rows, items, uniform by split count before balanced
+  by budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule. The terms that do not
+  depend on the lengths (``schedulers.splitlab_terms``, the constants) come from the host (``splitlab_pricing``, once
+  per shape and batch size).
 
 Partial rows for the requests of more than one item (``partial_offsets``: exclusive prefix sums of ``n_b`` where
 ``n_b > 1``, else 0). ``balanced`` and ``uniform`` run one item per CTA slot (``cta_offsets[i] = i``, the slot count =

@@ -210,11 +210,20 @@ def names_for(kind: str) -> tuple[str, ...]:
 
 #: Wave multiples the balanced candidates aim at (CTAs = m x the slots a head group has).
 BALANCED_WAVES = (1, 2, 3, 4, 6, 8)
-#: Wave multiples of the stream-K candidates: none. The persistent work-list kernels (a loop over a slot's items
-#: around the key loop) compile to 255 registers with spills (sm_90a, triton 3.6; the one-item kernels to the
-#: split-count kernels' 137-208), and on the H200 stream-K ran 1.02-1.14x the best measured schedule where balanced
-#: chunks ran 1.004-1.014x (experiments/schedules, 80 ragged batches); weighed, the model took stream-K on 50 of them.
-STREAM_K_WAVES: tuple[int, ...] = ()
+#: Wave multiples of the stream-K candidates, weighed where the tile's ``persistent_cost`` is fitted (> 0): one wave.
+#: Stream-K runs on the persistent work-list kernel (a loop over a slot's items around the key loop; on sm_90a,
+#: triton 3.6: 158 registers for GQA's 16-row tile against 103, 255 with spills for MQA-128's and MLA's tiles), whose
+#: key tile the constants price apart (``CostConstants.persistent``, ``persistent_wide``: experiments/schedules/
+#: refit.py). Of the stream-K schedules timed on the H200 (1 and 2 waves), one wave was the faster on every batch.
+STREAM_K_WAVES: tuple[int, ...] = (1,)
+
+
+def persistent_cost(w: object, c: object) -> float:
+    """The persistent kernel's key tile in the one-item kernel's for ``w``'s tile under constants ``c``
+    (``persistent_wide`` for wide tiles, ``persistent`` else); 0: not fitted, stream-K is not weighed."""
+    from splitlab.planners import splitlab as rule
+
+    return c.persistent_wide if rule.wide_tile(w, rule.tile_rows(w)) else c.persistent
 
 
 def ctas_per_sm(w: object, c: object) -> int:
@@ -240,28 +249,27 @@ def modelled_time(s: Schedule, w: object, sm_count: int, c: object, arch: str = 
     constants ``c`` (``CostConstants``), in key tiles of one CTA (a modelled figure, not a time):
 
         launch = ragged_launch_time over the slots' programs, in slot order, each streaming its items' key tiles
-                 at the tile's rate plus FIXED per item (a persistent slot pays FIXED for every item it starts)
+                 at the tile's rate plus FIXED per item (a persistent slot pays FIXED for every item it starts, and
+                 its key tiles cost ``persistent_cost`` each where that is fitted)
         + PARTIAL x P x ceil(partial rows x head groups / SMs)        (the busiest SM's partial-row writes)
         + (partial rows > 0) x (COMBINE + COMBINE_PER_SPLIT x partial rows x head groups x P / SMs)   (the merge)
 
     with the wave width, tile rate, drain cap and P of ``planners.splitlab.fitted_cost``, so that a uniform schedule
     is priced as the split-count rule prices it. Source: splitlab."""
+    t = _terms(w, sm_count, arch, c)
+    per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
+    busy = [x for x, n in zip(slot_tiles(s, w, c, t.rate), per_cta, strict=True) if n]
+    return _priced(busy, s.partial_rows, t.h, t.slots, t.rate, t.cap, t.p, sm_count, c)
+
+
+def slot_tiles(s: Schedule, w: object, c: object, rate: float) -> list[float]:
+    """Each CTA slot's modelled key tiles (``modelled_time``'s): its items' key tiles, times ``persistent_cost`` in
+    a persistent schedule where that is fitted, plus FIXED / rate for every item after its first."""
     from splitlab.planners import splitlab as rule
 
-    rows = rule.tile_rows(w)
-    wide = rule.wide_tile(w, rows)
-    mid = rule.mid_tile(w, rows) and c.ctas_per_sm_mid > 0
-    slots = sm_count * ctas_per_sm(w, c)
-    scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
-    lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
-    cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
-    rate = rule._tile_rate(w, rows, arch, None, c)
-    h = head_groups(w)
-    p = rule.partial_tiles(w, None, arch)
+    k = (persistent_cost(w, c) or 1.0) if s.persistent else 1.0
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
-    tiles = [t + max(n - 1, 0) * c.fixed / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
-    busy = [t for t, n in zip(tiles, per_cta, strict=True) if n]
-    return _priced(busy, s.partial_rows, h, slots, rate, cap, p, sm_count, c)
+    return [k * t + max(n - 1, 0) * c.fixed / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
 
 
 def _priced(busy: list[float], partial_rows: int, h: int, slots: int, rate: float, cap: float, p: float,
@@ -314,7 +322,8 @@ def candidates(w: object, sm_count: int, c: object) -> list[Schedule]:
     base = max(1, sm_count * ctas_per_sm(w, c) // head_groups(w))
     budgets = sorted({max(1, m * base) for m in BALANCED_WAVES})
     out += [balanced(lens, b) for b in budgets if b >= w.batch]
-    out += [stream_k(lens, max(1, m * base)) for m in STREAM_K_WAVES]
+    if persistent_cost(w, c) > 0:
+        out += [stream_k(lens, max(1, m * base)) for m in STREAM_K_WAVES]
     return out
 
 
@@ -339,31 +348,36 @@ class SplitlabTerms(NamedTuple):
 def splitlab_terms(w: object, dev: object, c: object) -> SplitlabTerms:
     """``SplitlabTerms`` for workload ``w`` (its shape and batch) on ``dev`` under constants ``c``: the terms of
     ``modelled_time``, computed once."""
+    return _terms(w, dev.sm_count, dev.arch, c)
+
+
+def _terms(w: object, sm_count: int, arch: str, c: object) -> SplitlabTerms:
     from splitlab.planners import splitlab as rule
 
     rows_ = rule.tile_rows(w)
     wide = rule.wide_tile(w, rows_)
     mid = rule.mid_tile(w, rows_) and c.ctas_per_sm_mid > 0
-    slots = dev.sm_count * ctas_per_sm(w, c)
+    slots = sm_count * ctas_per_sm(w, c)
     scale = c.ctas_per_sm_narrow / c.ctas_per_sm_mid if mid else 1.0
     lone = min(1.0, c.lone * scale) if c.lone >= 0 else 1.0
     cap = 1.0 if wide else min(1.0, c.drain * scale) if c.drain >= 0 else lone
-    rate = rule._tile_rate(w, rows_, dev.arch, None, c)
-    h, p = head_groups(w), rule.partial_tiles(w, None, dev.arch)
-    base = max(1, dev.sm_count * ctas_per_sm(w, c) // h)
+    rate = rule._tile_rate(w, rows_, arch, None, c)
+    h, p = head_groups(w), rule.partial_tiles(w, None, arch)
+    base = max(1, sm_count * ctas_per_sm(w, c) // h)
     budgets = tuple(b for b in sorted({max(1, m * base) for m in BALANCED_WAVES}) if b >= w.batch)
-    return SplitlabTerms(h, slots, rate, cap, p, dev.sm_count, base, rule.REQUEST_MAJOR[w.kind], budgets)
+    return SplitlabTerms(h, slots, rate, cap, p, sm_count, base, rule.REQUEST_MAJOR[w.kind], budgets)
 
 
 def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int | None = None,
-             max_items: int | None = None) -> Schedule:
+             max_items: int | None = None, persistent: bool = True) -> Schedule:
     """splitlab's scheduler: of ``candidates``, the schedule of least ``modelled_time`` on ``dev`` (ties: fewer
     partial rows, then fewer items), with the family's fitted constants for ``dev``
     (``planners.splitlab.constants_for``) unless ``constants`` are given. Source: splitlab.
 
     ``max_ctas`` / ``max_items`` (a work-list buffer's capacity, ``kernels.decode_plan``): candidates with more CTA
     slots or items are left out; ``uniform`` at one split (one item a request) fits any capacity of at least the
-    batch, a smaller one is one ``SplitlabError``."""
+    batch, a smaller one is one ``SplitlabError``. ``persistent=False`` (a kernel that runs one item a slot, as a
+    plan's and the device scheduler's) leaves stream-K out."""
     from splitlab.planners import splitlab as rule
 
     c = rule.constants_for(dev, w.kind).constants if constants is None else constants
@@ -378,18 +392,18 @@ def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int 
                                                                                          dev.sm_count)]
     specs += [("balanced", b, _balanced_tiles(lens, b)) for b in terms.budgets]
     best, key = None, None
-    for m in STREAM_K_WAVES:  # persistent: priced on the built schedule (none weighed today)
-        sk = stream_k(lens, max(1, m * terms.base))
-        if (max_ctas is None or sk.ctas <= max_ctas) and (max_items is None or len(sk.items) <= max_items):
-            k = (modelled_time(sk, w, dev.sm_count, c, dev.arch), sk.partial_rows, len(sk.items))
-            if key is None or k < key:
-                best, key = ("stream_k", max(1, m * terms.base)), k
     for name, arg, (tiles, prows) in specs:
         if (max_ctas is not None and len(tiles) > max_ctas) or (max_items is not None and len(tiles) > max_items):
             continue
         k = (_priced([t * 1.0 for t in tiles], prows, h, slots, rate, cap, p, dev.sm_count, c), prows, len(tiles))
         if key is None or k < key:
             best, key = (name, arg), k
+    for m in STREAM_K_WAVES if persistent and persistent_cost(w, c) > 0 else ():  # priced on the built schedule,
+        sk = stream_k(lens, max(1, m * terms.base))  # after the others (candidates' order: ties to the first)
+        if (max_ctas is None or sk.ctas <= max_ctas) and (max_items is None or len(sk.items) <= max_items):
+            k = (modelled_time(sk, w, dev.sm_count, c, dev.arch), sk.partial_rows, len(sk.items))
+            if key is None or k < key:
+                best, key = ("stream_k", max(1, m * terms.base)), k
     if best is None:
         raise SplitlabError(f"scheduler splitlab: no candidate fits max_ctas={max_ctas}, max_items={max_items} for "
                             f"{w.batch} requests; expected capacities of at least the batch")

@@ -79,7 +79,7 @@ def modelled_timeline(s: Schedule, w: object, dev: object, c: object = None) -> 
     t = schedulers.splitlab_terms(w, dev, c)  # modelled_time's wave width, tile rate, drain cap and P
     h, slots, rate, cap, p = t.h, t.slots, t.rate, t.cap, t.p
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
-    tiles = [k + max(n - 1, 0) * c.fixed / rate for k, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
+    tiles = schedulers.slot_tiles(s, w, c, rate)
     # modelled_time's durations, in its arithmetic (ragged_launch_time: tiles x RATE + FIXED)
     queue = [(slot, g, tiles[slot] * rate + c.fixed) for slot in range(s.ctas) if per_cta[slot] for g in range(h)]
     programs = _run(queue, slots, cap, h, dev.sm_count)
