@@ -290,11 +290,11 @@ def run(args, t0: float | None = None) -> None:
     import torch
 
     from splitlab import workloads
-    from splitlab.bench.timing import rotations, time_graph
+    from splitlab.bench.decode import rotated_inputs
+    from splitlab.bench.timing import time_graph
     from splitlab.devices import detect
     from splitlab.kernels import reference
     from splitlab.kernels.accuracy import TOLERANCE, rel_err
-    from splitlab.kernels.inputs import workload_inputs
     from splitlab.workloads import DecodeWorkload
 
     t0 = time.time() if t0 is None else t0
@@ -319,10 +319,8 @@ def run(args, t0: float | None = None) -> None:
             break
         w = DecodeWorkload("mla", batch, heads, 1, 576, 512, longest, page_size=64, length_dist=dist,
                            length_seed=0 if dist == "uniform" else batch + longest)
-        first = workload_inputs(w, device="cuda", seed=1, draw_on="device")
-        nbytes = sum(t.numel() * t.element_size() for t in first.values())
-        sets = [first] + [workload_inputs(w, device="cuda", seed=2 + i, draw_on="device")
-                          for i in range(rotations(min(nbytes, w.kv_bytes), l2) - 1)]
+        sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
+        first = sets[0]
         ref = reference.mla_decode(**first, head_dim_v=512)
         floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
         base = dict(phase="time", heads=heads, batch=batch, longest=longest, dist=dist, dtype="bf16", page=64)

@@ -161,11 +161,10 @@ def run(args) -> None:
     import torch
 
     from splitlab import workloads
-    from splitlab.bench.timing import rotations
+    from splitlab.bench.decode import rotated_inputs
     from splitlab.devices import detect
     from splitlab.kernels import reference
     from splitlab.kernels.accuracy import TOLERANCE
-    from splitlab.kernels.inputs import workload_inputs
 
     if args.fmla:
         load_flashmla(args.fmla)
@@ -188,10 +187,8 @@ def run(args) -> None:
         if time.time() - t0 > args.budget_s:
             print("budget spent; stopping", flush=True)
             break
-        first = workload_inputs(w, device="cuda", seed=1, draw_on="device")
-        nbytes = sum(t.numel() * t.element_size() for t in first.values())
-        sets = [first] + [workload_inputs(w, device="cuda", seed=2 + i, draw_on="device")
-                          for i in range(rotations(min(nbytes, w.kv_bytes), l2) - 1)]
+        sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
+        first = sets[0]
         if w.kind == "gqa":
             ref = reference.gqa_decode(**first)
         else:

@@ -128,10 +128,10 @@ def run(args) -> None:
     import torch
 
     from splitlab import devices, ledger, workloads
-    from splitlab.bench.timing import rotations, time_graph
+    from splitlab.bench.decode import rotated_inputs
+    from splitlab.bench.timing import time_graph
     from splitlab.kernels import reference
     from splitlab.kernels.accuracy import TOLERANCE, rel_err
-    from splitlab.kernels.inputs import workload_inputs
     from splitlab.kernels.timeline import Timelines, clock_on
     from splitlab.kernels.worklist import WorkList
     from splitlab.planners import schedulers as S
@@ -169,12 +169,11 @@ def run(args) -> None:
         if time.time() - t0 > args.budget_s:
             print("budget spent; stopping", flush=True)
             break
-        first = workload_inputs(w, device=device, seed=1, draw_on="cpu" if dry else "device")
+        sets = rotated_inputs(w, device=device, draw_on="cpu" if dry else "device", l2_bytes=l2,
+                              sets=1 if dry else None)
+        first = sets[0]
         ref = (reference.gqa_decode(**first) if w.kind == "gqa" else
                reference.mla_decode(**first, head_dim_v=w.head_dim_v))
-        n_sets = 1 if dry else rotations(min(sum(t.numel() * t.element_size() for t in first.values()), w.kv_bytes),
-                                         l2)
-        sets = [first] + [workload_inputs(w, device=device, seed=2 + i, draw_on="device") for i in range(n_sets - 1)]
         floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
         base = dict(shape=label, batch=w.batch, longest=w.ctx_len, dist=dist)
         for sched, s in schedules(w, dev):

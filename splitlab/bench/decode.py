@@ -122,15 +122,25 @@ def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def rotated_inputs(w: DecodeWorkload, *, device: str = "cuda", draw_on: str = "cpu", l2_bytes: int | None = None,
+                   sets: int | None = None) -> list[dict]:
+    """The input sets a graph timer rotates through for ``w``: seed 1 first (the one checked against the reference),
+    then seeds 2, 3, ... up to ``sets`` in all (default: ``timing.rotations`` of the bytes a call reads, at most the
+    first set's, against the L2 of ``device``'s GPU, or ``l2_bytes``)."""
+    first = workload_inputs(w, device=device, seed=1, draw_on=draw_on)
+    if sets is None:
+        l2 = l2_bytes if l2_bytes is not None else torch.cuda.get_device_properties(device).L2_cache_size
+        sets = rotations(min(_nbytes(first.values()), w.kv_bytes), l2)
+    return [first] + [workload_inputs(w, device=device, seed=2 + i, draw_on=draw_on) for i in range(sets - 1)]
+
+
 def bench_point(p: Point, dev: DeviceSpec, *, with_flex: bool, full_tiles: bool) -> None:
     """Check, then time, splitlab's default and a knob sweep (CUDA-graph replay over rotated inputs), then
     PyTorch's paths on the same shape (GQA only: PyTorch has no 576/512 MLA or sparse path)."""
     w = p.w
     kernel, ref_fn, facts_fn = _family(w)
-    first = workload_inputs(w, device="cuda", seed=1)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    sets = [first] + [workload_inputs(w, device="cuda", seed=2 + i)
-                      for i in range(rotations(min(_nbytes(first.values()), w.kv_bytes), l2) - 1)]
+    sets = rotated_inputs(w)
+    first = sets[0]
     extra = {"head_dim_v": w.head_dim_v} if w.kind != "gqa" else {}
     tol = TOLERANCE[torch.bfloat16]
 
@@ -167,7 +177,7 @@ def bench_point(p: Point, dev: DeviceSpec, *, with_flex: bool, full_tiles: bool)
             try_config("splitlab-sweep", {"num_splits": s, **knobs})
     if w.kind == "gqa":
         qkv = [peers.contiguous_kv(w.batch, w.num_q_heads, w.num_kv_heads, w.head_dim_qk, w.ctx_len, seed=i)
-               for i in range(rotations(w.kv_bytes, l2))]
+               for i in range(rotations(w.kv_bytes, torch.cuda.get_device_properties(0).L2_cache_size))]
         for backend in ("flash", "cudnn"):
             try:
                 calls = [peers.sdpa(backend, *x) for x in qkv]
