@@ -250,11 +250,9 @@ def load_flashmla(folder: str) -> str:
     if not folder:
         return "no --fmla kit given"
     try:
-        sys.path.insert(0, folder)
-        import fmla_peer  # the kit's build script
+        from splitlab.bench.peers_flashmla import load_kit
 
-        mod, _, _ = fmla_peer.build(from_source=False, sparse=False)
-        fmla_peer.import_flash_mla(mod)
+        load_kit(folder)
         return ""
     except Exception as e:  # the peer is optional: its absence is a row, not a failure
         return f"{type(e).__name__}: {str(e)[:160]}"

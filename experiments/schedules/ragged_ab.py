@@ -33,15 +33,6 @@ SHAPES = {"gqa": [("32/8", 32, 8), ("64/8", 64, 8), ("128/1", 128, 1)], "mla": [
 BATCHES, LONGEST, DISTS = (16, 64, 128), (8192, 32768), ("spread16", "longtail")
 
 
-def load_flashmla(folder: str) -> None:
-    """Build FlashMLA from the workplace kit in ``folder`` and register it as ``flash_mla``."""
-    sys.path.insert(0, folder)
-    import fmla_peer  # the kit's build script
-
-    mod, _, _ = fmla_peer.build(from_source=False, sparse=False)
-    fmla_peer.import_flash_mla(mod)
-
-
 def workloads_for(family: str, quick: bool, seed_offset: int = 0, dists: tuple[str, ...] = (*DISTS, "uniform")):
     from splitlab.workloads import DecodeWorkload
 
@@ -167,7 +158,9 @@ def run(args) -> None:
     from splitlab.kernels.accuracy import TOLERANCE
 
     if args.fmla:
-        load_flashmla(args.fmla)
+        from splitlab.bench.peers_flashmla import load_kit
+
+        load_kit(args.fmla)
     dev = detect()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -220,9 +213,10 @@ def flashmla_check(args) -> None:
     the split-count prefix sums."""
     import torch
 
+    from splitlab.bench.peers_flashmla import load_kit
     from splitlab.planners import flashmla as port
 
-    load_flashmla(args.fmla)
+    load_kit(args.fmla)
     import flash_mla
 
     rng = random.Random(7)

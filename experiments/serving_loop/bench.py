@@ -159,16 +159,6 @@ class FlashMLA(Graphed):
                 for layer in range(self.c.layers)]
 
 
-def load_flashmla(folder: str) -> None:
-    """Build FlashMLA from the H200 workplace's kit in ``folder`` (``fmla_peer.py``) and register it as
-    ``flash_mla`` (as ``experiments/schedules/ragged_ab.py`` does); FlashInfer must be importable."""
-    sys.path.insert(0, folder)
-    import fmla_peer  # the kit's build script
-
-    mod, _, _ = fmla_peer.build(from_source=False, sparse=False)
-    fmla_peer.import_flash_mla(mod)
-
-
 def peer_missing(name: str) -> str | None:
     lib = peers_flashmla.LIBRARY if name == "flashmla" else peers_flashinfer.LIBRARY
     return library_missing(lib, name, "see splitlab/bench/peers_*.py") or gpu_missing(name)
@@ -277,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     loop = example()
     if a.fmla and not a.interpret:
-        load_flashmla(a.fmla)
+        from splitlab.bench.peers_flashmla import load_kit
+
+        load_kit(a.fmla)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

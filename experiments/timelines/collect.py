@@ -111,16 +111,6 @@ def moved_bytes(w, s) -> int:
     return w.kv_bytes + q + table + s.partial_rows * w.num_q_heads * (w.head_dim_v * 4 + 4)
 
 
-def load_flashmla(folder: str) -> None:
-    """Build FlashMLA from the workplace kit in ``folder`` and register it as ``flash_mla`` (as
-    experiments/schedules/ragged_ab.py does)."""
-    sys.path.insert(0, folder)
-    import fmla_peer  # the kit's build script
-
-    mod, _, _ = fmla_peer.build(from_source=False, sparse=False)
-    fmla_peer.import_flash_mla(mod)
-
-
 def run(args) -> None:
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("--dry-run needs Triton's interpreter: pass --dry-run on the command line (it is set "
@@ -139,7 +129,9 @@ def run(args) -> None:
 
     dry = args.dry_run
     if args.fmla and not dry:
-        load_flashmla(args.fmla)
+        from splitlab.bench.peers_flashmla import load_kit
+
+        load_kit(args.fmla)
     device = "cpu" if dry else "cuda"
     dev = devices.get("h200") if dry else devices.detect()
     out = Path(args.out)

@@ -30,6 +30,18 @@ HEAD_DIM_QK, HEAD_DIM_V = 576, 512
 NEEDS_ARCH = (9, 0)
 
 
+def load_kit(folder: str) -> None:
+    """Build FlashMLA from a prebuilt kit in ``folder`` (its ``fmla_peer.py`` build script, as the H200 workplace
+    carries it) and register it as ``flash_mla``, for the experiments that time it beside splitlab."""
+    import sys
+
+    sys.path.insert(0, folder)
+    import fmla_peer  # the kit's build script
+
+    mod, _, _ = fmla_peer.build(from_source=False, sparse=False)
+    fmla_peer.import_flash_mla(mod)
+
+
 class FlashMLADecode:
     """FlashMLA's dense decode (see the module docstring); no knobs."""
 
