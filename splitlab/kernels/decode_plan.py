@@ -85,6 +85,7 @@ from splitlab.kernels._launch import (
     check_spans,
 )
 from splitlab.kernels.combine import combine_tile
+from splitlab.kernels.timeline import Timelines
 from splitlab.planners import schedulers as S
 from splitlab.planners.schedule import Schedule
 from splitlab.workloads import DecodeWorkload
@@ -528,11 +529,33 @@ class _DecodePlan:
                 else p.lse_scratch
         return out, lse
 
-    def _merge(self, p: _Planned, out: torch.Tensor, lse: torch.Tensor) -> None:
+    def _merge(self, p: _Planned, out: torch.Tensor, lse: torch.Tensor, timeline: dict) -> None:
         if p.merge:
             _wl._merge_kernel[p.merge_grid](
                 self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
-                *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride(), **p.merge_meta)
+                *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride(), **p.merge_meta, **timeline)
+
+    def _timelines(self, p: _Planned, timelines: object, q: torch.Tensor) -> tuple[dict, dict]:
+        """The partial kernel's and the merge's timeline arguments (``kernels.timeline``; none without
+        ``timelines``), every buffer of ``timelines`` refilled with ``ABSENT`` first (on the device, captured with
+        the launches: a ``BOUNDED`` slot past the plan's count, or a merge not launched, leaves no stale record).
+        The buffers are sized to the launch grids (the capacity's under ``use_cuda_graph``: allocated at the first
+        run and reused by every later one). Refused in one line: anything but a ``Timelines``, and a capture whose
+        buffers do not exist yet (allocating inside a capture would give the graph memory the host never set)."""
+        if timelines is None:
+            return {}, {}
+        if not isinstance(timelines, Timelines):
+            raise SplitlabError(f"{self.what}.run: timelines={type(timelines).__name__} is not allowed; expected a "
+                                "kernels.timeline.Timelines or None")
+        programs = dict(partial=p.grid[0], merge=p.merge_grid[0] * p.merge_grid[1] if p.merge else 0)
+        if _launch.capturing(q) and not all(timelines.ready(k, n, self.device) for k, n in programs.items() if n):
+            raise SplitlabError(f"{self.what}.run: timelines has no buffers for this plan's launches while a CUDA "
+                                "graph is captured; expected one run(..., timelines=t) with the same t before the "
+                                "capture (it allocates them; the graph then reuses them)")
+        part = timelines.args("partial", programs["partial"], self.device)
+        merge = timelines.args("merge", programs["merge"], self.device) if p.merge else {}
+        timelines.reset()
+        return part, merge
 
     def _guard(self):
         return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
@@ -592,7 +615,7 @@ class GQADecodePlan(_DecodePlan):
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, *,
             out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
-            check: bool = True):
+            check: bool = True, timelines: Timelines | None = None):
         """Decode the planned batch: q ``[B, Hq, D]``, k_cache / v_cache ``[num_pages, page_size, Hkv, D]``,
         block_table ``[B, max_pages]`` int32 (any strides), B the plan's batch; returns out ``[B, Hq, D]`` (a new
         tensor unless ``out`` is given) or ``(out, lse)`` (lse fp32 ``[B, Hq]``, natural log, ``-inf`` for an empty
@@ -600,7 +623,10 @@ class GQADecodePlan(_DecodePlan):
         device. ``check`` (default): the tensors' types, dtypes, devices and shapes against the plan's, the block
         table against the longest request, no grad, and no capture without ``use_cuda_graph``, each refusal one
         line; ``check=False`` skips them (what is passed must then be right: a wrong shape reads out of bounds).
-        Lengths past the table were refused by ``plan(block_table=...)`` or, unchecked, make their request NaN."""
+        Lengths past the table were refused by ``plan(block_table=...)`` or, unchecked, make their request NaN.
+        ``timelines`` (a ``kernels.timeline.Timelines``): each program of the partial kernel and the merge records
+        its SM, start, end and work there (``Timelines.read`` after the launch; ``_timelines`` says how the buffers
+        are kept so that a CUDA graph can capture an instrumented step); without it, the plain launch."""
         p = self._planned
         if p is None:
             raise SplitlabError(f"{self.what}.run before plan(); expected plan(seq_lens) first")
@@ -614,14 +640,15 @@ class GQADecodePlan(_DecodePlan):
                 check_spans(name, t, (1, 3))
         out, lse = self._outputs(p, out, lse, return_lse)
         with self._guard():
+            part, merge = self._timelines(p, timelines, q)
             _wl._gqa_worklist_kernel[p.grid](
                 q, k_cache, v_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
                 self._qk_scale, self.num_kv_heads, self._group, k_cache.shape[0],
                 block_table.shape[1] * self.page_size,
                 *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
                 *out.stride(), *lse.stride(), *self._po_strides, *self._pl_strides,
-                **self._meta_kw, **self._bounded)
-            self._merge(p, out, lse)
+                **self._meta_kw, **self._bounded, **part)
+            self._merge(p, out, lse, merge)
         return (out, lse) if return_lse else out
 
 
@@ -685,10 +712,10 @@ class MLADecodePlan(_DecodePlan):
 
     def run(self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, *,
             out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
-            check: bool = True):
+            check: bool = True, timelines: Timelines | None = None):
         """Decode the planned batch: q ``[B, H, Dqk]``, kv_cache ``[num_pages, page_size, Dqk]``, block_table
         ``[B, max_pages]`` int32 (any strides); returns out ``[B, H, Dv]`` or ``(out, lse)``, as
-        ``GQADecodePlan.run`` (``mla_decode``'s results for the plan's lengths)."""
+        ``GQADecodePlan.run`` (``mla_decode``'s results for the plan's lengths; ``timelines`` as there)."""
         p = self._planned
         if p is None:
             raise SplitlabError(f"{self.what}.run before plan(); expected plan(seq_lens) first")
@@ -701,12 +728,13 @@ class MLADecodePlan(_DecodePlan):
         out, lse = self._outputs(p, out, lse, return_lse)
         num_pages = kv_cache.shape[0]
         with self._guard():
+            part, merge = self._timelines(p, timelines, q)
             _wl._mla_worklist_kernel[p.grid](
                 q, kv_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
                 self.num_heads, self.groups, self._qk_scale, self._kv_scale, num_pages,
                 block_table.shape[1] * self.page_size if num_pages else 0,
                 *q.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(), *lse.stride(),
                 *self._po_strides, *self._pl_strides,
-                **self._meta_kw, **self._bounded)
-            self._merge(p, out, lse)
+                **self._meta_kw, **self._bounded, **part)
+            self._merge(p, out, lse, merge)
         return (out, lse) if return_lse else out

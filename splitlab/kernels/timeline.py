@@ -96,11 +96,15 @@ class Timelines:
         """The keyword arguments that turn ``kernel``'s timeline on for a launch of ``programs`` programs."""
         if kernel not in KERNELS:
             raise SplitlabError(f"kernel={kernel!r} is not allowed; expected one of {', '.join(KERNELS)}")
+        if not self.ready(kernel, programs, device):
+            self.buffers[kernel] = torch.full((programs, len(FIELDS)), ABSENT, dtype=torch.int64, device=device)
+        return dict(timeline_ptr=self.buffers[kernel], TIMELINE=True, CLOCK=clock_on(device))
+
+    def ready(self, kernel: str, programs: int, device: torch.device | str) -> bool:
+        """Whether ``kernel``'s buffer exists for ``programs`` programs on ``device`` (``args`` then allocates
+        nothing: what a launch inside a CUDA graph capture needs)."""
         buf = self.buffers.get(kernel)
-        if buf is None or buf.shape[0] != programs or buf.device != torch.device(device):
-            buf = torch.full((programs, len(FIELDS)), ABSENT, dtype=torch.int64, device=device)
-            self.buffers[kernel] = buf
-        return dict(timeline_ptr=buf, TIMELINE=True, CLOCK=clock_on(device))
+        return buf is not None and buf.shape[0] == programs and buf.device == torch.device(device)
 
     def reset(self) -> None:
         """Fill every buffer with ``ABSENT`` again (before a launch whose programs may exit unrecorded)."""
