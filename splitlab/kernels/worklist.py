@@ -40,6 +40,25 @@ from splitlab.kernels.paging import any_bad, num_tiles, poison, scan_pages, tile
 from splitlab.kernels.timeline import Timelines
 from splitlab.planners.schedule import Schedule
 
+try:  # programmatic dependent launch's device side (triton PR #6394, in triton 3.4 onward)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    PDL_AVAILABLE = True
+except ImportError:  # pragma: no cover - an older triton: pdl= is refused (check_pdl)
+    PDL_AVAILABLE = False
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+#: Where the partial kernel lets the merge launch under ``pdl=`` (``check_pdl``): at its programs' start, or after
+#: their last store.
+PDL_TRIGGERS = ("start", "end")
+
 LOG2E = 1.4426950408889634
 LN2 = tl.constexpr(0.6931471805599453)
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
@@ -106,10 +125,14 @@ def _merge_kernel(
     lse_stride_b, lse_stride_h,
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
     timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
+    WAIT_PRIOR: tl.constexpr = False,
 ):
     # One program per (request, head, BLOCK_D columns). Bytes: n * (BLOCK_D + 1) * 4 read, BLOCK_D * elt + 4
     # written, for a request of n > 0 partial rows; nothing for one written directly by its item (n = 0).
-    # TIMELINE: 64 bytes more a program, its record (kernels.timeline).
+    # TIMELINE: 64 bytes more a program, its record (kernels.timeline). WAIT_PRIOR (launched with programmatic
+    # dependent launch, launch_merge's pdl): the offsets (the work list, which the partial kernel never writes) are
+    # read before griddepcontrol.wait, the partial rows after it, when the partial kernel has completed and its
+    # stores are visible; a program without partial rows exits without waiting.
     if TIMELINE:
         t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
@@ -120,6 +143,8 @@ def _merge_kernel(
     if n > 0:
         offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
         mask_d = offs_d < head_dim_v
+        if WAIT_PRIOR:
+            gdc_wait()
         po_base = po_ptr + first.to(tl.int64) * po_stride_r + head * po_stride_h
         pl_base = plse_ptr + first.to(tl.int64) * pl_stride_r + head * pl_stride_h
         out, lse = merge_splits(po_base, pl_base, po_stride_r, po_stride_d, pl_stride_r, n, offs_d, mask_d,
@@ -135,15 +160,19 @@ def _merge_kernel(
 
 
 def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                 timelines: Timelines | None = None) -> None:
+                 timelines: Timelines | None = None, *, pdl: bool = False) -> None:
     """Merge each split request's partial rows into its ``out`` / ``lse`` row (no checks: the launchers' buffers);
-    with ``timelines``, each program's record into its ``merge`` buffer (``kernels.timeline``)."""
+    with ``timelines``, each program's record into its ``merge`` buffer (``kernels.timeline``). ``pdl``: launched
+    with programmatic dependent launch (``check_pdl``'s answer: a GPU and a triton that has it), its programs
+    waiting for the partial kernel before they read a partial row; the plain launch without it."""
     if work.partial_rows == 0:
         return
     heads, dv = po.shape[1], po.shape[2]
     block_s, block_d, num_warps = combine_tile(work.batch, heads, max(work.schedule.partials), dv)
     grid = (work.batch * heads, triton.cdiv(dv, block_d))
     extra = {} if timelines is None else timelines.args("merge", grid[0] * grid[1], out.device)
+    if pdl:
+        extra.update(WAIT_PRIOR=True, launch_pdl=True)
     _merge_kernel[grid](
         po, pl, work.partial_offsets, out, lse, heads, dv,
         *po.stride(), *pl.stride(), *out.stride(), *lse.stride(),
@@ -185,8 +214,10 @@ def _gqa_item(it, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po
               out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
               po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
               PAGE_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-              UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One work item of one kv head: its keys streamed (as ``kernels.gqa``'s loop), its row stored."""
+              UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              offsets_ptr, counters_ptr, kvh, num_kv_heads, FUSED: tl.constexpr):
+    """One work item of one kv head: its keys streamed (as ``kernels.gqa``'s loop), its row stored; with
+    ``FUSED``, a partial row's item then arrives at its request's counter (``_arrive_and_merge``)."""
     b64, start, end, row, bad_len = load_item(items_ptr, it, max_keys)
 
     q = tl.load(q_ptr + b64 * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :] * q_stride_d,
@@ -240,6 +271,93 @@ def _gqa_item(it, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po
         tl.store(po_ptr + r64 * po_stride_r + heads[:, None] * po_stride_h + offs_d[None, :] * po_stride_d,
                  out, mask=st_mask)
         tl.store(pl_ptr + r64 * pl_stride_r + heads * pl_stride_h, lse, mask=mask_g)
+        if FUSED:
+            _arrive_and_merge(b64, kvh, num_kv_heads, offsets_ptr, counters_ptr, po_ptr, pl_ptr, out_ptr, lse_ptr,
+                              heads, offs_d, mask_g, mask_d, po_stride_r, po_stride_h, po_stride_d,
+                              pl_stride_r, pl_stride_h, out_stride_b, out_stride_h, out_stride_d,
+                              lse_stride_b, lse_stride_h, BLOCK_G, BLOCK_D)
+
+
+@triton.jit
+def _arrive_and_merge(b64, kvh, num_kv_heads, offsets_ptr, counters_ptr, po_ptr, pl_ptr, out_ptr, lse_ptr,
+                      heads, offs_d, mask_g, mask_d, po_stride_r, po_stride_h, po_stride_d,
+                      pl_stride_r, pl_stride_h, out_stride_b, out_stride_h, out_stride_d,
+                      lse_stride_b, lse_stride_h, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The fused merge (``gqa_decode_scheduled(fused_merge=True)``): called by a program of kv head ``kvh`` right
+    after it stored its item's partial row of request ``b64``. It adds 1 to the request's counter of that kv head
+    (``counters_ptr[b * num_kv_heads + kvh]``, int32); the program that brings it to the request's item count (its
+    partial rows, ``offsets_ptr``) is the last: it sets the counter back to 0 (so that the next launch, a CUDA
+    graph's replay included, finds zeros with no memset) and merges the request's rows of its group's heads into
+    ``out`` / ``lse`` (``merge_rows``). Bytes: 4 read, 4 written (the atomic), 8 read (the offsets); the last
+    arriver reads n rows of ``G * (D + 1) * 4`` bytes and writes ``G * (D * elt + 4)``, 4 more (the reset).
+
+    Memory ordering (the PTX memory model, "Memory Consistency Model" in NVIDIA's PTX ISA; the split-K semaphore of
+    CUTLASS's ``arch/barrier.h`` and the CUDA sample threadFenceReduction follow the same steps):
+
+    1. Every thread of the program has stored its share of the partial row (weak stores). ``tl.debug_barrier``
+       (``bar.sync``) orders them before what the thread doing the atomic does next, at CTA scope.
+    2. The atomic add is ``atom.acq_rel.gpu`` (one thread of the program; Triton broadcasts its result to the
+       others through shared memory behind a barrier). Its release half, at GPU scope, is cumulative: the row's
+       stores, ordered before it by step 1's barrier, are visible to any thread that acquires the counter's later
+       value. Releases of one counter form a chain of read-modify-writes (a release sequence), so the last
+       arriver's acquire synchronises with every earlier arriver's release, not only the one before it.
+    3. The last arriver's acquire half precedes a second ``bar.sync``, after which every thread of it reads the
+       other items' rows: each load is causally after the acquire (acquire, then barrier), so it sees the rows'
+       stores; the acquire also drops the SM's stale L1 lines. Its own row it stored itself before step 1.
+    4. The reset is a plain store: every arrival of this launch has happened (the count says so) and the next
+       launch starts after this one ends (stream order), which orders it before that launch's atomics.
+
+    Only the counter's atomic decides who merges: no program waits on another, so no schedule (one item a CTA or
+    persistent, any number of CTAs resident) can deadlock. Under Triton's interpreter programs run one at a time,
+    which every ordering above allows."""
+    tl.debug_barrier()  # step 1
+    first = tl.load(offsets_ptr + b64)
+    n = tl.load(offsets_ptr + b64 + 1) - first
+    counter = counters_ptr + b64 * num_kv_heads + kvh
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")  # step 2
+    if arrived == n - 1:
+        tl.debug_barrier()  # step 3
+        tl.store(counter, 0)  # step 4
+        f64 = first.to(tl.int64)
+        out, lse = merge_rows(po_ptr + f64 * po_stride_r, pl_ptr + f64 * pl_stride_r, n, heads, offs_d, mask_g,
+                              mask_d, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
+                              BLOCK_G, BLOCK_D)
+        st_mask = mask_g[:, None] & mask_d[None, :]
+        tl.store(out_ptr + b64 * out_stride_b + heads[:, None] * out_stride_h + offs_d[None, :] * out_stride_d,
+                 out.to(out_ptr.dtype.element_ty), mask=st_mask)
+        tl.store(lse_ptr + b64 * lse_stride_b + heads * lse_stride_h, lse, mask=mask_g)
+
+
+@triton.jit
+def merge_rows(po_base, pl_base, n, heads, offs_d, mask_g, mask_d, po_stride_r, po_stride_h, po_stride_d,
+               pl_stride_r, pl_stride_h, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``(out [BLOCK_G, BLOCK_D], lse [BLOCK_G])``: the merge of ``n`` partial rows (the first at ``po_base`` /
+    ``pl_base``) for the heads ``heads``, one row a step, with ``combine.merge_splits``'s rules per head (an lse of
+    -inf weighs 0 and its row is never read into the sum; a NaN lse stays out of the running max and makes the head
+    NaN; every row empty: zeros and lse -inf). A whole group's heads a step, where ``merge_splits`` takes one head:
+    the fused merge's program holds the group (MQA-128: 128 heads, which one head at a time would take 128 serial
+    loads). Bytes: ``n * G * (D + 1) * 4`` read."""
+    m = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    wsum = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for r in range(0, n):
+        r64 = tl.cast(r, tl.int64)
+        lse_r = tl.load(pl_base + r64 * pl_stride_r + heads * pl_stride_h, mask=mask_g, other=float("-inf"))
+        po = tl.load(po_base + r64 * po_stride_r + heads[:, None] * po_stride_h + offs_d[None, :] * po_stride_d,
+                     mask=mask_g[:, None] & mask_d[None, :], other=0.0)
+        live = lse_r != float("-inf")
+        m_new = tl.maximum(m, tl.where(lse_r == lse_r, lse_r, float("-inf")))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_safe)  # 0 while nothing live has been seen
+        w = tl.where(live, tl.exp(lse_r - m_safe), 0.0)
+        acc = acc * alpha[:, None] + w[:, None] * tl.where(live[:, None], po, 0.0)
+        wsum = wsum * alpha + w
+        m = m_new
+    empty = wsum == 0.0
+    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, wsum)[:, None])
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, wsum)))
+    return out, lse
 
 
 @triton.jit
@@ -258,13 +376,21 @@ def _gqa_worklist_kernel(
     BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr,
     num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
     timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
+    LAUNCH_DEPENDENTS: tl.constexpr = 0, offsets_ptr=None, counters_ptr=None, FUSED: tl.constexpr = False,
 ):
     # 1-D grid, kv head fastest: the kv heads of one slot run side by side (kernels.gqa's split-major order when
     # the schedule is uniform's). A non-persistent slot runs the item of its own index (no loop around the key
     # loop: the loop nest cost the 8-warp MQA-128 tile ~10% on the H200). TIMELINE: each program writes its
     # record (64 bytes; kernels.timeline), the clock read at its start and after its last store.
+    # LAUNCH_DEPENDENTS (gqa_decode_scheduled's pdl): 1 lets the merge launch (griddepcontrol.launch_dependents)
+    # at the program's start, 2 after its last item; the merge waits for this grid's end before it reads a row, so
+    # where the trigger sits moves only when the merge's programs take their SMs. FUSED: the last item of a
+    # request to finish merges its rows (_arrive_and_merge; offsets_ptr: the work list's partial offsets,
+    # counters_ptr: int32 [batch, num_kv_heads], zeros before and after a launch).
     if TIMELINE:
         t_start = tlog.now_ns(CLOCK)
+    if LAUNCH_DEPENDENTS == 1:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     kvh = pid % num_kv_heads
     cta = pid // num_kv_heads
@@ -287,7 +413,8 @@ def _gqa_worklist_kernel(
                       v_stride_p, v_stride_s, v_stride_d, bt_stride_b, bt_stride_p,
                       out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
                       po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
-                      PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION)
+                      PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION,
+                      offsets_ptr, counters_ptr, kvh, num_kv_heads, FUSED)
     else:
         _gqa_item(cta, q_ptr, k_head, v_head, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
                   qk_scale, num_pages, max_keys, heads, offs_g, offs_n, offs_d, mask_g, mask_d,
@@ -295,7 +422,10 @@ def _gqa_worklist_kernel(
                   v_stride_p, v_stride_s, v_stride_d, bt_stride_b, bt_stride_p,
                   out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
                   po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
-                  PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION)
+                  PAGE_SIZE, BLOCK_G, BLOCK_N, BLOCK_D, UPCAST, DOT_PRECISION,
+                  offsets_ptr, counters_ptr, kvh, num_kv_heads, FUSED)
+    if LAUNCH_DEPENDENTS == 2:
+        gdc_launch_dependents()
     if TIMELINE:
         _record_slot(timeline_ptr, pid, t_start, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
 
@@ -316,11 +446,24 @@ def _record_slot(timeline_ptr, pid, t_start, cta, group, cta_ptr, PERSISTENT: tl
 def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                          work: WorkList, *, block_n: int | None = None, num_warps: int | None = None,
                          num_stages: int | None = None, sm_scale: float | None = None, return_lse: bool = False,
-                         timelines: Timelines | None = None):
+                         timelines: Timelines | None = None, pdl: str | None = None, fused_merge: bool = False,
+                         counters: torch.Tensor | None = None):
     """Paged GQA decode over a schedule's work list (``WorkList.from_schedule``): ``kernels.gqa.gqa_decode``'s
     inputs and outputs, the split of the keys taken from ``work`` instead of a split count. The request lengths are
     the schedule's (the keys its items cover); ``seq_lens`` is not read. ``timelines`` (``kernels.timeline``): each
-    program of both kernels records its SM, start, end and work there (the plain launch without it)."""
+    program of both kernels records its SM, start, end and work there (the plain launch without it).
+
+    Two variants for short launches (issue 37; ``experiments/short_launch``), the plain launch without either:
+
+    * ``pdl="start"`` or ``"end"``: the merge is launched with programmatic dependent launch, the partial kernel
+      letting it launch at its programs' start or after their last item (``check_pdl``); the merge's launch and
+      prologue overlap the partial kernel's tail. Under Triton's interpreter (programs run one at a time, in launch
+      order) the same launches run without it.
+    * ``fused_merge=True``: no merge launch; the last item of a split request to finish merges the request's rows
+      (``_arrive_and_merge``: an int32 counter per request and kv head, acq_rel). ``counters`` (int32 ``[B,
+      Hkv]``, contiguous, all zero; the kernel leaves them zero, so one buffer serves every launch and every CUDA
+      graph replay) defaults to a fresh zeroed buffer a call.
+    """
     from splitlab.kernels import gqa
 
     gqa._check_inputs(q, k_cache, v_cache, block_table)
@@ -337,11 +480,17 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         raise SplitlabError(f"gqa_decode_scheduled: the schedule's items start at multiples of "
                             f"{work.schedule.align} keys; block_n={block_n} at page_size {page_size} needs "
                             f"multiples of {block_n} (a smaller block_n, or a schedule aligned to it)")
+    launch_pdl = check_pdl(pdl, fused_merge, "gqa_decode_scheduled")
+    fused = check_fused(fused_merge, counters, B, Hkv, q.device, "gqa_decode_scheduled")
     out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
     lse = _launch.alloc(B, Hq, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, Hq, D, q.device)
     upcast = _launch.interpret_upcast(q.dtype)
     extra = _timeline_args(timelines, work.ctas * Hkv, q.device, "gqa_decode_scheduled")
+    if launch_pdl:
+        extra["LAUNCH_DEPENDENTS"] = 1 + PDL_TRIGGERS.index(pdl)
+    if fused is not None:
+        extra.update(offsets_ptr=work.partial_offsets, counters_ptr=fused, FUSED=True)
     with _launch.device_guard(q):
         _gqa_worklist_kernel[(work.ctas * Hkv,)](
             q, k_cache, v_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
@@ -353,8 +502,50 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
             DOT_PRECISION="ieee" if upcast or q.dtype == torch.float32 else None,
             PERSISTENT=work.schedule.persistent, num_warps=num_warps, num_stages=num_stages, **extra,
         )
-        launch_merge(work, po, pl, out, lse, timelines)
+        if fused is None:
+            launch_merge(work, po, pl, out, lse, timelines, pdl=launch_pdl)
     return (out, lse) if return_lse else out
+
+
+def check_pdl(pdl: object, fused_merge: bool, what: str) -> bool:
+    """Whether a launch uses programmatic dependent launch for ``pdl`` (None, or where the partial kernel lets the
+    merge launch: ``PDL_TRIGGERS``): False under Triton's interpreter, which runs the same launches without it; one
+    ``SplitlabError`` for any other value, with ``fused_merge`` (no merge to launch), or on a triton without
+    ``triton.language.extra.cuda.gdc_wait`` (before 3.4)."""
+    if pdl is None:
+        return False
+    if not isinstance(pdl, str) or pdl not in PDL_TRIGGERS:
+        raise SplitlabError(f"{what}: pdl={_launch.short_repr(pdl)} is not allowed; expected None or one of "
+                            f"{', '.join(map(repr, PDL_TRIGGERS))} (where the partial kernel lets the merge launch)")
+    if fused_merge:
+        raise SplitlabError(f"{what}: pdl={pdl!r} with fused_merge=True is not allowed: the fused merge launches no "
+                            "merge kernel to overlap")
+    if not PDL_AVAILABLE:
+        raise SplitlabError(f"{what}: pdl={pdl!r} needs triton.language.extra.cuda.gdc_wait (triton >= 3.4); this "
+                            f"is triton {triton.__version__}")
+    return not _launch.INTERPRET
+
+
+def check_fused(fused_merge: object, counters: object, batch: int, num_kv_heads: int, device: torch.device,
+                what: str) -> torch.Tensor | None:
+    """The fused merge's counters (``counters``, else a fresh zeroed int32 ``[batch, num_kv_heads]``), or None
+    without ``fused_merge``; one ``SplitlabError`` for a non-bool ``fused_merge``, counters without it, or counters
+    of another shape, dtype or device, or not contiguous (the kernel indexes them ``b * num_kv_heads + kvh``).
+    Their values are not read here (a host sync): they must be zeros, as every fused launch leaves them."""
+    if not isinstance(fused_merge, bool):
+        raise SplitlabError(f"{what}: fused_merge={_launch.short_repr(fused_merge)} is not allowed; expected True "
+                            "or False")
+    if not fused_merge:
+        if counters is not None:
+            raise SplitlabError(f"{what}: counters are read only with fused_merge=True")
+        return None
+    if counters is None:
+        return torch.zeros(batch, num_kv_heads, dtype=torch.int32, device=device)
+    _launch.check_tensor("counters", counters, 2, dtypes=(torch.int32,), device=device)
+    if tuple(counters.shape) != (batch, num_kv_heads) or not counters.is_contiguous():
+        raise SplitlabError(f"{what}: counters has shape {tuple(counters.shape)} and strides {counters.stride()}; "
+                            f"expected a contiguous [{batch}, {num_kv_heads}] (batch, kv heads)")
+    return counters
 
 
 def _timeline_args(timelines: object, programs: int, device: torch.device, what: str) -> dict:
