@@ -385,6 +385,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     opts = sweep.SweepOptions(grid=args.grid, out=out, timer=args.timer, resume=args.resume,
                               device=args.device, limit=args.limit, max_minutes=args.max_minutes,
                               shard=args.shard, quiet=args.quiet, argv=args.argv, skip_bad_lines=args.skip_bad_lines,
+                              timelines=args.timelines,
                               **({} if args.point_timeout is None else {"point_timeout_s": args.point_timeout}))
     if (args.workers or args.scheduler) and not args.dry_run:
         from splitlab.bench import dist  # Dask only here: the single-process path never imports it
@@ -557,6 +558,10 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--dask-scheduler", dest="scheduler", type=_address,
                      help="ADDRESS: run on this Dask cluster (one single-threaded "
                      "worker per GPU, CUDA_VISIBLE_DEVICES set; see README); needs splitlab[dist]")
+    sw.add_argument("--timelines", action="store_true", help="each work-list point (a scheduler's) that passed its "
+                    "check and was timed runs once more recording every program's SM, start, end and work, kept in "
+                    "<sweep>/timelines.parquet by point id (SM and times -1 without a GPU); split-count points and "
+                    "kernels without a work-list launcher that records (peers, sparse MLA) record nothing")
     sw.add_argument("--quiet", action="store_true", help="no progress output")
     sw.add_argument("--rows", type=int_type(0, MAX_ROWS), default=8, help="--dry-run: how many points to show")
     sw.set_defaults(fn=cmd_sweep)

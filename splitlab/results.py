@@ -8,6 +8,7 @@ folder (made by ``splitlab sweep``) holds::
     results.parquet            the rows, rebuilt from the journals (one per point, ``best_rows``); a finished
                                sweep may drop its journals: the Parquet then holds everything
     results.csv                the same, for eyes
+    timelines.parquet          with --timelines: the work-list points' per-program records (``sweep_timelines``)
 
 ``load(path, ...)`` takes sweep folders, folders holding sweep folders, Parquet files, journals or the names of
 catalogued sets (``load("h200")``, ``splitlab.catalog``); it reads a sweep's Parquet when it is up to date with the
@@ -245,7 +246,8 @@ def _why(e: BaseException) -> str:
 _HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
 #: ``.<target>.<pid>[@<host>][.<token>].tmp``: what ``tmp_path`` names (files written whole, then renamed); the
 #: host is absent in files of older versions.
-_TMP = re.compile(r"^\.(?P<target>results\.parquet|results\.csv|sweep\.json|journal-[A-Za-z0-9_-]+\.jsonl)"
+_TMP = re.compile(r"^\.(?P<target>results\.parquet|results\.csv|sweep\.json|timelines\.parquet"
+                  r"|journal-[A-Za-z0-9_-]+\.jsonl)"
                   r"\.(?P<pid>\d+)"
                   r"(?:@(?P<host>[A-Za-z0-9_-]+))?(?:\.[0-9a-f]+)?\.tmp$")
 

@@ -27,7 +27,7 @@ PACKAGE = REPO / "splitlab"
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["splitlab", "splitlab.errors", "splitlab.resources", "splitlab.intmath", "splitlab.families"]),
     ("vocabulary", ["splitlab.serving", "splitlab.devices", "splitlab.workloads", "splitlab.args", "splitlab.plugins"]),
-    ("result data", ["splitlab.catalog", "splitlab.results", "splitlab.datasets"]),
+    ("result data", ["splitlab.catalog", "splitlab.results", "splitlab.datasets", "splitlab.sweep_timelines"]),
     ("wave model", ["splitlab.waves"]),
     ("planners", ["splitlab.planners", "splitlab.planners.*"]),
     ("kernels", ["splitlab.kernels", "splitlab.kernels.*"]),

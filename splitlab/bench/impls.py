@@ -11,6 +11,10 @@ Schedules. A launcher with a work-list twin (``WORKLIST_LAUNCHERS``: every famil
 ``schedulers.schedule(w, device, scheduler, num_splits=, ctas=)`` on the work-list launcher (``num_splits`` is
 ``uniform``'s split count; the other schedulers take none); its launch facts carry the schedule (``"schedule"``)
 and what a row records of it (``SCHEDULE_COLUMNS``), and ``ctas`` is the schedule's slots times the head groups.
+
+Timelines. Where the work-list launcher takes ``timelines=`` (``kernels.timeline``: GQA's and MLA's, not sparse
+MLA's yet), ``KernelImpl.records_timelines`` is True and ``KernelImpl.timeline`` runs a work-list point once more
+with the timeline on and returns its per-program records (``splitlab sweep --timelines``, ``bench.worker``).
 """
 
 from __future__ import annotations
@@ -109,6 +113,8 @@ class KernelImpl:
         self.worklist_fn = worklist if worklist is not None else _family_worklist(fn)
         if self.worklist_fn is not None:
             self.knobs += SCHEDULE_KNOBS
+        #: Whether a work-list point can record its per-program timeline (the launcher takes ``timelines=``).
+        self.records_timelines = self.worklist_fn is not None and "timelines" in keyword_params(self.worklist_fn)
 
     def unavailable(self) -> str | None:
         import os
@@ -186,6 +192,26 @@ class KernelImpl:
             return fn(**inputs, **extra, **knobs)
 
         return run
+
+
+    def timeline(self, w: DecodeWorkload, inputs: dict, knobs: dict, *, warm: bool) -> dict | None:
+        """One launch of a work-list point (``knobs`` holding its ``work``, ``with_schedule``) with the timeline on:
+        ``{"fields": kernels.timeline.FIELDS, <kernel>: [[a record's fields], ...] for each kernel launched}``
+        (``Timelines.read``, each record a list in ``fields`` order), or None where nothing can record (a split-count
+        point, a launcher without ``timelines=``). ``warm``: launch it once before (its compile and first-launch
+        costs out of the recorded one; the buffers are reused)."""
+        if "work" not in knobs or not self.records_timelines:
+            return None
+        from splitlab.kernels.timeline import FIELDS, Timelines
+
+        t = Timelines()
+        call = self.call(w, inputs, {**knobs, "timelines": t})
+        if warm:
+            call()
+        t.reset()
+        call()
+        return {"fields": list(FIELDS), **{k: [[r[f] for f in FIELDS] for r in recs]
+                                           for k, recs in t.read().items()}}
 
 
 def _family_worklist(fn: Callable) -> Callable | None:

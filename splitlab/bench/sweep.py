@@ -24,6 +24,12 @@ retried once, then written ``error``. ``results.parquet`` is rebuilt from all jo
 point in flight and a row is never duplicated. Files are written whole, then renamed (``results.tmp_path``);
 a session removes the temporary files of dead processes of its host when it opens the folder.
 
+Timelines (``SweepOptions.timelines``, ``--timelines``). Each work-list point that passed its check and was timed is
+launched once more with its per-program timeline on (``bench.worker``); the records go into the journal in the line
+of the point's row, and ``timelines.parquet`` is rebuilt from the journals beside ``results.parquet``
+(``splitlab.sweep_timelines``, which also loads them). An implementation whose work-list launcher records no
+timeline (or that has none) is refused in one line.
+
 Damage. The journals are the source of truth: a damaged ``results.parquet`` is moved aside
 (``results.parquet.damaged-<time>``) and rebuilt from them; a ``sweep.json`` that is not a JSON object is moved
 aside likewise and rebuilt from the journals (sweep id, timer, grid, environment). ``--dry-run`` says so and
@@ -46,7 +52,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from splitlab import devices, planners, results
+from splitlab import devices, planners, results, sweep_timelines
 from splitlab.bench import grid as grid_mod
 from splitlab.bench.cards import Card
 from splitlab.bench.env import capture
@@ -92,6 +98,7 @@ class SweepOptions:
     point_timeout_s: float | None = POINT_TIMEOUT_S  # a point running longer is killed and stored error; None: no limit
     isolate: bool = True  # measure each point in a worker process (crash/hang isolation); False: in this one
     skip_bad_lines: bool = False  # damaged journal lines: skipped, and their journals rewritten without them
+    timelines: bool = False  # record each timed work-list point's per-program timeline (timelines.parquet)
 
 
 @dataclass
@@ -417,7 +424,11 @@ class Runner:
         folder in their place): nothing could be written there."""
         if self.dir.exists() and not self.dir.is_dir():
             raise SplitlabError(f"{self.dir} is a file, not a sweep folder; expected a folder (choose another --out)")
-        for name in ("sweep.json", "results.parquet", "results.csv"):
+        if self.opts.timelines and not getattr(self.card.impl, "records_timelines", False):
+            raise SplitlabError(f"timelines=True is not allowed for card {self.card.name!r}: its implementation "
+                                f"({self.card.impl_label}) has no work-list launcher that records timelines; expected "
+                                "a card of splitlab's gqa_decode or mla_decode (kernels.worklist)")
+        for name in ("sweep.json", "results.parquet", "results.csv", sweep_timelines.FILE):
             path = self.dir / name
             if path.exists() and not path.is_file():
                 what = "a folder" if path.is_dir() else "not a regular file"
@@ -706,8 +717,8 @@ class Runner:
         """What measures this session's points: a worker process (``isolate``), or this process."""
         if self.opts.isolate:
             return PointWorker(self.card.impl, self._timer if self._timer is not None else timer_name, self.device,
-                               self.opts.seed, self.opts.point_timeout_s)
-        return Measurer(self.card.impl, self._make_timer(timer_name), self.opts.seed)
+                               self.opts.seed, self.opts.point_timeout_s, self.opts.timelines)
+        return Measurer(self.card.impl, self._make_timer(timer_name), self.opts.seed, self.opts.timelines)
 
     def _loop(self, exp: Expansion, journal: Journal, res: SweepResult, st: results.SweepState, done: set[str],
               timer_name: str) -> None:
@@ -747,7 +758,9 @@ class Runner:
                         row, fatal = measurer.measure(p, skeleton), None
                     else:
                         row, fatal = measurer.measure(p, skeleton)
-                    journal.write(dict(event="row", row=row))
+                    # A point's timeline travels in its row's line: both are written, or neither.
+                    recs = {} if measurer.timeline is None else {"timeline": measurer.timeline}
+                    journal.write(dict(event="row", row=row, **recs))
                 except OSError:
                     # A write failed (a full disk, a file-size limit): no trace of the point is left, so that
                     # --resume runs it again.
@@ -785,6 +798,8 @@ class Runner:
     def _refresh(self) -> tuple[pd.DataFrame, results.SweepState]:
         df, st = results.rebuild(self.dir, skip_bad=self.opts.skip_bad_lines)
         results.write_parquet(df, self.dir / "results.parquet", journal_sizes=st.sizes)
+        if self.opts.timelines or (self.dir / sweep_timelines.FILE).is_file():
+            sweep_timelines.refresh(self.dir, df, st.sizes)
         return df, st
 
     def _finish(self, res: SweepResult) -> tuple[pd.DataFrame, results.SweepState]:

@@ -7,6 +7,12 @@ input dtype), a right point timed. A point that raises is an ``error`` row with 
 with a schedule, ``bench.grid.Point.schedule``) has its work list put on the device once (``with_schedule``), shared by
 the check and every timed call; the timer is told the schedule (``schedule=``) as well as the split count.
 
+Timelines (``timelines=True``, ``splitlab sweep --timelines``). A work-list point that passed its check and was timed
+is launched once more with its timeline on (``KernelImpl.timeline``; on a GPU after one warm-up launch of that build),
+after the timing, so the timed calls are the plain build's; its records are ``Measurer.timeline`` (None for any other
+point), which the worker sends with the row. An instrumented launch that raises makes the point an ``error`` row
+naming it (its times kept).
+
 ``PointWorker`` runs a ``Measurer`` in one persistent child process per sweep session (a fresh interpreter, so
 nothing of the parent's CUDA state is inherited; it keeps its CUDA context, Triton's in-memory kernel cache and
 the current shape's inputs from point to point, so the common path costs one message each way). A point whose
@@ -113,8 +119,10 @@ class Measurer:
     """Check, then time, the points of one implementation with one timer (the current shape kept between
     points: a sweep is shape-major)."""
 
-    def __init__(self, impl: Any, timer: Any, seed: int) -> None:
-        self.impl, self.timer, self.seed = impl, timer, seed
+    def __init__(self, impl: Any, timer: Any, seed: int, timelines: bool = False) -> None:
+        self.impl, self.timer, self.seed, self.timelines = impl, timer, seed, timelines
+        #: The last point's timeline records (``KernelImpl.timeline``), None where it recorded none.
+        self.timeline: dict | None = None
         self._key: Any = None
         self._shape: Shape | BaseException | None = None
 
@@ -143,6 +151,7 @@ class Measurer:
         t0 = time.monotonic()
         row = dict(skeleton, timing=self.timer.name)
         fatal = None
+        self.timeline = None
         reason = self.impl.unavailable()
         if reason is not None:
             row.update(status="skipped", error=reason)
@@ -169,6 +178,11 @@ class Measurer:
                                            **({"schedule": sched} if sched is not None else {}))
                     row.update(status="ok", p20_us=t.p20_us, p50_us=t.p50_us, p80_us=t.p80_us, n_samples=t.n_samples,
                                timing_detail=t.method, gbps=w.kv_bytes / (t.p50_us * 1e3) if t.p50_us > 0 else None)
+                    if self.timelines and sched is not None and getattr(impl, "records_timelines", False):
+                        try:
+                            self.timeline = impl.timeline(w, shape.inputs, knobs, warm=torch_device() == "cuda")
+                        except Exception as e:
+                            raise RuntimeError(f"the instrumented launch (--timelines) failed: {message(e)}") from e
             except Exception as e:
                 row.update(status="error", error=message(e))
                 fatal = cuda_broken()
@@ -200,9 +214,12 @@ class PointWorker:
     name (the worker makes it: ``timing.make_timer``) or a picklable timer object; ``timeout_s`` None: no
     limit."""
 
-    def __init__(self, impl: Any, timer: Any, device: Any, seed: int, timeout_s: float | None) -> None:
-        self.payload = pickle.dumps((impl, timer, device, seed))
+    def __init__(self, impl: Any, timer: Any, device: Any, seed: int, timeout_s: float | None,
+                 timelines: bool = False) -> None:
+        self.payload = pickle.dumps((impl, timer, device, seed, timelines))
         self.timeout_s = timeout_s
+        #: The last point's timeline records (``Measurer.timeline``), None where it recorded none.
+        self.timeline: dict | None = None
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.starts = 0
@@ -268,6 +285,7 @@ class PointWorker:
         """The row of point ``p`` (``skeleton`` holds its columns that do not depend on running it)."""
         self.start()
         assert self.conn is not None and self.proc is not None
+        self.timeline = None
         t0 = time.monotonic()
         try:
             self.conn.send(("point", p, skeleton))
@@ -281,6 +299,7 @@ class PointWorker:
             if reply is not None and reply[0] == "row":
                 if reply[2]:  # a sticky CUDA error: the worker ends itself; the next point gets a new one
                     self.close()
+                self.timeline = reply[3]
                 return reply[1]
             why = f"worker {death(self._reap())} during this point; not retried"
             self.close(kill=True)
@@ -337,12 +356,12 @@ def main() -> None:
         sys.exit(0)
     sys.path[:] = path  # the parent's: the implementation (and a test's timer) import from there
     try:
-        impl, timer, device, seed = pickle.loads(payload)
+        impl, timer, device, seed, timelines = pickle.loads(payload)
         if isinstance(timer, str):
             from splitlab.bench.timing import make_timer
 
             timer = make_timer(timer, device)
-        m = Measurer(impl, timer, seed)
+        m = Measurer(impl, timer, seed, timelines)
     except Exception as e:
         conn.send(("failed", message(e)))
         sys.exit(1)
@@ -355,7 +374,7 @@ def main() -> None:
         if msg[0] != "point":
             break
         row, fatal = m.measure(msg[1], msg[2])
-        conn.send(("row", row, fatal))
+        conn.send(("row", row, fatal, m.timeline))
         if fatal:
             break
     conn.close()
