@@ -41,6 +41,8 @@ def test_scheduled_points_record_split_count_points_do_not_and_a_resume_keeps_on
     out = tmp_path / "runs"
     argv = ["sweep", str(path), "--out", str(out), "--grid", "quick", "--timer", "fake", "--device", "h200",
             "--quiet", "--timelines"]
+    assert main([*argv, "--dry-run"]) == 0
+    assert "--timelines: 5 work-list points record" in capsys.readouterr().out
     assert main([*argv, "--limit", "2"]) == 0  # in a point worker, as a sweep runs
     folder = next(out.iterdir())
     first = sweep_timelines.load(folder)

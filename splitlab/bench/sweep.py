@@ -464,6 +464,10 @@ class Runner:
             lines.append(f"points chosen per planner: {per}")
         for dev_name, text in planner_constants(self.card, self.opts.grid, self.device).items():
             lines.append(f"splitlab planner constants for {dev_name}: {text}")
+        if self.opts.timelines:
+            n = sum(p.schedule is not None for p in pts)
+            lines.append(f"--timelines: {n} work-list points record their per-program timelines (if right and timed) "
+                         f"into timelines.parquet; the {len(pts) - n} split-count points record none")
         if exp.notes:
             lines.append(f"{len(exp.notes)} planner notes (a planner refused a shape, or chose a knob outside the "
                          "card's range); they go to sweep.json")
