@@ -20,7 +20,8 @@
 # minus the floor, split into launch and fixed cost, idle SMs (waves and tail imbalance), the merge, streaming
 # below the peak inside busy CTAs, bytes the floor does not count, and what is left unexplained. Where no measured
 # timeline set is in the catalog (`experiments/timelines/collect.py` writes one on the H200), the page draws the
-# model's timelines and the model's shares only, and says so.
+# model's timelines and the model's shares only, and says so. Given `sweep` (a folder recorded with `splitlab sweep
+# --timelines`, `splitlab.sweep_timelines`) and `point`, the Gantt charts are that point's.
 
 # %% tags=["parameters"]
 data: str = "h200"  # the report's result set; this page draws its own shapes (the device below)
@@ -33,6 +34,8 @@ batch: int = 16  # its requests (16, 64)
 longest: int = 8192  # its longest request's keys (8192, 32768)
 dist: str = "longtail"  # its length distribution (uniform, spread16, longtail)
 scheduler: str = "splitlab"  # its schedule: splitlab's scheduler, or uniform (the fitted plan's split)
+sweep: str = ""  # a sweep folder recorded with `splitlab sweep --timelines`: its point below is drawn instead
+point: str = ""  # that sweep's point id (empty: its first point with records)
 
 # %%
 import warnings
@@ -43,7 +46,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from splitlab import catalog, devices, ledger, notebook, plots
+from splitlab import catalog, devices, ledger, notebook, plots, results, sweep_timelines
 from splitlab.errors import SplitlabError
 from splitlab.planners import schedulers
 from splitlab.planners import splitlab as rule
@@ -83,6 +86,31 @@ def workload(label: str, b: int, n: int, d: str) -> DecodeWorkload:
                           length_seed=0 if d == "uniform" else b + n)
 
 
+def sweep_point(folder: str, pid: str):
+    """A sweep's recorded point (``splitlab sweep --timelines``): its workload, its schedule made again (checked
+    against the row's hash), its records (``sweep_timelines``), a title and the device it was planned for."""
+    recorded = sweep_timelines.load(folder)
+    if recorded.empty:
+        raise SplitlabError(f"{Path(folder).name}: no timelines recorded; expected a sweep run with --timelines")
+    pid = pid or recorded["point_id"].iloc[0]
+    rows = results.load(folder)
+    row = rows[rows["point_id"] == pid]
+    if row.empty or pid not in set(recorded["point_id"]):
+        raise SplitlabError(f"point={pid!r} is not allowed; expected a point of {Path(folder).name} with records")
+    row = row.iloc[0]
+    wk, on = results.workload(row), devices.get(row["device"])
+    splits = None if pd.isna(row["num_splits"]) else int(row["num_splits"])  # set for uniform only
+    sched = schedulers.schedule(wk, on, row["scheduler"], num_splits=splits)
+    if sched.digest != row["schedule_hash"]:  # balanced / stream_k over a card's CTA count (the row's slots)
+        sched = schedulers.schedule(wk, on, row["scheduler"], num_splits=splits, ctas=int(row["sched_ctas"]))
+    if sched.digest != row["schedule_hash"]:
+        raise SplitlabError(f"point {pid}: the schedule made again is not the one recorded ({sched.digest} != "
+                            f"{row['schedule_hash']}); expected the splitlab that ran the sweep")
+    title = (f"sweep {Path(folder).name}, point {pid}: {wk.kind} {wk.num_q_heads}/{wk.num_kv_heads}, {wk.batch} "
+             f"requests ({wk.length_dist}) up to {wk.ctx_len} keys, {row['scheduler']}'s schedule")
+    return wk, sched, recorded[recorded["point_id"] == pid], title, on
+
+
 def schedule_of(w: DecodeWorkload, name: str):
     if name == "uniform":
         return schedulers.uniform(list(w.lengths), rule.fitted_plan(w, dev).num_splits,
@@ -97,15 +125,26 @@ def schedule_of(w: DecodeWorkload, name: str):
 # microseconds (its partial span), so the two charts share the x axis only then.
 
 # %%
-w = workload(shape, batch, longest, dist)
-s = schedule_of(w, scheduler)
-model = modelled_timeline(s, w, dev)
-key = dict(shape=shape, batch=batch, longest=longest, dist=dist, scheduler=scheduler)
-mine = programs
-for k, v in key.items():
-    mine = mine[mine[k] == v] if not mine.empty else mine
-part = mine[mine["kernel"] == "partial"] if not mine.empty else mine
-merge = mine[mine["kernel"] == "merge"] if not mine.empty else mine
+if sweep:
+    w, s, mine, point_title, pdev = sweep_point(sweep, point)
+    gantt_source = f"sweep {Path(sweep).name}"
+else:
+    gantt_source, pdev = source, dev
+    w = workload(shape, batch, longest, dist)
+    s = schedule_of(w, scheduler)
+    key = dict(shape=shape, batch=batch, longest=longest, dist=dist, scheduler=scheduler)
+    mine = programs
+    for k, v in key.items():
+        mine = mine[mine[k] == v] if not mine.empty else mine
+    point_title = f"{shape}, {batch} requests, {dist} up to {longest} keys, {scheduler}'s schedule"
+model = modelled_timeline(s, w, pdev)
+clocked = mine[mine["start_ns"] >= 0] if not mine.empty else mine  # -1: recorded without a clock (no GPU)
+if sweep and clocked.empty:
+    display(Markdown(f"**The {gantt_source} records of this point hold no clock** (recorded under Triton's "
+                     "interpreter or `--timer fake`: which program ran which work, not where or when); the model's "
+                     "chart only."))
+part = clocked[clocked["kernel"] == "partial"] if not clocked.empty else clocked
+merge = clocked[clocked["kernel"] == "merge"] if not clocked.empty else clocked
 t0 = part["start_ns"].min() if not part.empty else 0
 if not part.empty:
     span_us = (part["end_ns"].max() - t0) / 1e3
@@ -136,15 +175,16 @@ if not part.empty:
     for _, r in merge.iterrows():
         ax.barh(r["sm"], (r["end_ns"] - r["start_ns"]) / 1e3, left=(r["start_ns"] - t0) / 1e3, height=0.8,
                 color="0.55", linewidth=0)
-    ax.set_title(f"measured ({source}): partial kernel, then merge (grey)", fontsize=plots.MIN_FONT_PT)
+    ax.set_title(f"measured ({gantt_source}): partial kernel, then merge (grey)", fontsize=plots.MIN_FONT_PT)
     ax.set_ylabel("SM")
     ax.set_xlabel("time since the first program started (us)")
     ax.invert_yaxis()
-    got = pd.DataFrame(dict(source="measured-" + mine["kernel"], program=mine["program"], slot=mine["slot"],
-                            sm=mine["sm"], start=(mine["start_ns"] - t0) / 1e3, end=(mine["end_ns"] - t0) / 1e3))
+    got = pd.DataFrame(dict(source="measured-" + clocked["kernel"], program=clocked["program"],
+                            slot=clocked["slot"], sm=clocked["sm"], start=(clocked["start_ns"] - t0) / 1e3,
+                            end=(clocked["end_ns"] - t0) / 1e3))
     table = pd.concat([table, got], ignore_index=True)
-fig.suptitle(f"{shape}, {batch} requests, {dist} up to {longest} keys, {scheduler}'s schedule: {s.ctas} slots, "
-             f"{len(model.programs)} programs on {dev.name}'s {dev.sm_count} SMs", fontsize=plots.MIN_FONT_PT + 1)
+fig.suptitle(f"{point_title}: {s.ctas} slots, {len(model.programs)} programs on {pdev.name}'s {pdev.sm_count} SMs",
+             fontsize=plots.MIN_FONT_PT + 1)
 fig.tight_layout()
 notebook.show_figure(fig, "gantt", table)
 
