@@ -164,7 +164,9 @@ def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.
     """Merge each split request's partial rows into its ``out`` / ``lse`` row (no checks: the launchers' buffers);
     with ``timelines``, each program's record into its ``merge`` buffer (``kernels.timeline``). ``pdl``: launched
     with programmatic dependent launch (``check_pdl``'s answer: a GPU and a triton that has it), its programs
-    waiting for the partial kernel before they read a partial row; the plain launch without it."""
+    waiting for the partial kernel before they read a partial row; the plain launch without it. A launch here has
+    partial rows, so at least one program waits: the merge's end implies the partial kernel's end (and its direct
+    writes' visibility) for whatever the stream runs next, as in the plain order."""
     if work.partial_rows == 0:
         return
     heads, dv = po.shape[1], po.shape[2]
@@ -462,7 +464,8 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     * ``fused_merge=True``: no merge launch; the last item of a split request to finish merges the request's rows
       (``_arrive_and_merge``: an int32 counter per request and kv head, acq_rel). ``counters`` (int32 ``[B,
       Hkv]``, contiguous, all zero; the kernel leaves them zero, so one buffer serves every launch and every CUDA
-      graph replay) defaults to a fresh zeroed buffer a call.
+      graph replay, one stream's launches in order; never two launches that may run at once) defaults to a fresh
+      zeroed buffer a call.
     """
     from splitlab.kernels import gqa
 
