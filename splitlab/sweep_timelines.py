@@ -10,7 +10,8 @@ the order the journal names them (``program``, ``sm``, ``start_ns``, ``end_ns``,
 interpreter). A point's records are those journalled with the row that ``results.best_rows`` keeps for it (the
 same session), so a resumed sweep, whose rows are never doubled, holds one record set a point; a point without a
 work-list kernel (a split-count point, a peer, sparse MLA's) has none. Records that only the Parquet holds (a
-finished sweep whose journals were removed) are kept.
+finished sweep whose journals were removed) are kept; a Parquet that cannot be read is moved aside
+(``timelines.parquet.damaged-<time>``, with a warning) and rebuilt from the journals.
 
 ``load(folder)`` reads the table (the Parquet when it was built from the journals as they are now, else the
 journals); ``records(folder, point_id)`` gives one point's records as ``kernels.timeline.Timelines.read`` does (what
@@ -19,6 +20,9 @@ journals); ``records(folder, point_id)`` gives one point's records as ``kernels.
 
 from __future__ import annotations
 
+import os
+import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -86,7 +90,12 @@ def rebuild(sweep_dir: Path, rows: pd.DataFrame) -> pd.DataFrame:
     df, journalled = from_journals(sweep_dir, rows)
     path = sweep_dir / FILE
     if path.is_file():
-        old = _read(path)
+        try:
+            old = _read(path)
+        except SplitlabError as e:
+            warnings.warn(f"{e}; reading the timelines from the journals (records only it held are lost)",
+                          stacklevel=2)
+            old = pd.DataFrame()
         if len(old):
             keep = [(d, p) not in journalled for d, p in zip(old["device"], old["point_id"], strict=True)]
             df = _frame([df, old[keep]])
@@ -97,8 +106,16 @@ def refresh(sweep_dir: Path, rows: pd.DataFrame, journal_sizes: dict[str, int]) 
     """Rebuild ``timelines.parquet`` (written whole, then renamed, with the journal sizes it was built from, as
     ``results.write_parquet`` writes); returns the table. Nothing is written for a sweep without records."""
     sweep_dir = Path(sweep_dir)
+    path = sweep_dir / FILE
+    if path.is_file():
+        try:
+            _read(path)
+        except SplitlabError as e:
+            aside = path.with_name(f"{FILE}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+            os.replace(path, aside)
+            warnings.warn(f"{e}; moved to {aside.name}, rebuilt from the journals", stacklevel=2)
     df = rebuild(sweep_dir, rows)
-    if len(df) or (sweep_dir / FILE).is_file():
+    if len(df) or path.is_file():
         results.write_parquet(df, sweep_dir / FILE, journal_sizes=journal_sizes)
     return df
 
@@ -125,7 +142,10 @@ def load(sweep_dir: str | Path, point_id: str | None = None) -> pd.DataFrame:
     path, js = sweep_dir / FILE, results.journals(sweep_dir)
     df = None
     if path.is_file():
-        built_from = results.parquet_meta(path).get("journals")
+        try:
+            built_from = results.parquet_meta(path).get("journals")
+        except SplitlabError:
+            built_from = None  # damaged: read from the journals (rebuild says so where they cannot stand alone)
         if not js or built_from == {j.name: j.stat().st_size for j in js}:
             df = _read(path)
     if df is None:

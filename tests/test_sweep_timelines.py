@@ -71,6 +71,14 @@ def test_scheduled_points_record_split_count_points_do_not_and_a_resume_keeps_on
     again = sweep.run(card, SweepOptions(out=out, **OPTS, resume=True, isolate=False))
     assert again.statuses == {}
     assert sweep_timelines.load(folder).equals(table)
+    # A damaged table is read past (the journals hold every record), then moved aside and rebuilt by a session.
+    (folder / sweep_timelines.FILE).write_bytes(b"not parquet")
+    with pytest.warns(UserWarning, match="timelines.parquet: not a readable Parquet file"):
+        assert sweep_timelines.load(folder).equals(table)
+    with pytest.warns(UserWarning, match="moved to timelines.parquet.damaged-"):
+        sweep.run(card, SweepOptions(out=out, **OPTS, resume=True, isolate=False))
+    assert sweep_timelines.load(folder).equals(table)
+    assert len(list(folder.glob("timelines.parquet.damaged-*"))) == 1
     # A journal read again (a second session's copy of one point's line, newer, another session): the point keeps
     # one record set, the newer row's.
     line = next(json.loads(x) for j in results.journals(folder) for x in j.read_text().splitlines()
