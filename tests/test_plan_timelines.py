@@ -114,3 +114,49 @@ def test_what_cannot_work_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(_launch, "capturing", lambda q: True)
     p.run(*args, timelines=t)
     assert {k: v.data_ptr() for k, v in t.buffers.items()} == ptrs
+
+
+COMPILE = r"""
+import splitlab.kernels._launch as launch_common
+import splitlab.kernels.gqa as gqa
+import splitlab.kernels.timeline as timeline
+import splitlab.kernels.worklist as wl
+from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs
+
+wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
+wl._mla_worklist_kernel = Warmup(wl._mla_worklist_kernel)
+wl._merge_kernel = Warmup(wl._merge_kernel)
+gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
+launch_common.check_launch_device = lambda *a: None
+timeline.clock_on = lambda device: True  # the GPU build: the clock read (CPU tensors stand in)
+
+lens = [100, 7]
+x = gqa_inputs(2, 32, 8, 128, lens, page_size=16, dtype=torch.bfloat16)
+m = mla_inputs(2, 16, 576, lens, page_size=64, dtype=torch.bfloat16)
+kw = dict(dtype=torch.bfloat16, device="cpu", scheduler="uniform", num_splits=4, use_cuda_graph=True, max_batch=2,
+          max_ctas=16, max_items=16)
+gp, mp = GQADecodePlan(32, 8, 128, 16, **kw), MLADecodePlan(16, 576, 512, 64, **kw)
+gp.plan(lens)
+mp.plan(lens)
+for name, launch in (
+    ("gqa", lambda: gp.run(x["q"], x["k_cache"], x["v_cache"], x["block_table"], check=False,
+                           timelines=timeline.Timelines())),
+    ("mla", lambda: mp.run(m["q"], m["kv_cache"], m["block_table"], check=False, timelines=timeline.Timelines())),
+):
+    n0 = len(compiled)
+    launch()
+    for kernel, k in zip(("partial", "merge"), compiled[n0:n0 + 2], strict=True):
+        ptx = k.asm["ptx"]
+        assert ptx.count("%globaltimer") >= 2 and "%smid" in ptx, (name, kernel)
+        print(f"ok {name} {kernel}")
+"""
+
+
+def test_a_plans_instrumented_capacity_kernels_compile_for_sm90_and_read_the_clock():
+    """The BOUNDED (capacity-grid) work-list kernels with the timeline on, as a plan's run launches them, compile for
+    sm_90 and read ``%globaltimer`` and ``%smid`` (tests/sm90.py's stand-in driver: no GPU, nothing launched)."""
+    from sm90 import compile_in_child
+
+    r = compile_in_child(COMPILE)
+    assert r.stdout.count("ok ") == 4, r.stdout
