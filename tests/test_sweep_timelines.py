@@ -70,6 +70,8 @@ def test_scheduled_points_record_split_count_points_do_not_and_a_resume_keeps_on
     # A resume without --timelines runs nothing and keeps every record, once.
     again = sweep.run(card, SweepOptions(out=out, **OPTS, resume=True, isolate=False))
     assert again.statuses == {}
+    side = json.loads((folder / "sweep.json").read_text())
+    assert [x["timelines"] for x in side["sessions"]] == [True, True, False]  # which sessions recorded
     assert sweep_timelines.load(folder).equals(table)
     # A damaged table is read past (the journals hold every record), then moved aside and rebuilt by a session.
     (folder / sweep_timelines.FILE).write_bytes(b"not parquet")

@@ -676,7 +676,7 @@ class Runner:
             try:
                 journal.write(dict(event="session", session=session, sweep_id=side["sweep_id"],
                                    shard=self.opts.shard, timer=timer_name, grid=self.opts.grid,
-                                   card_sha1=self.card.sha1, env=env,
+                                   card_sha1=self.card.sha1, env=env, timelines=self.opts.timelines,
                                    planner_constants=planner_constants(self.card, self.opts.grid, self.device)))
             except BaseException:
                 journal.close()
@@ -820,7 +820,7 @@ class Runner:
         if "recovered_from" in side:  # damaged since this session opened it: what the journals say is written
             side["rebuilt_from"] = side.pop("recovered_from")
         side["sessions"] = [dict(session=h.get("session"), shard=h.get("shard"), timer=h.get("timer"),
-                                 card_sha1=h.get("card_sha1"), env=h.get("env"),
+                                 card_sha1=h.get("card_sha1"), env=h.get("env"), timelines=h.get("timelines", False),
                                  planner_constants=h.get("planner_constants")) for h in st.sessions]
         side["rows"] = len(df)
         side["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
