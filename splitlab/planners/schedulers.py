@@ -22,6 +22,7 @@ of its top-k list it walks are its keys (``w.lengths``: ``topk``, or each token'
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import zip_longest
 from typing import NamedTuple
 
 from splitlab.errors import SplitlabError, bad, check_int
@@ -288,13 +289,16 @@ def _uniform_tiles(lens: Sequence[int], num_splits: int, request_major: bool, ti
                    ) -> tuple[list[int], int]:
     """(each CTA's key tiles in issue order, partial rows) of ``uniform(lens, num_splits, request_major=...)``,
     without building it (an empty request's item counts one tile, as ``Schedule.cta_tiles`` counts it)."""
-    per = [cdiv(cdiv(n, num_splits), tile) * tile for n in lens]
-    order = ([(r, k) for r in range(len(lens)) for k in range(num_splits)] if request_major else
-             [(r, k) for k in range(num_splits) for r in range(len(lens))])
-    tiles = [1 if n == 0 else cdiv(min(per[r], n - k * per[r]), tile)
-             for r, k in order if (n := lens[r]) == 0 and k == 0 or n > 0 and k * per[r] < n]
-    rows = sum(m for n, q in zip(lens, per, strict=True) if (m := cdiv(n, q) if n else 1) > 1)
-    return tiles, rows
+    per_request = []  # each request's chunks' key tiles: whole chunks of `per` keys, then the rest
+    for n in lens:
+        per = cdiv(cdiv(n, num_splits), tile) * tile
+        full, rest = divmod(n, per) if n else (0, 1)
+        per_request.append([per // tile] * full + ([cdiv(rest, tile)] if rest else []))
+    if request_major:
+        tiles = [t for c in per_request for t in c]
+    else:  # split-major: every request's first chunk, then every second chunk, ...
+        tiles = [t for k in zip_longest(*per_request) for t in k if t is not None]
+    return tiles, sum(len(c) for c in per_request if len(c) > 1)
 
 
 def _balanced_tiles(lens: Sequence[int], budget: int, tile: int = TILE_KEYS) -> tuple[list[int], int]:
