@@ -172,7 +172,8 @@ def budget(out_path: str) -> None:
                     w = DecodeWorkload(kind=kind, batch=batch, num_q_heads=hq, num_kv_heads=hkv, head_dim_qk=dqk,
                                        head_dim_v=dv, ctx_len=max(lens), page_size=page, seq_lens=tuple(lens))
                     cap = max(decode_plan.BUDGET_SPLITS * batch, decode_plan.BUDGET_WAVES * slots)
-                    free, held = S.splitlab(w, dev), S.splitlab(w, dev, max_ctas=cap, max_items=cap)
+                    free = S.splitlab(w, dev, persistent=False)  # a plan runs one item a slot
+                    held = S.splitlab(w, dev, max_ctas=cap, max_items=cap, persistent=False)
                     ratio = (S.modelled_time(held, w, dev.sm_count, c, dev.arch)
                              / S.modelled_time(free, w, dev.sm_count, c, dev.arch))
                     ratios.append(ratio)
