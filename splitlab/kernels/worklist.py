@@ -455,7 +455,7 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     the schedule's (the keys its items cover); ``seq_lens`` is not read. ``timelines`` (``kernels.timeline``): each
     program of both kernels records its SM, start, end and work there (the plain launch without it).
 
-    Two variants for short launches (issue 37; ``experiments/short_launch``), the plain launch without either:
+    Two variants for short launches (``experiments/short_launch``), the plain launch without either:
 
     * ``pdl="start"`` or ``"end"``: the merge is launched with programmatic dependent launch, the partial kernel
       letting it launch at its programs' start or after their last item (``check_pdl``); the merge's launch and
