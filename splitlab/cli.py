@@ -227,6 +227,42 @@ def _print_constants(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devi
             print(f"# splitlab constants for {dev.name} ({kind}): {constants_for(dev, kind).text}")
 
 
+#: ``splitlab plan`` prints splitlab's schedule of a batch up to this many requests (the scheduler prices its
+#: candidates in Python: milliseconds at hundreds of requests; ``splitlab schedule`` makes any batch's).
+PLAN_SCHEDULE_MAX_BATCH = 4096
+
+
+def _print_schedules(ws: Sequence[workloads.DecodeWorkload], devs: Sequence[devices.DeviceSpec],
+                     names: Sequence[str]) -> None:
+    """One comment line per batch and device: the schedule splitlab's scheduler makes of it (its slots, CTAs,
+    items, busiest slot, partial rows) and its modelled time against the uniform schedule at the ``splitlab``
+    planner's split count (what the split-count kernel runs)."""
+    if "splitlab" not in names:
+        return
+    from splitlab.planners import schedulers
+
+    for w in ws:
+        if w.batch > PLAN_SCHEDULE_MAX_BATCH:
+            continue
+        for dev in devs:
+            s = schedulers.splitlab(w, dev)
+            n = planners.plan(w, dev, "splitlab").num_splits
+            if n is None:
+                continue
+            from splitlab.planners import splitlab as rule
+
+            c = rule.constants_for(dev, w.kind).constants
+            u = schedulers.uniform(list(w.lengths), n, request_major=rule.REQUEST_MAJOR[w.kind])
+            groups = schedulers.head_groups(w)
+            summary = s.summary()
+            print(f"# splitlab schedule, {dev.name}, batch {w.batch}: {s.scheduler}, {s.ctas} slots x {groups} = "
+                  f"{s.ctas * groups} CTAs, {summary['items']} items, busiest slot {summary['busiest_keys']} keys, "
+                  f"{summary['partial_rows']} partial rows; modelled "
+                  f"{schedulers.modelled_time(s, w, dev.sm_count, c, dev.arch):.1f} against "
+                  f"{schedulers.modelled_time(u, w, dev.sm_count, c, dev.arch):.1f} at the split count {n} "
+                  "(key tiles; splitlab schedule lists the items)")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from splitlab.planners.splitlab import using_constants
 
@@ -279,6 +315,7 @@ def _plan(args: argparse.Namespace, given=None) -> int:
                  + ["num_splits", "block_k", "block_h", "ctas", "waves", "last_wave_fill"]
                  + (["fitted_range"] if fitted else []) + (["note"] if args.notes or refused else []))
     _print_constants(ws, devs, names)
+    _print_schedules(ws, devs, names)
     if any(str(r["fitted_range"]).startswith("outside") for r in rows):
         print("# fitted_range outside: the shape or device lies outside the data the planner's constants were fitted "
               "on; its plan is an extrapolation")

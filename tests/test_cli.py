@@ -524,3 +524,22 @@ def test_start_up_imports_no_heavy_module(argv):
     assert proc.stdout.strip() == f"{want} []", (proc.stdout, proc.stderr)
     if want:
         assert proc.stderr.startswith("splitlab: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_plan_speaks_of_splitlabs_schedule(capsys):
+    """The table of ``splitlab plan`` is followed by the schedule splitlab's scheduler makes of the batch (what
+    ``splitlab schedule`` prints in full), its modelled time beside the uniform schedule at the planner's split."""
+    from splitlab import devices, planners, workloads
+    from splitlab.planners import schedulers
+
+    argv = ["plan", "--workload", "llama-3-8b", "--batch", "16", "--ctx", "32k", "--lengths", "longtail", "--device",
+            "h200"]
+    code, out, _ = run(capsys, *argv)
+    line = next(x for x in out.splitlines() if x.startswith("# splitlab schedule, h200-sxm, batch 16: "))
+    w = workloads.get("llama-3-8b", batch=16, ctx_len=32768).with_(length_dist="longtail", length_seed=0)
+    s = schedulers.splitlab(w, devices.get("h200"))
+    n = planners.plan(w, "h200", "splitlab").num_splits
+    assert code == 0 and f": {s.scheduler}, {s.ctas} slots x 8 = {s.ctas * 8} CTAs, {len(s.items)} items" in line
+    assert f"at the split count {n} " in line
+    code, out, _ = run(capsys, *argv, "--planner", "flashinfer")  # without the splitlab planner: no schedule line
+    assert code == 0 and "# splitlab schedule" not in out
