@@ -346,11 +346,12 @@ def fit_all(df: pd.DataFrame, *, head_tiles: pd.DataFrame | None = None,
     return {kind: fit_family(fit_rows, kind, head_tile_rows=ht, allow_fake=allow_fake)[0] for kind in kinds}
 
 
-#: The constants a split-count sweep cannot measure: the persistent work-list kernel's key-tile cost, which prices
-#: stream-K in splitlab's scheduler (``planners.schedulers.persistent_cost``). They are fitted over schedule runs
-#: (``experiments/schedules/refit.py`` over the catalog's ``h200-schedules``), and a fit carries them over from the
-#: constants the data's device has of its own (none: 0, stream-K never weighed).
-SCHEDULE_CONSTANTS = ("persistent", "persistent_wide")
+#: The constants a split-count sweep cannot measure: the work-list kernels' (the persistent kernel's key-tile cost,
+#: which prices stream-K in splitlab's scheduler, ``planners.schedulers.persistent_cost``; their fixed cost per item,
+#: ``schedulers.item_fixed``). They are fitted over schedule runs (``experiments/schedules/refit.py`` over the
+#: catalog's ``h200-schedules``), and a fit carries them over from the constants the data's device has of its own
+#: (none: 0, stream-K not weighed and an item's fixed cost FIXED's).
+SCHEDULE_CONSTANTS = ("persistent", "persistent_wide", "item_fixed")
 
 
 def carry_schedule_constants(fitted: dict[str, CostConstants], df: pd.DataFrame, *,

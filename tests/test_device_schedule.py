@@ -141,7 +141,8 @@ def ragged_lens(rng: random.Random, max_batch: int) -> list[int]:
 
 def odd(c):
     """The constants with terms whose sums round (the shipped ones are short binary fractions, summed exactly)."""
-    return dataclasses.replace(c, fixed=c.fixed * 1.1 + 0.01, partial=c.partial * 1.3 + 0.1,
+    return dataclasses.replace(c, fixed=c.fixed * 1.1 + 0.01, item_fixed=c.item_fixed * 1.1 + 0.01 if c.item_fixed
+                               else 0.0, partial=c.partial * 1.3 + 0.1,
                                combine_per_split=c.combine_per_split * 0.7 + 0.01,
                                drain=c.drain * 0.9 if c.drain > 0 else c.drain)
 

@@ -1,14 +1,19 @@
-"""Fitting the persistent kernel's cost that prices stream-K in splitlab's scheduler, on measured schedule runs (CPU).
+"""Fitting the work-list kernels' own constants in splitlab's scheduler on measured schedule runs (CPU): their fixed
+cost per item and the persistent kernel's key-tile cost (what prices stream-K).
 
 The schedule runs (``ragged_ab.py``, catalog ``h200-schedules``) timed every candidate of splitlab's scheduler on each
-ragged batch, stream-K included, so the regret of any choice among them is a measured figure: the measured time of the
+batch, stream-K included, so the regret of any choice among them is a measured figure: the measured time of the
 schedule chosen (matched by its hash) over the best measured schedule of the batch. This script re-runs splitlab's
-scheduler (``planners.schedulers.splitlab``, the code that ships) on those batches with the constants
-``persistent`` / ``persistent_wide`` (``planners.fitted.CostConstants``: a persistent slot's key tile in the one-item
-kernel's; 0 never weighs stream-K) set to each value of ``GRID``, one tile class at a time, and picks per class the
-value of least geomean regret on the *fit* run (``ragged_ab.csv``; near-ties of 0.2% to the lower worst, then to 0),
-then scores it on the *confirm* run (``confirm_ab.csv``: fresh lengths, and the bimodal distribution), which the
-choice never reads.
+scheduler (``planners.schedulers.splitlab``, the code that ships) on those batches with the constants of
+``planners.fitted.CostConstants`` it fits set to each value of a grid, in two passes, each choosing on the *fit* run
+(``ragged_ab.csv``) the value of least geomean regret (near-ties of 0.2% to the lower worst, then to the lower value):
+
+1. ``item_fixed`` per family (``FIXED_GRID``; 0: the split-count kernels' FIXED), stream-K not weighed;
+2. ``persistent`` (narrow and mid tiles) or ``persistent_wide`` (wide tiles) per tile class (``GRID``; 0: stream-K
+   not weighed), the family's ``item_fixed`` held.
+
+Each choice is then scored on the *confirm* run (``confirm_ab.csv``: fresh lengths, and the bimodal distribution),
+which no choice reads.
 
     python experiments/schedules/refit.py [--out DIR]    # prints the table; DIR/refit.csv: every value, both runs
 
@@ -26,9 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-#: The values weighed for each class's constant (0: stream-K never weighed).
+#: The values weighed for the work-list kernels' fixed cost per item (key tiles; 0: FIXED's).
+FIXED_GRID = (0.0, 1.0, 1.5, 2.0, 3.0, 4.0)
+#: The values weighed for the persistent kernel's key-tile cost (0: stream-K not weighed).
 GRID = (0.0, 0.95, 1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.15, 1.2, 1.3)
-#: Tile classes: (family kind, wide tile) -> the constant that prices it, and the shapes of the runs in it.
+#: The shapes of the runs per family, and per tile class (family kind, wide tile) the constant that prices it.
+FAMILIES = {"gqa": ("32/8", "64/8", "128/1"), "mla": ("mla16", "mla128")}
 CLASSES = {("gqa", False): ("persistent", ("32/8", "64/8")), ("gqa", True): ("persistent_wide", ("128/1",)),
            ("mla", False): ("persistent", ("mla16",)), ("mla", True): ("persistent_wide", ("mla128",))}
 #: The two runs: (file in the study, --seed-offset, distributions) as ragged_ab.py made them (its README).
@@ -70,11 +78,31 @@ def gm(xs) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+def _pass(runs: dict, shapes: tuple[str, ...], base, field: str, grid: tuple[float, ...], dev, tag: dict,
+          rows: list[dict]) -> float:
+    """Score ``field`` at each value of ``grid`` (the rest of ``base`` held) on both runs' batches of ``shapes``,
+    append a row per value, run and shape, and return the value chosen on the fit run."""
+    score = []
+    for f in grid:
+        c = replace(base, **{field: f})
+        for run, data in runs.items():
+            every = []
+            for shape in shapes:
+                r = regrets([d for d in data if d[1] == shape], c, dev)
+                every += r
+                rows.append(dict(tag, constant=field, value=f, run=run, shape=shape, batches=len(r), geomean=gm(r),
+                                 worst=max(r)))
+            if run == "fit":
+                score.append((f, gm(every), max(every)))
+    least = min(g for _, g, _ in score)
+    return min((w, f) for f, g, w in score if g <= least * NEAR_TIE)[1]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", default="h200-schedules", help="the catalog bench entry holding the runs")
     ap.add_argument("--device", default="h200-sxm")
-    ap.add_argument("--out", help="write DIR/refit.csv (every value of every class, both runs)")
+    ap.add_argument("--out", help="write DIR/refit.csv (every value of every pass, both runs)")
     a = ap.parse_args(argv)
 
     import pandas as pd
@@ -85,32 +113,27 @@ def main(argv=None) -> int:
     dev = devices.get(a.device)
     runs = {run: list(batches(a.study, run)) for run in RUNS}
     rows, chosen = [], {}
-    for (kind, wide), (field, shapes) in CLASSES.items():
-        shipped = rule.constants_for(dev, kind).constants
-        for f in GRID:
-            c = replace(shipped, **{field: f})
-            for run, data in runs.items():
-                for shape in shapes:
-                    r = regrets([d for d in data if d[1] == shape], c, dev)
-                    rows.append(dict(kind=kind, wide=wide, constant=field, value=f, run=run, shape=shape,
-                                     batches=len(r), geomean=gm(r), worst=max(r), shipped=getattr(shipped, field)))
-        t = pd.DataFrame([r for r in rows if (r["kind"], r["wide"]) == (kind, wide) and r["run"] == "fit"])
-        score = t.groupby("value").apply(lambda g: pd.Series(dict(
-            geomean=gm([x for x, n in zip(g["geomean"], g["batches"], strict=True) for _ in range(n)]),
-            worst=g["worst"].max())), include_groups=False).reset_index()
-        band = score[score["geomean"] <= score["geomean"].min() * NEAR_TIE]
-        chosen[(kind, wide)] = float(band.sort_values(["worst", "value"]).iloc[0]["value"])
-    df = pd.DataFrame(rows)
-    df["chosen"] = [chosen[(k, w)] == v for k, w, v in zip(df["kind"], df["wide"], df["value"], strict=True)]
+    for kind, shapes in FAMILIES.items():
+        zero = replace(rule.constants_for(dev, kind).constants, item_fixed=0.0, persistent=0.0, persistent_wide=0.0)
+        fixed = _pass(runs, shapes, zero, "item_fixed", FIXED_GRID, dev, dict(kind=kind, pass_=1), rows)
+        chosen[(kind, "item_fixed")] = fixed
+        for (k, _), (field, cls) in CLASSES.items():
+            if k == kind:
+                chosen[(kind, field)] = _pass(runs, cls, replace(zero, item_fixed=fixed), field, GRID, dev,
+                                              dict(kind=kind, pass_=2), rows)
+    df = pd.DataFrame(rows).rename(columns={"pass_": "pass"})
+    df["chosen"] = [chosen[(k, f)] == v for k, f, v in zip(df["kind"], df["constant"], df["value"], strict=True)]
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         df.round(5).to_csv(Path(a.out) / "refit.csv", index=False)
-    for (kind, wide), f in chosen.items():
-        field = CLASSES[(kind, wide)][0]
-        print(f"{kind} {'wide' if wide else 'narrow/mid'}: {field} = {f:g}")
-    view = df[df["chosen"] | (df["value"] == df["shipped"])]
+    for (kind, field), v in chosen.items():
+        print(f"{kind}: {field} = {v:g}")
+    final = df[(df["pass"] == 2) & df["chosen"]]
+    before = df[(df["pass"] == 1) & (df["value"] == 0)]
     with pd.option_context("display.width", 160):
-        print(view.pivot_table(index=["shape", "value"], columns="run", values=["geomean", "worst"]).round(3))
+        for name, t in (("chosen", final), ("before (item_fixed and persistent 0)", before)):
+            print(f"\n{name}: geomean / worst regret")
+            print(t.pivot_table(index="shape", columns="run", values=["geomean", "worst"]).round(3))
     return 0
 
 

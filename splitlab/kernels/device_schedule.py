@@ -525,9 +525,10 @@ def _splitlab_price_kernel(
 class SplitlabPricing:
     """What the device needs to price splitlab's candidates for one shape and batch size (``splitlab_pricing``):
     the candidates (``cands`` int32 ``[K, 2]``: kind 0 uniform at a fixed split count, 1 uniform at the split
-    limit, 2 balanced at a budget; and the count or budget), the fp64 terms (``consts``: RATE, FIXED, 1 / CAP or
-    inf, CAP, PARTIAL x P, COMBINE, COMBINE_PER_SPLIT, P), the integer terms and the buffers the pricing writes
-    (``durations`` fp64 ``K x max_items``, ``res_f`` fp64 ``[K]``, ``res_i`` int32 ``[K, 6]``), allocated once."""
+    limit, 2 balanced at a budget; and the count or budget), the fp64 terms (``consts``: RATE, FIXED
+    (``schedulers.item_fixed``), 1 / CAP or inf, CAP, PARTIAL x P, COMBINE, COMBINE_PER_SPLIT, P), the integer terms
+    and the buffers the pricing writes (``durations`` fp64 ``K x max_items``, ``res_f`` fp64 ``[K]``, ``res_i`` int32
+    ``[K, 6]``), allocated once."""
 
     batch: int
     cands: torch.Tensor
@@ -572,7 +573,8 @@ def splitlab_pricing(w: object, dev: object, constants: object, max_items: int,
     cands = [(0, n) for n in fixed] + [(1, 0)] + [(2, b) for b in terms.budgets]
     k = len(cands)
     inv_cap = 1 / terms.cap if terms.cap > 0 else float("inf")
-    consts = [terms.rate, c.fixed, inv_cap, terms.cap, c.partial * terms.p, c.combine, c.combine_per_split, terms.p]
+    consts = [terms.rate, S.item_fixed(c), inv_cap, terms.cap, c.partial * terms.p, c.combine, c.combine_per_split,
+              terms.p]
     f64 = dict(dtype=torch.float64, device=device)
     return SplitlabPricing(
         batch=w.batch, cands=torch.tensor(cands, dtype=torch.int32, device=device),

@@ -80,6 +80,7 @@ class CostConstants:
     persistent: float = 0.0  # schedules: a persistent slot's key tile (the work-list kernel's loop over a slot's
     #                          items: stream-K's) in the one-item kernel's, narrow and mid tiles; 0: not weighed
     persistent_wide: float = 0.0  # the same for wide tiles (>= 64 query-head rows a program)
+    item_fixed: float = 0.0  # schedules: the work-list kernels' fixed cost per item, in key tiles; 0: FIXED's
 
 
 _INT_FIELDS = ("ctas_per_sm", "ctas_per_sm_narrow", "ctas_per_sm_mid", "max_splits")
@@ -108,6 +109,7 @@ BOUNDS: dict[str, tuple[float, float | None, bool, str]] = {
     "tile32": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
     "persistent": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
     "persistent_wide": (0, MAX_COST, False, "a cost (never negative; 0: never weighed)"),
+    "item_fixed": (0, MAX_COST, False, "a cost (never negative; 0: the fixed cost's)"),
     "sm90_tile": (0, MAX_COST, True, "a cost (> 0)"),
     "tail": (0, 1, False, "a share of a wave"),
     "lone": (-MAX_COST, 1, False, "a share of a wave (< 0: off)"),

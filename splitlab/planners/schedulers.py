@@ -219,6 +219,12 @@ BALANCED_WAVES = (1, 2, 3, 4, 6, 8)
 STREAM_K_WAVES: tuple[int, ...] = (1,)
 
 
+def item_fixed(c: object) -> float:
+    """The work-list kernels' fixed cost per item (key tiles of one CTA) under constants ``c``: ``item_fixed`` where
+    fitted over schedule runs, else the split-count kernels' FIXED."""
+    return c.item_fixed or c.fixed
+
+
 def persistent_cost(w: object, c: object) -> float:
     """The persistent kernel's key tile in the one-item kernel's for ``w``'s tile under constants ``c``
     (``persistent_wide`` for wide tiles, ``persistent`` else); 0: not fitted, stream-K is not weighed."""
@@ -250,13 +256,14 @@ def modelled_time(s: Schedule, w: object, sm_count: int, c: object, arch: str = 
     constants ``c`` (``CostConstants``), in key tiles of one CTA (a modelled figure, not a time):
 
         launch = ragged_launch_time over the slots' programs, in slot order, each streaming its items' key tiles
-                 at the tile's rate plus FIXED per item (a persistent slot pays FIXED for every item it starts, and
-                 its key tiles cost ``persistent_cost`` each where that is fitted)
+                 at the tile's rate plus FIXED per item (``item_fixed``: the work-list kernels' own where fitted; a
+                 persistent slot pays it for every item it starts, and its key tiles cost ``persistent_cost`` each
+                 where that is fitted)
         + PARTIAL x P x ceil(partial rows x head groups / SMs)        (the busiest SM's partial-row writes)
         + (partial rows > 0) x (COMBINE + COMBINE_PER_SPLIT x partial rows x head groups x P / SMs)   (the merge)
 
     with the wave width, tile rate, drain cap and P of ``planners.splitlab.fitted_cost``, so that a uniform schedule
-    is priced as the split-count rule prices it. Source: splitlab."""
+    is priced as the split-count rule prices it where ``item_fixed`` is not fitted. Source: splitlab."""
     t = _terms(w, sm_count, arch, c)
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
     busy = [x for x, n in zip(slot_tiles(s, w, c, t.rate), per_cta, strict=True) if n]
@@ -270,7 +277,8 @@ def slot_tiles(s: Schedule, w: object, c: object, rate: float) -> list[float]:
 
     k = (persistent_cost(w, c) or 1.0) if s.persistent else 1.0
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
-    return [k * t + max(n - 1, 0) * c.fixed / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
+    f = item_fixed(c)
+    return [k * t + max(n - 1, 0) * f / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
 
 
 def _priced(busy: list[float], partial_rows: int, h: int, slots: int, rate: float, cap: float, p: float,
@@ -278,7 +286,7 @@ def _priced(busy: list[float], partial_rows: int, h: int, slots: int, rate: floa
     """``modelled_time``'s sum, given the busy slots' key tiles in issue order and the partial rows."""
     from splitlab.planners import splitlab as rule
 
-    launch = rule.ragged_launch_time(busy, h, 1, slots, rate, c.fixed, cap, request_major=True) if busy else 0.0
+    launch = rule.ragged_launch_time(busy, h, 1, slots, rate, item_fixed(c), cap, request_major=True) if busy else 0.0
     if partial_rows:
         launch += c.partial * p * cdiv(partial_rows * h, sm_count)
         launch += c.combine + c.combine_per_split * partial_rows * h * p / sm_count

@@ -81,7 +81,8 @@ def modelled_timeline(s: Schedule, w: object, dev: object, c: object = None) -> 
     per_cta = [s.cta_offsets[i + 1] - s.cta_offsets[i] for i in range(s.ctas)]
     tiles = schedulers.slot_tiles(s, w, c, rate)
     # modelled_time's durations, in its arithmetic (ragged_launch_time: tiles x RATE + FIXED)
-    queue = [(slot, g, tiles[slot] * rate + c.fixed) for slot in range(s.ctas) if per_cta[slot] for g in range(h)]
+    fixed = schedulers.item_fixed(c)
+    queue = [(slot, g, tiles[slot] * rate + fixed) for slot in range(s.ctas) if per_cta[slot] for g in range(h)]
     programs = _run(queue, slots, cap, h, dev.sm_count)
     launch = max((q.end for q in programs), default=0.0)
     tail = schedulers._priced([], s.partial_rows, h, slots, rate, cap, p, dev.sm_count, c)
