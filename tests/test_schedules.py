@@ -243,3 +243,22 @@ def test_stream_k_is_weighed_where_the_persistent_cost_is_fitted():
     assert S.splitlab(w, dev, cheap).scheduler == "stream_k"
     assert S.splitlab(w, dev, cheap, persistent=False).scheduler != "stream_k"
     assert S.splitlab(w, dev, cheap, persistent=False).digest == S.splitlab(w, dev, off).digest
+
+
+def test_item_fixed_prices_every_item_and_zero_is_fixeds():
+    """``item_fixed`` (the work-list kernels' cost per item) is what ``modelled_time`` charges each item; 0 falls back
+    to the split-count kernels' FIXED, so a uniform schedule is then priced as the split-count rule prices it."""
+    from dataclasses import replace
+
+    from splitlab.planners import splitlab as rule
+
+    dev = devices.get("h200")
+    w = DecodeWorkload("gqa", 16, 32, 8, 128, 128, 32768, page_size=16, length_dist="longtail", length_seed=1)
+    c = rule.constants_for(dev, "gqa").constants
+    assert S.item_fixed(c) == c.item_fixed > 0
+    assert S.item_fixed(replace(c, item_fixed=0.0)) == c.fixed
+    s = S.uniform(list(w.lengths), 4)
+    cheap, dear = (S.modelled_time(s, w, dev.sm_count, replace(c, item_fixed=f), dev.arch) for f in (0.25, 4.0))
+    assert dear > cheap
+    assert S.modelled_time(s, w, dev.sm_count, replace(c, item_fixed=0.0), dev.arch) == \
+        S.modelled_time(s, w, dev.sm_count, replace(c, item_fixed=c.fixed), dev.arch)
