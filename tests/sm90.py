@@ -4,7 +4,8 @@ check compiled code (``test_compile_sm90``, ``test_decode_plan``, ``test_device_
 The interpreter accepts code that NVIDIA compilation rejects, so a child process without ``TRITON_INTERPRET`` gives
 Triton a stand-in driver that only names the target (``PREAMBLE``), and ``Warmup`` wraps a jitted kernel so that a
 launcher's ``kernel[grid](...)`` runs the whole pipeline through ptxas (bundled with the triton wheel) into
-``compiled`` instead of launching."""
+``compiled`` instead of launching; ``usage(kernel)`` reads its registers and stack (``REG:n STACK:m``) with the bundled
+cuobjdump."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 #: The start of every compile script: the stand-in driver (exit 3 where Triton cannot take one: the test skips),
-#: ``compiled`` and ``Warmup``.
+#: ``compiled``, ``cuobjdump``, ``usage`` and ``Warmup``.
 PREAMBLE = r"""
 import os, re, subprocess, sys, tempfile
 try:
@@ -38,6 +39,17 @@ except Exception as e:
     sys.exit(3)
 
 compiled = []
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def usage(k):  # registers and stack from the cubin, where cuobjdump is bundled
+    if not os.path.exists(cuobjdump):
+        return "?"
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    return re.search(r"REG:\d+ STACK:\d+", out).group(0)
 
 class Warmup:
     def __init__(self, kernel):

@@ -23,7 +23,6 @@ from splitlab.planners import schedulers
 
 ws._mla_ws_kernel = Warmup(ws._mla_ws_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
 
 

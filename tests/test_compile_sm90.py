@@ -44,7 +44,6 @@ def gluon(launch):  # the launch, with the launchers taking the Gluon kernel whe
 
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 launch_common.check_launch_device = lambda *a: None  # (the MLA launchers' device check)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
 
 def gqa_case(hq, hkv, d, ps, dt, s, knobs):
@@ -176,17 +175,6 @@ wl._merge_kernel = Warmup(wl._merge_kernel)
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 launch_common.check_launch_device = lambda *a: None
 timeline.clock_on = lambda device: True  # the GPU build: the clock read (CPU tensors stand in)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
-def usage(k):  # registers and stack from the cubin, where cuobjdump is bundled
-    if not os.path.exists(cuobjdump):
-        return "?"
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    return re.search(r"REG:\d+ STACK:\d+", out).group(0)
 
 
 lens = [100, 7]

@@ -160,17 +160,6 @@ wl._merge_kernel = Warmup(wl._merge_kernel)
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 launch_common.check_launch_device = lambda *a: None
 launch_common.INTERPRET = False  # the GPU build (check_pdl)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
-def usage(k):  # registers and stack from the cubin, where cuobjdump is bundled
-    if not os.path.exists(cuobjdump):
-        return "?"
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    return re.search(r"REG:\d+ STACK:\d+", out).group(0)
 
 
 def code(ptx):  # the instructions, less debug sections and line records

@@ -205,7 +205,6 @@ smla._sparse_mla_worklist_kernel = Warmup(smla._sparse_mla_worklist_kernel)
 wl._merge_kernel = Warmup(wl._merge_kernel)
 comb._combine_kernel = Warmup(comb._combine_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block
 
 failed = False
