@@ -12,25 +12,13 @@ import pytest  # noqa: E402  (after the interpreter switch above)
 
 
 @pytest.fixture
-def allocs(monkeypatch):
+def allocs():
     """Every buffer the kernel launchers allocate (``splitlab.kernels._launch.alloc``) starts as NaN; the
     list collects them so a test can check that each was fully written."""
-    import torch
+    from splitlab.kernels.inputs import poisoned_allocs
 
-    from splitlab.kernels import _launch
-    from splitlab.kernels.inputs import poison_
-
-    made: list = []
-    real = _launch.alloc
-
-    def poisoned(*shape, dtype, device):
-        t = poison_(real(*shape, dtype=dtype, device=device)) if torch.empty(0, dtype=dtype).is_floating_point() \
-            else real(*shape, dtype=dtype, device=device)
-        made.append(t)
-        return t
-
-    monkeypatch.setattr(_launch, "alloc", poisoned)
-    return made
+    with poisoned_allocs() as made:
+        yield made
 
 
 @pytest.fixture

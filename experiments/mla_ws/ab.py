@@ -34,7 +34,6 @@ build in about 31 s, counted in the budget).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import math
 import os
@@ -157,23 +156,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --- on the GPU ------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
 def poisoned_allocs():
-    """Every buffer the launchers allocate (``_launch.alloc``) starts NaN: an element never written fails."""
-    from splitlab.kernels import _launch
-    from splitlab.kernels.inputs import poison_
+    """``kernels.inputs.poisoned_allocs``: every buffer the launchers allocate starts NaN."""
+    from splitlab.kernels.inputs import poisoned_allocs
 
-    real = _launch.alloc
-
-    def alloc(*shape, dtype, device):
-        t = real(*shape, dtype=dtype, device=device)
-        return poison_(t) if t.is_floating_point() else t
-
-    _launch.alloc = alloc
-    try:
-        yield
-    finally:
-        _launch.alloc = real
+    return poisoned_allocs()
 
 
 def verdict(out, lse, ref, ref_lse, dtype, nan_rows=()) -> tuple[float, float, str, str]:

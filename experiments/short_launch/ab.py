@@ -15,7 +15,6 @@ the launch, the cache rows no request reads NaN; a fused launch must leave its c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import math
 import os
@@ -88,23 +87,11 @@ class Writer:
         print(",".join(str(r.get(k, "")) for k in FIELDS), flush=True)
 
 
-@contextlib.contextmanager
 def poisoned_allocs():
-    """Every buffer the launchers allocate (``_launch.alloc``) starts NaN: an element never written fails."""
-    from splitlab.kernels import _launch
-    from splitlab.kernels.inputs import poison_
+    """``kernels.inputs.poisoned_allocs``: every buffer the launchers allocate starts NaN."""
+    from splitlab.kernels.inputs import poisoned_allocs
 
-    real = _launch.alloc
-
-    def alloc(*shape, dtype, device):
-        t = real(*shape, dtype=dtype, device=device)
-        return poison_(t) if t.is_floating_point() else t
-
-    _launch.alloc = alloc
-    try:
-        yield
-    finally:
-        _launch.alloc = real
+    return poisoned_allocs()
 
 
 def verdict(out, lse, ref, ref_lse, dtype, counters=None) -> tuple[float, float, str, str]:

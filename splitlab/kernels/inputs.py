@@ -8,6 +8,9 @@ lengths: ``strided_lens``). How outputs are checked against the fp64 reference i
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from splitlab.errors import SplitlabError
@@ -60,6 +63,27 @@ def strided_lens(lens: list[int], how: str, *, device: torch.device | str = "cpu
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill ``t`` with NaN so that an element the kernel never writes fails the check."""
     return t.fill_(float("nan"))
+
+
+@contextlib.contextmanager
+def poisoned_allocs(made: list | None = None) -> Iterator[list]:
+    """Within it, every floating buffer the launchers allocate (``_launch.alloc``) starts NaN, so an element a kernel
+    never writes fails the check; each buffer is appended to ``made`` (returned), so a caller can check them all."""
+    from splitlab.kernels import _launch
+
+    made = [] if made is None else made
+    real = _launch.alloc
+
+    def alloc(*shape, dtype, device):
+        t = real(*shape, dtype=dtype, device=device)
+        made.append(poison_(t) if t.is_floating_point() else t)
+        return t
+
+    _launch.alloc = alloc
+    try:
+        yield made
+    finally:
+        _launch.alloc = real
 
 
 def poison_unread_pages_(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: list[int], page_size: int
