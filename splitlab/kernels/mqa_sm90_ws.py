@@ -1,0 +1,411 @@
+"""Paged MQA decode (GQA with one kv head and 64 or 128 query heads, D = 128) on a work list, in Gluon for Hopper
+(sm_90a): one CTA holds every query head of its item, two consumer warpgroups of 64 heads share each K and V tile
+that a producer warp streams into shared memory by TMA.
+
+Not yet dispatched to: ``gqa.gqa_decode`` and ``worklist.gqa_decode_scheduled`` run the kernels they ran before.
+This module is the candidate of an H200 A/B (``experiments/mqa_ws/``): compiled for sm_90a here, never run yet.
+
+Why: 128 query heads on one kv head is MLA's shape at D = 128 (issue 37, item 3). The tl work-list tile holds the
+group in one program whose ``tl.dot`` pipeline serialises QK, softmax and PV; here the machinery of
+``kernels.mla_sm90_ws`` (FlashMLA's warp specialization: a TMA producer warp, consumer warpgroups running wgmma)
+carries it, without MLA's split output: each consumer owns 64 heads and its whole 64 x 128 fp32 output, so the two
+run independent online softmaxes over the same tiles (no shared running max) and the warp schedulers interleave one
+consumer's softmax with the other's GEMMs.
+
+Per 64-key tile t, in buffer ``t % STAGES``:
+
+    producer: K_t (once both consumers released K_{t-STAGES}), then V_t (once both released V_{t-STAGES})
+    consumer w (heads 64w .. 64w + 63):  S = Q_w K_t^T (2 x m64n64k16 chains over D) -> release K_t
+                                         m, alpha, P = online softmax of S (base 2, keys past the item's end -inf)
+                                         O_w = O_w alpha + P V_t (m64n128k16, P from registers) -> release V_t
+
+so K_{t+1} lands while the consumers still run tile t's softmax and PV. Bytes per tile: K and V 2 x 64 x 128 x elt
+(32 KiB at 16 bits) read once per CTA for all 128 heads, the tile's page entries (4 bytes a box); Q 128 x 128 x elt
+once an item; writes 128 x 128 x (elt or 4) + 128 x 4. FLOPs per tile: 2 x 2 x 128 x 64 x 128.
+
+Pages. A tile is ``BLOCK_N`` (64) keys; it lands as boxes of ``BOX = min(page_size, 64)`` rows (one page each at
+page 16 and 32, a part of one page at 64 and above), each box as two 64-column TMA copies (128 bytes a row, the
+swizzle width). Boxes at or past the item's end are not copied; their rows (and the rows past the end of a box that
+is) are masked: scores -inf, and each consumer zeroes those rows of V before its PV GEMM (0 x NaN would poison the
+row; both consumers write the same zeros, so their overlap is benign).
+
+Rules (those of ``worklist._gqa_worklist_kernel``, so that ``worklist.launch_merge`` completes a launch): an item of
+a request with one item writes its output row and lse directly, any other its partial row (fp32) and lse; an item
+outside ``[0, max_keys]`` or a block-table entry outside ``[0, num_pages)`` makes the request NaN (a TMA box outside
+the cache reads zeros, never memory outside it); NaN keys propagate; an empty request writes zeros and lse -inf.
+
+Shared memory (16-bit): Q 32 KiB, ``STAGES`` x (K 16 + V 16) KiB, two 32 KiB fp32 output stages (the epilogue
+writes rows 16 at a time from them), barriers: 160 KiB at ``STAGES`` 2. Partitions and registers as
+``mla_sm90_ws`` (imported: consumer 0 the default partition, consumer 1, the producer warp); with 64 heads consumer
+1 idles and the release barriers count one arrival.
+
+Scope (``check_launch``, else one ``SplitlabError`` line): q ``[B, 64 or 128, 128]`` and K/V caches ``[pages,
+page_size, 1, 128]`` of one 16-bit dtype; page size 16, 32 or a multiple of 64; each cache's rows contiguous,
+16-byte aligned, pages back to back (one 2-D TMA tensor of rows), fewer than 2^31 rows; q read as rows of
+``[B * H, 128]`` (copied contiguous where its strides are not that); a non-persistent schedule whose items start at
+multiples of ``BOX``; an sm_90 GPU with triton 3.6's Gluon, not the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from splitlab.errors import SplitlabError
+from splitlab.kernels import _launch as launch_common
+from splitlab.kernels.mla_sm90 import HAVE_GLUON
+from splitlab.kernels.mla_sm90_ws import (
+    CONSUMER_REGS,
+    CONSUMER_WARPS,
+    LOADER_REGS,
+    LOADER_WARPS,
+    MAXNREG,
+    NUM_WARPS,
+    _tma_rows,
+)
+from splitlab.kernels.worklist import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from splitlab.kernels.mla_sm90_ws import _load_item, _pages_bad
+
+HEAD_DIM = 128
+HEADS = (64, 128)  # the query-head counts it takes: one or two consumer warpgroups
+BLOCK_H = 64  # heads a consumer warpgroup: one wgmma M
+BLOCK_N = 64  # keys a tile
+PIECE = 64  # columns of a TMA copy: 128 bytes, the swizzle width
+STAGES = 2  # K and V tiles in flight
+MIN_PAGE = 16  # the smallest box: a page of 16 rows (8-row swizzle atoms, wgmma's k16)
+
+if HAVE_GLUON:
+    _D = gl.constexpr(HEAD_DIM)
+    _BH = gl.constexpr(BLOCK_H)
+    _BN = gl.constexpr(BLOCK_N)
+    _PIECE = gl.constexpr(PIECE)
+    _STAGES = gl.constexpr(STAGES)
+    _LN2 = gl.constexpr(LN2.value)
+    _WARPS = gl.constexpr((CONSUMER_WARPS, LOADER_WARPS))
+    _REGS = gl.constexpr((CONSUMER_REGS, LOADER_REGS))
+    # S (m64n64), the output (m64n128), P as the output GEMM's A operand.
+    _QK_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                   instr_shape=[16, BLOCK_N, 16]))
+    _PV_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                   instr_shape=[16, HEAD_DIM, 16]))
+    _P_L = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_PV_L.value, k_width=2))
+
+    @gluon.jit
+    def _issue_tile(desc, bt_row, bt_stride_p, n0, end, buf, bar, PAGE_SIZE: gl.constexpr, BOX: gl.constexpr):
+        """The TMA copies of one 64 x 128 tile of keys ``[n0, n0 + 64)`` into ``buf``: each box of ``BOX`` rows
+        that starts before ``end`` (its page entry read here, 4 bytes), as two 64-column copies, all signalling
+        ``bar`` with the bytes of the boxes copied."""
+        NBOX: gl.constexpr = _BN // BOX
+        nbytes: gl.constexpr = desc.block_type.nbytes
+        valid = gl.minimum(gl.cdiv(end - n0, BOX), NBOX)
+        for i in gl.static_range(1, NBOX + 1):
+            mbarrier.expect(bar, i * 2 * nbytes, pred=valid == i)
+        for i in gl.static_range(NBOX):
+            r = n0 + i * BOX
+            some = r < end
+            page = gl.load(bt_row + (r // PAGE_SIZE) * bt_stride_p, mask=some, other=0)
+            krow = page * PAGE_SIZE + r % PAGE_SIZE
+            for c in gl.static_range(_D // _PIECE):
+                tma.async_copy_global_to_shared(desc, [krow, c * _PIECE], bar,
+                                                buf.slice(i * BOX, BOX, 0).slice(c * _PIECE, _PIECE, 1), pred=some)
+
+    @gluon.jit
+    def _zero_tail(v, n0, end):
+        """Zero the rows of the landed V tile ``v`` ([64 keys, 128]) at or past the item's end (stale or unread
+        rows), so that the PV GEMM never multiplies them; a no-op for a full tile. 64 x 128 x 2 bytes of shared
+        memory read and written, once an item."""
+        if n0 + _BN > end:
+            ZL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            keep = (n0 + gl.arange(0, _BN, layout=gl.SliceLayout(1, ZL)) < end)[:, None]
+            for c in gl.static_range(_D // _PIECE):
+                piece = v.slice(c * _PIECE, _PIECE, 1)
+                x = piece.load(ZL)
+                piece.store(gl.where(keep, x, gl.zeros_like(x)))
+            fence_async_shared()
+            gl.thread_barrier()
+
+    @gluon.jit
+    def _store_rows(stage, base, stride_h, stride_d, head0):
+        """Rows of ``stage`` ([64, 128], staged) to ``base`` (head rows ``head0 + [0, 64)``, 128 columns), 16 rows
+        at a time, 16 bytes a thread."""
+        VEC: gl.constexpr = 128 // stage.dtype.primitive_bitwidth
+        ROW_L: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // _D, _D // VEC], [4, 1], [1, 0])
+        cols = gl.arange(0, _D, layout=gl.SliceLayout(0, ROW_L))
+        for r in gl.static_range(0, _BH, 16):
+            heads = head0 + r + gl.arange(0, 16, layout=gl.SliceLayout(1, ROW_L))
+            vals = stage.slice(r, 16, 0).load(ROW_L)
+            gl.store(base + heads[:, None] * stride_h + cols[None, :] * stride_d, vals)
+
+    @gluon.jit
+    def _epilogue(acc, m_i, l_i, outs, b, row, head0, stage_buf):
+        """``acc / l`` into the consumer's 64 head rows: the output row (q's dtype) of a request with one item
+        (``row < 0``), else partial row ``row`` (fp32); the lse (natural log; an empty row 0 with lse -inf, a NaN
+        ``l_i`` NaN). Bytes: 64 x 128 x (elt or 4) + 64 x 4."""
+        (out_ptr, lse_ptr, po_ptr, pl_ptr, out_stride_b, out_stride_h, out_stride_d, lse_stride_b, lse_stride_h,
+         po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h) = outs
+        ROWS: gl.constexpr = gl.SliceLayout(1, _PV_L)
+        l_o = gl.convert_layout(l_i, ROWS)
+        empty = l_o == 0.0
+        l_safe = gl.where(empty, 1.0, l_o)
+        vals = acc / l_safe[:, None]
+        heads = head0 + gl.arange(0, _BH, layout=ROWS)
+        lse = gl.where(empty, float("-inf"), (gl.convert_layout(m_i, ROWS) + gl.log2(l_safe)) * _LN2)
+        if row < 0:
+            out_dtype: gl.constexpr = out_ptr.dtype.element_ty
+            VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
+            out_stage = stage_buf._reinterpret(out_dtype, [_BH, _D], gl.SwizzledSharedLayout(
+                vec=VEC, per_phase=1, max_phase=8, order=[1, 0]))
+            out_stage.store(vals.to(out_dtype))
+            gl.thread_barrier()
+            _store_rows(out_stage, out_ptr + b * out_stride_b, out_stride_h, out_stride_d, head0)
+            gl.store(lse_ptr + b * lse_stride_b + heads * lse_stride_h, lse)
+        else:
+            stage_buf.store(vals)
+            gl.thread_barrier()
+            r64 = row.to(gl.int64)
+            _store_rows(stage_buf, po_ptr + r64 * po_stride_r, po_stride_h, po_stride_d, head0)
+            gl.store(pl_ptr + r64 * pl_stride_r + heads * pl_stride_h, lse)
+
+    @gluon.jit
+    def _consumer(smem, bars, item, geo, outs, W: gl.constexpr, PAGE_SIZE: gl.constexpr):
+        """Consumer ``W``: heads ``64 W + [0, 64)``, every tile's S = Q K^T, online softmax and P V, then its rows."""
+        q_s, k_s, v_s, o_s = smem
+        q_ready, k_ready, v_ready, k_free, v_free = bars
+        b, start, end, row, bad, n_tiles = item
+        bt_row, bt_stride_p, num_pages, qk_scale = geo
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        P_L: gl.constexpr = _P_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        dtype: gl.constexpr = q_s.dtype
+        bad = bad | _pages_bad(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+        q = q_s.index(W)
+        m_i = gl.full([_BH], float("-inf"), gl.float32, layout=ROWS)
+        l_i = gl.zeros([_BH], gl.float32, layout=ROWS)
+        acc = gl.zeros([_BH, _D], gl.float32, layout=PV_L)
+        mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
+        for t in range(n_tiles):
+            buf = t % _STAGES
+            phase = (t // _STAGES) & 1
+            n0 = start + t * _BN
+            k = k_s.index(buf)
+            v = v_s.index(buf)
+            # S = Q_w K^T: 2 x 64 x 64 x 128 FLOPs, both operands in shared memory, one chain of two k=64 pieces.
+            mbarrier.wait(k_ready.index(buf), phase)
+            s = warpgroup_mma(q.slice(0, _PIECE, 1), k.slice(0, _PIECE, 1).permute((1, 0)),
+                              gl.zeros([_BH, _BN], gl.float32, layout=QK_L), use_acc=False, is_async=True)
+            s = warpgroup_mma(q.slice(_PIECE, _PIECE, 1), k.slice(_PIECE, _PIECE, 1).permute((1, 0)), s,
+                              is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+            gl.thread_barrier()
+            mbarrier.arrive(k_free.index(buf))
+            ok = n0 + gl.arange(0, _BN, layout=gl.SliceLayout(0, QK_L)) < end
+            s = gl.where(ok[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            p = gl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV_L))[:, None]
+            # O_w += P V: 2 x 64 x 64 x 128 FLOPs, P from registers.
+            mbarrier.wait(v_ready.index(buf), phase)
+            _zero_tail(v, n0, end)
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), P_L), v, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            gl.thread_barrier()
+            mbarrier.arrive(v_free.index(buf))
+        l_i = gl.where(bad, float("nan"), l_i)
+        _epilogue(acc, m_i, l_i, outs, b, row, W * _BH, o_s.index(W))
+
+    @gluon.jit
+    def _part_consumer0(smem, bars, item, geo, outs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                        BOX: gl.constexpr):
+        """The default partition (4 warps): heads [0, 64)."""
+        _consumer(smem, bars, item, geo, outs, 0, PAGE_SIZE)
+
+    @gluon.jit
+    def _part_consumer1(smem, bars, item, geo, outs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                        BOX: gl.constexpr):
+        """A worker partition (4 warps): heads [64, 128), idle with 64 heads."""
+        if NCONS == 2:
+            _consumer(smem, bars, item, geo, outs, 1, PAGE_SIZE)
+
+    @gluon.jit
+    def _part_load(smem, bars, item, geo, outs, descs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                   BOX: gl.constexpr):
+        """The producer (1 warp): Q (NCONS x 64 x 128 x elt bytes), then every tile's K and V (64 x 128 x elt
+        each, and their page entries) into buffer ``t % STAGES`` once the consumers released that buffer's last."""
+        q_s, k_s, v_s, o_s = smem
+        q_ready, k_ready, v_ready, k_free, v_free = bars
+        b, start, end, row, bad, n_tiles = item
+        bt_row, bt_stride_p, num_pages, qk_scale = geo
+        q_desc, k_desc, v_desc, q_row = descs
+        some = n_tiles > 0  # (an empty item copies nothing: no copy may outlive the program)
+        mbarrier.expect(q_ready, NCONS * (_D // _PIECE) * q_desc.block_type.nbytes, pred=some)
+        for w in gl.static_range(NCONS):
+            for c in gl.static_range(_D // _PIECE):
+                tma.async_copy_global_to_shared(q_desc, [q_row + w * _BH, c * _PIECE], q_ready,
+                                                q_s.index(w).slice(c * _PIECE, _PIECE, 1), pred=some)
+        for t in range(n_tiles):
+            buf = t % _STAGES
+            free_phase = ((t // _STAGES) & 1) ^ 1  # (a fresh barrier passes parity 1)
+            n0 = start + t * _BN
+            mbarrier.wait(k_free.index(buf), free_phase)
+            _issue_tile(k_desc, bt_row, bt_stride_p, n0, end, k_s.index(buf), k_ready.index(buf), PAGE_SIZE, BOX)
+            mbarrier.wait(v_free.index(buf), free_phase)
+            _issue_tile(v_desc, bt_row, bt_stride_p, n0, end, v_s.index(buf), v_ready.index(buf), PAGE_SIZE, BOX)
+
+    @gluon.jit
+    def _mqa_ws_kernel(
+        q_desc, k_desc, v_desc, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
+        num_heads, qk_scale, num_pages, max_keys,
+        bt_stride_b, bt_stride_p,
+        out_stride_b, out_stride_h, out_stride_d,
+        lse_stride_b, lse_stride_h,
+        po_stride_r, po_stride_h, po_stride_d,
+        pl_stride_r, pl_stride_h,
+        NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr, BOX: gl.constexpr, num_warps: gl.constexpr,
+    ):
+        # One program per work item (every head of the one kv head).
+        it = gl.program_id(0)
+        b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
+        n_tiles = gl.cdiv(end - start, _BN)
+        dtype: gl.constexpr = q_desc.dtype
+        SM_L: gl.constexpr = q_desc.layout
+        F32_L: gl.constexpr = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=8, order=[1, 0])
+        q_s = gl.allocate_shared_memory(dtype, [NCONS, _BH, _D], SM_L)
+        k_s = gl.allocate_shared_memory(dtype, [_STAGES, _BN, _D], SM_L)
+        v_s = gl.allocate_shared_memory(dtype, [_STAGES, _BN, _D], SM_L)
+        o_s = gl.allocate_shared_memory(gl.float32, [NCONS, _BH, _D], F32_L)
+        # Barriers: Q landed; each buffer's K and V landed (producer -> consumers, by TMA bytes); each buffer's K and
+        # V free (every consumer -> producer).
+        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
+        k_free = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
+        v_free = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_ready, count=1)
+        for i in gl.static_range(_STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_free.index(i), count=NCONS)
+            mbarrier.init(v_free.index(i), count=NCONS)
+
+        smem = (q_s, k_s, v_s, o_s)
+        bars = (q_ready, k_ready, v_ready, k_free, v_free)
+        item = (b, start, end, row, bad, n_tiles)
+        geo = (bt_ptr + b * bt_stride_b, bt_stride_p, num_pages, qk_scale)
+        outs = (out_ptr, lse_ptr, po_ptr, pl_ptr, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+                lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h)
+        descs = (q_desc, k_desc, v_desc, b.to(gl.int32) * num_heads)
+        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, NCONS, PAGE_SIZE, BOX)),
+                            (_part_consumer1, (smem, bars, item, geo, outs, NCONS, PAGE_SIZE, BOX)),
+                            (_part_load, (smem, bars, item, geo, outs, descs, NCONS, PAGE_SIZE, BOX))],
+                           _WARPS, _REGS)
+
+
+def box_rows(page_size: int) -> int:
+    """Rows of a TMA box: a page, or a 64-key tile where a page holds several."""
+    return min(page_size, BLOCK_N)
+
+
+def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                 work: object) -> WorkList:
+    """The scope in the module docstring, each breach one ``SplitlabError`` line; returns the checked work list."""
+    from splitlab.kernels import gqa
+
+    if not HAVE_GLUON:
+        raise SplitlabError("mqa_decode_ws: needs triton 3.6's Gluon (triton.experimental.gluon)")
+    if launch_common.INTERPRET:
+        raise SplitlabError("mqa_decode_ws: Gluon kernels do not run under TRITON_INTERPRET=1")
+    gqa._check_inputs(q, k_cache, v_cache, block_table)
+    if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] != 9:
+        raise SplitlabError(f"mqa_decode_ws: q is on {torch.cuda.get_device_name(q.device)}; expected an sm_90 GPU")
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise SplitlabError(f"mqa_decode_ws: dtype {q.dtype} is not allowed; expected bfloat16 or float16")
+    B, H, D = q.shape
+    num_pages, page_size, hkv, _ = k_cache.shape
+    if hkv != 1 or H not in HEADS or D != HEAD_DIM:
+        raise SplitlabError(f"mqa_decode_ws: {H} query heads on {hkv} kv heads of dim {D}; expected "
+                            f"{' or '.join(map(str, HEADS))} on 1, dim {HEAD_DIM}")
+    if page_size % (MIN_PAGE if page_size < BLOCK_N else BLOCK_N) or BLOCK_N % box_rows(page_size):
+        raise SplitlabError(f"mqa_decode_ws: page_size={page_size} is not allowed; expected 16, 32 or a multiple "
+                            f"of {BLOCK_N}")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not _tma_rows(c, c.stride(1)) or c.stride(0) != page_size * c.stride(1):
+            raise SplitlabError(f"mqa_decode_ws: {name} strides {tuple(c.stride())} are not allowed; expected pages "
+                                "of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
+    if num_pages * page_size >= 2**31:
+        raise SplitlabError(f"mqa_decode_ws: the caches hold {num_pages * page_size} rows; expected fewer than "
+                            "2^31")
+    work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mqa_decode_ws")
+    box = box_rows(page_size)
+    if work.schedule.persistent or work.schedule.align % box:
+        kind = "a persistent schedule" if work.schedule.persistent else "a schedule"
+        raise SplitlabError(f"mqa_decode_ws: {kind} with items aligned to {work.schedule.align} keys is not allowed; "
+                            f"expected one item a CTA slot (not persistent), items starting at multiples of {box}")
+    return work
+
+
+def mqa_decode_ws(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                  work: WorkList, *, sm_scale: float | None = None, return_lse: bool = False):
+    """Paged MQA decode over a work list on this module's kernel: ``worklist.gqa_decode_scheduled``'s inputs and
+    outputs within the scope of the module docstring."""
+    work = check_launch(q, k_cache, v_cache, block_table, work)
+    B, H, D = q.shape
+    scale = launch_common.resolve_sm_scale(sm_scale, D)
+    out = launch_common.alloc(B, H, D, dtype=q.dtype, device=q.device)
+    lse = launch_common.alloc(B, H, dtype=torch.float32, device=q.device)
+    po, pl = alloc_partials(work, H, D, q.device)
+    with launch_common.device_guard(q):
+        launch(q, k_cache, v_cache, block_table, work, out, lse, po, pl, scale * LOG2E)
+        launch_merge(work, po, pl, out, lse)
+    return (out, lse) if return_lse else out
+
+
+def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
+    """The TMA descriptors of q (rows of ``[B * H, 128]`` in 64 x 64 boxes; a contiguous copy where q's strides are
+    not that) and of each cache (rows of ``[num_pages * page_size, 128]`` in ``box_rows`` x 64 boxes), one swizzled
+    layout for all."""
+    B, H, D = q.shape
+    if not (_tma_rows(q, q.stride(1)) and q.stride(0) == H * q.stride(1)):
+        q = q.contiguous()
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_H, PIECE], gl.bfloat16 if q.dtype == torch.bfloat16
+                                                  else gl.float16)
+    rows = k_cache.shape[0] * k_cache.shape[1]
+    box = [box_rows(k_cache.shape[1]), PIECE]
+    q_desc = TensorDescriptor(q, [B * H, D], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
+    k_desc = TensorDescriptor(k_cache, [rows, D], [k_cache.stride(1), 1], box, layout)
+    v_desc = TensorDescriptor(v_cache, [rows, D], [v_cache.stride(1), 1], box, layout)
+    return q_desc, k_desc, v_desc
+
+
+def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+           work: WorkList, out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor,
+           qk_scale: float) -> None:
+    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2)."""
+    B, H, _ = q.shape
+    num_pages, page_size = k_cache.shape[:2]
+    q_desc, k_desc, v_desc = descriptors(q, k_cache, v_cache)
+    _mqa_ws_kernel[(work.ctas,)](
+        q_desc, k_desc, v_desc, block_table, work.items, out, lse, po, pl,
+        H, qk_scale, num_pages, block_table.shape[1] * page_size,
+        *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
+        NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), num_warps=NUM_WARPS, maxnreg=MAXNREG,
+    )
+
+
+__all__ = ["HEADS", "box_rows", "check_launch", "launch", "mqa_decode_ws"]

@@ -1,0 +1,93 @@
+"""The warp-specialized MQA work-list kernel (``kernels.mqa_sm90_ws``) compiles for sm_90a on this CPU machine without
+launching (``tests/sm90.py``'s stand-in driver; Gluon does not run under the interpreter): MQA-128 and MQA-64, page
+16, 32, 64 and 128, bf16 and fp16, each with no register spills, shared memory within the 227 KiB an SM lends a
+block, no wgmma that ptxas serialises (its C7515 warning), the partitions' setmaxnreg and the wgmma its loop implies.
+
+Its results are checked only on the H200 (``experiments/mqa_ws/ab.py`` checks it against the fp64 reference before
+timing it); ``test_mqa_ws_scope.py`` has what the launcher refuses."""
+
+from __future__ import annotations
+
+import pytest
+from sm90 import compile_in_child
+
+from splitlab.kernels import mqa_sm90_ws as ws
+
+SCRIPT = r"""
+import splitlab.kernels._launch as launch_common
+import splitlab.kernels.mla_sm90_ws as mla_ws
+import splitlab.kernels.mqa_sm90_ws as ws
+from splitlab.kernels.inputs import gqa_inputs
+from splitlab.kernels.mla import SMEM_BUDGET
+from splitlab.kernels.worklist import WorkList, alloc_partials
+from splitlab.planners import schedulers
+
+ws._mqa_ws_kernel = Warmup(ws._mqa_ws_kernel)
+launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
+ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
+
+
+def case(heads, page, dtype):  # two requests: one split in two (partial rows), one direct
+    lens = [300, 70]
+    x = gqa_inputs(2, heads, 1, 128, lens, page_size=page, dtype=dtype)
+    work = ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
+                           WorkList.from_schedule(schedulers.uniform(lens, 2), "cpu"))
+    po, pl = alloc_partials(work, heads, 128, "cpu")
+    ws.launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work, torch.empty(2, heads, 128, dtype=dtype),
+              torch.empty(2, heads), po, pl, 0.1)
+
+
+CASES = [(h, p, d) for h in (128, 64) for p in (16, 64) for d in (torch.bfloat16, torch.float16)] + [
+    (128, 32, torch.bfloat16), (128, 128, torch.bfloat16)]
+failed = False
+for heads, page, dtype in CASES:
+    name = f"MQA-{heads} page {page} {str(dtype)[6:]}"
+    n0 = len(compiled)
+    try:
+        case(heads, page, dtype)
+    except Exception as e:
+        print(f"FAIL {name}: {type(e).__name__}: {str(e)[:3000]}")
+        failed = True
+        continue
+    k = compiled[n0]
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    usage = next((line.strip() for line in usage.splitlines() if "REG:" in line), "?")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull], capture_output=True,
+                         text=True)
+    os.unlink(f.name)
+    log = log.stdout + log.stderr
+    if "C7515" in log:
+        print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
+        failed = True
+    if "STACK:0 " not in usage or "LOCAL:0 " not in usage or " 0 bytes spill stores" not in log:
+        print(f"SPILL {name}: {usage}")
+        failed = True
+    if k.metadata.shared > SMEM_BUDGET:
+        print(f"SHARED {name}: {k.metadata.shared} B > {SMEM_BUDGET}")
+        failed = True
+    regs = sorted(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", k.asm["ptx"]))
+    want = {mla_ws.CONSUMER_REGS, mla_ws.LOADER_REGS}
+    if not want <= set(regs):
+        print(f"REGS {name}: setmaxnreg {sorted(set(regs))}, expected {sorted(want)} among them")
+        failed = True
+    # One consumer body a warpgroup that runs one (64 heads: consumer 0 only): QK as two m64n64k16 chains of 4
+    # (k = 128), PV one m64n128k16 chain of 4 (64 keys).
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", k.asm["ptx"])
+    got, want = (shapes.count("64"), shapes.count("128")), (8 * (heads // 64), 4 * (heads // 64))
+    if got != want:
+        print(f"SHAPES {name}: {got} (m64n64, m64n128) wgmma, expected {want}")
+        failed = True
+    print(f"ok {name}: shared {k.metadata.shared} B; setmaxnreg {sorted(set(regs))}; {usage}")
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.skipif(not ws.HAVE_GLUON, reason="needs triton 3.6's Gluon")
+def test_compiles_for_sm90a_without_spills():
+    r = compile_in_child(SCRIPT)
+    print(r.stdout)
