@@ -1,7 +1,8 @@
 """The warp-specialized MQA work-list kernel (``kernels.mqa_sm90_ws``) compiles for sm_90a on this CPU machine without
 launching (``tests/sm90.py``'s stand-in driver; Gluon does not run under the interpreter): MQA-128 and MQA-64, page
 16, 32, 64 and 128, bf16 and fp16, each with no register spills, shared memory within the 227 KiB an SM lends a
-block, no wgmma that ptxas serialises (its C7515 warning), the partitions' setmaxnreg and the wgmma its loop implies.
+block, no wgmma that ptxas serialises (its C7514 and C7515 warnings: the Gluon MQA tile of ``experiments/frontier_ab``
+lost its overlap to C7514), the partitions' setmaxnreg and the wgmma its loop implies.
 
 Its results are checked only on the H200 (``experiments/mqa_ws/ab.py`` checks it against the fp64 reference before
 timing it); ``test_mqa_ws_scope.py`` has what the launcher refuses."""
@@ -61,7 +62,7 @@ for heads, page, dtype in CASES:
                          text=True)
     os.unlink(f.name)
     log = log.stdout + log.stderr
-    if "C7515" in log:
+    if re.search(r"C751\d", log):  # C7514 (an accumulator in flight across iterations), C7515, ...
         print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
         failed = True
     if "STACK:0 " not in usage or "LOCAL:0 " not in usage or " 0 bytes spill stores" not in log:

@@ -1,0 +1,445 @@
+"""The warp-specialized MQA work-list kernel (``splitlab.kernels.mqa_sm90_ws``) against the shipped GQA kernel at its
+planner's split count, the tl work-list kernel at splitlab's schedule, SDPA cuDNN / flash and FlashInfer, on MQA-128
+(128 query heads on one kv head, D = 128, bf16) on one H200: every splitlab kernel checked against the fp64
+reference first, then timed by CUDA-graph replay; one CSV.
+
+    python experiments/mqa_ws/ab.py all --out DIR [--budget-s 200]   # check, then time
+    python experiments/mqa_ws/ab.py check --out DIR [--baseline]     # the checks (what `all` runs in children)
+    python experiments/mqa_ws/ab.py run --out DIR                    # time only
+    python experiments/mqa_ws/ab.py summary DIR/mqa_ws_ab.csv        # the README's tables, any machine
+
+``all`` first runs ``check`` for the kernel and (``--baseline``) for the tl work-list kernel at once, each in a
+child process of its own with a time limit (``--check-timeout-s``: a kernel that never finishes, a barrier waited
+on for ever, costs that child only), then ``run`` if the kernel passed every check (the baseline's checks test the
+harness: the tl kernel has passed them in the test suite). Rows (``FIELDS``) go to ``DIR/mqa_ws_ab.csv`` as they
+are made: ``phase`` is ``check`` or ``time``.
+
+- ``check``: small batches that reach every path: an empty request, odd lengths (a last tile part empty, a box
+  past the end not copied), one and two tiles, direct rows and partial rows, 128 and 64 heads, page 16, 32, 64 and
+  128, items at multiples of 16 (page 16: a box is a page), fp16, a NaN in an attended key and in an attended value
+  (the request NaN), a block-table entry outside the cache (the request NaN); unread cache rows NaN, every output
+  buffer NaN before the launch (``inputs.poisoned_allocs``). Against the fp64 reference
+  (``accuracy.assert_matches_reference`` on the rows that must be finite; the rows that must be NaN all NaN).
+- ``run``: MQA-128 at batch 8, 16, 64 and 8K, 32K, 64K keys, same-length (``uniform``) and ``longtail`` lengths,
+  page 16 and 64 (``shapes``: most telling first, both pages early). Per batch: the fp64 reference once; each
+  implementation's output against it (bf16 tolerance; a wrong one is a row ``wrong``, not timed); then
+  ``bench.timing.time_graph`` (p50; input sets rotated past the L2). Implementations: ``gqa`` (``gqa.gqa_decode``
+  at ``bench.decode.default_knobs``: the planner's split), ``tl@splitlab`` (``worklist.gqa_decode_scheduled`` on
+  splitlab's schedule), ``ws@uniform`` (this kernel at the planner's split count as a work list), ``ws@splitlab``
+  (splitlab's scheduler, not persistent), and the peers of ``bench.peers`` / ``bench.peers_flashinfer`` on their
+  own inputs, each checked against its own fp64 reference (SDPA takes same-length batches only; a peer that is not
+  importable is one ``unavailable`` row). ``roofline`` = ``workloads.floor_time_us`` / time.
+
+Budget: ``--budget-s`` (default 200) counts from the start of ``all``; ``run`` starts no new batch past it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FIELDS = ["phase", "impl", "schedule", "case", "heads", "batch", "longest", "dist", "dtype", "page", "splits", "ctas",
+          "items", "us", "p20_us", "p80_us", "roofline", "rel_err", "lse_err", "status", "error", "elapsed_s"]
+CSV_NAME = "mqa_ws_ab.csv"
+HEADS = 128
+BATCHES = (16, 64, 8)
+KEYS = (32768, 8192, 65536)
+DISTS = ("uniform", "longtail")
+PAGES = (16, 64)
+SCHEDULES = ("uniform", "splitlab")
+PEERS = ("sdpa-cudnn", "sdpa-flash", "flashinfer")
+KERNEL, BASELINE = "ws", "tl"
+#: Check batches: (name, heads, lengths, page, dtype, split count, what is done to the inputs or the schedule).
+CHECKS = [
+    ("empty-and-odd-p16", 128, [1000, 0, 77], 16, "bf16", 1, None),
+    ("empty-and-odd-p16-split3", 128, [1000, 0, 77], 16, "bf16", 3, None),
+    ("one-and-two-tiles-p64", 128, [64, 65, 128, 1], 64, "bf16", 2, None),
+    ("long-split5-p16", 128, [5000, 4096], 16, "bf16", 5, None),
+    ("long-split4-p64", 128, [4999, 4096, 130], 64, "bf16", 4, None),
+    ("items-at-16-p16", 128, [1000, 77, 500], 16, "bf16", 3, "tile16"),
+    ("64-heads-p16", 64, [300, 129, 64, 1], 16, "bf16", 2, None),
+    ("64-heads-p64-fp16", 64, [700, 33], 64, "fp16", 2, None),
+    ("page-32", 128, [1000, 200, 3], 32, "bf16", 2, None),
+    ("page-128", 128, [1000, 200, 3], 128, "bf16", 2, None),
+    ("fp16-p16", 128, [900, 64, 5], 16, "fp16", 3, None),
+    ("nan-key-p16", 128, [600, 300], 16, "bf16", 2, "nan-key"),
+    ("nan-value-p64", 128, [600, 300], 64, "bf16", 2, "nan-value"),
+    ("bad-page-p16", 128, [600, 300], 16, "bf16", 2, "bad-page"),
+    ("bad-page-p64", 64, [600, 300], 64, "bf16", 2, "bad-page"),
+]
+
+
+def shapes(batches=BATCHES, keys=KEYS, dists=DISTS, pages=PAGES) -> list[tuple[int, int, str, int]]:
+    """(batch, longest, dist, page) of the timed batches, in the order they run: ``KEYS`` and ``BATCHES`` in their
+    order (the most telling first), each at every page before the next."""
+    return [(b, n, d, p) for n in keys for b in batches for d in dists for p in pages]
+
+
+class Rows:
+    """The CSV: appended row by row (the header once, when the file is new), flushed after each row."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._f = open(self.path, "a", newline="")
+        self._w = csv.DictWriter(self._f, fieldnames=FIELDS, restval="")
+        if new:
+            self._w.writeheader()
+            self._f.flush()
+
+    def write(self, **row) -> dict:
+        unknown = set(row) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"not CSV fields: {sorted(unknown)}")
+        self._w.writerow(row)
+        self._f.flush()
+        return row
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def passed_checks(rows: list[dict], impl: str = KERNEL) -> bool:
+    """Whether ``impl`` has check rows, every one ``ok`` (a check child that never finished has a ``timeout`` row)."""
+    mine = [r for r in rows if r["phase"] == "check" and r["impl"] == impl]
+    return bool(mine) and all(r["status"] == "ok" for r in mine)
+
+
+def _split(text: str) -> list[str]:
+    return [t for t in text.split(",") if t]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in _split(text)]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("all", "check", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("--out", required=True, help="folder of the CSV")
+        if name != "check":
+            p.add_argument("--budget-s", type=float, default=200.0)
+            p.add_argument("--batches", type=_ints, default=list(BATCHES))
+            p.add_argument("--keys", type=_ints, default=list(KEYS))
+            p.add_argument("--dists", type=_split, default=list(DISTS))
+            p.add_argument("--pages", type=_ints, default=list(PAGES))
+            p.add_argument("--schedules", type=_split, default=list(SCHEDULES))
+            p.add_argument("--peers", type=_split, default=list(PEERS))
+            p.add_argument("--replays", type=int, default=20)
+        if name == "all":
+            p.add_argument("--check-timeout-s", type=float, default=120.0)
+        if name == "check":
+            p.add_argument("--baseline", action="store_true", help="check the tl work-list kernel instead")
+    s = sub.add_parser("summary")
+    s.add_argument("csv")
+    a = ap.parse_args(argv)
+    for name, allowed in (("schedules", SCHEDULES), ("peers", PEERS), ("dists", DISTS), ("pages", PAGES)):
+        for v in getattr(a, name, []):
+            if v not in allowed:
+                ap.error(f"{name[:-1]} {v!r}: expected one of {', '.join(map(str, allowed))}")
+    return a
+
+
+# --- on the GPU ------------------------------------------------------------------------------------------------
+
+
+def verdict(out, lse, ref, ref_lse, dtype, nan_rows=()) -> tuple[float, float, str, str]:
+    """(rel_err, lse_err, status, why) of ``(out, lse)`` against the fp64 reference: the rows in ``nan_rows`` all
+    NaN; the others ``accuracy.assert_matches_reference`` (no NaN, the dtype's tolerances, empty rows zero with lse
+    -inf)."""
+    import torch
+
+    from splitlab.kernels.accuracy import assert_matches_reference, lse_err, rel_err
+
+    keep = [b for b in range(out.shape[0]) if b not in nan_rows]
+    empty = [i for i, b in enumerate(keep) if bool(torch.isneginf(ref_lse[b]).all())]
+    err, lerr = rel_err(out[keep], ref[keep]), lse_err(lse[keep], ref_lse[keep])
+    try:
+        assert_matches_reference(out[keep], lse[keep], ref[keep], ref_lse[keep], dtype, empty)
+        for b in nan_rows:
+            assert torch.isnan(out[b]).all() and torch.isnan(lse[b]).all(), f"request {b} is not all NaN"
+    except AssertionError as e:
+        return err, lerr, "wrong", str(e)[:200] or "mismatch"
+    return err, lerr, "ok", ""
+
+
+def check(args) -> None:
+    """Each check batch on the kernel (or, with ``--baseline``, the tl work-list kernel): one row each."""
+    import torch
+
+    from splitlab.kernels import reference, worklist
+    from splitlab.kernels.inputs import gqa_inputs, poison_unread_pages_, poisoned_allocs, set_key_
+    from splitlab.kernels.mqa_sm90_ws import mqa_decode_ws
+    from splitlab.kernels.worklist import WorkList
+    from splitlab.planners import schedulers
+
+    rows = Rows(Path(args.out) / CSV_NAME)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    impl = BASELINE if args.baseline else KERNEL
+    for name, heads, lens, page, dt, splits, twist in CHECKS:
+        x = gqa_inputs(len(lens), heads, 1, 128, lens, page_size=page, dtype=dtypes[dt], device="cuda", seed=7)
+        for cache in ("k_cache", "v_cache"):
+            poison_unread_pages_(x[cache], x["block_table"], lens, page)
+        nan_rows: tuple[int, ...] = ()
+        if twist in ("nan-key", "nan-value"):  # key 5 of request 0 (its first tile), one column
+            set_key_(x["k_cache" if twist == "nan-key" else "v_cache"], x["block_table"], 0, 5, float("nan"), 0, 3)
+            nan_rows = (0,)
+        ref, ref_lse = reference.gqa_decode(**x, return_lse=True)
+        if twist == "bad-page":  # request 1's second page outside the cache (after the reference read the good one)
+            x["block_table"][1, 1] = x["k_cache"].shape[0] + 5
+            nan_rows = (1,)
+        tile = 16 if twist == "tile16" else schedulers.TILE_KEYS
+        work = WorkList.from_schedule(schedulers.uniform(lens, splits, tile=tile), "cuda")
+        t0 = time.time()
+        row = dict(phase="check", impl=impl, schedule=f"uniform:{splits}", case=name, heads=heads, batch=len(lens),
+                   longest=max(lens), dtype=dt, page=page, splits=splits)
+        try:
+            q, k, v, bt = x["q"], x["k_cache"], x["v_cache"], x["block_table"]
+            with poisoned_allocs():
+                if args.baseline:
+                    out, lse = worklist.gqa_decode_scheduled(q, k, v, bt, work, return_lse=True)
+                else:
+                    out, lse = mqa_decode_ws(q, k, v, bt, work, return_lse=True)
+                torch.cuda.synchronize()
+            err, lerr, status, why = verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
+            row.update(rel_err=f"{err:.2e}", lse_err=f"{lerr:.2e}", status=status, error=why)
+        except Exception as e:  # a refusal, a compile error, a fault: the row says which
+            row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")
+        rows.write(**row, elapsed_s=round(time.time() - t0, 2))
+        print(f"check {impl} {name}: {row['status']} {row.get('rel_err', '')} {row.get('error', '')}", flush=True)
+    rows.close()
+
+
+def splitlab_impls(w, dev, schedules):
+    """(impl, schedule label, Schedule or None, inputs -> callable) of splitlab's kernels on the batch ``w``."""
+    from splitlab.bench import decode as bench_decode
+    from splitlab.kernels import gqa, worklist
+    from splitlab.kernels.mqa_sm90_ws import mqa_decode_ws
+    from splitlab.kernels.worklist import WorkList
+    from splitlab.planners import schedulers
+
+    knobs = bench_decode.default_knobs(w, dev)
+    out = [("gqa", f"split:{knobs['num_splits']}", None, lambda x: (lambda: gqa.gqa_decode(**x, **knobs)))]
+    tl = schedulers.splitlab(w, dev)
+    tl_work = WorkList.from_schedule(tl, "cuda")
+    out.append((f"{BASELINE}@splitlab", "splitlab", tl, lambda x: (lambda: worklist.gqa_decode_scheduled(
+        x["q"], x["k_cache"], x["v_cache"], x["block_table"], tl_work))))
+    scheds = {}
+    if "uniform" in schedules:
+        scheds["uniform"] = schedulers.uniform(w.lengths, knobs["num_splits"])
+    if "splitlab" in schedules:
+        scheds["splitlab"] = schedulers.splitlab(w, dev, persistent=False)
+    for label, s in scheds.items():
+        wl = WorkList.from_schedule(s, "cuda")
+
+        def make(x, wl=wl):
+            return lambda: mqa_decode_ws(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl)
+        out.append((f"{KERNEL}@{label}", label, s, make))
+    return out
+
+
+def peer_impls(names):
+    """(impl, peer) of the peers named, and (impl, why) of those that cannot run here."""
+    from splitlab.bench.peers import SDPA_CUDNN, SDPA_FLASH
+    from splitlab.bench.peers_flashinfer import FLASHINFER_DECODE
+
+    table = {"sdpa-cudnn": SDPA_CUDNN, "sdpa-flash": SDPA_FLASH, "flashinfer": FLASHINFER_DECODE}
+    ok, missing = [], []
+    for n in names:
+        why = table[n].unavailable()
+        (missing if why else ok).append((n, why or table[n]))
+    return ok, missing
+
+
+def _time_row(row, make, sets, ref, floor, tol, replays):
+    """Check ``make``'s output on the first set against ``ref`` (NaN-filled outputs), then time it on every set."""
+    from splitlab.bench.timing import time_graph
+    from splitlab.kernels.accuracy import rel_err
+    from splitlab.kernels.inputs import poisoned_allocs
+
+    with poisoned_allocs():
+        err = rel_err(make(sets[0])(), ref)
+    row["rel_err"] = f"{err:.2e}"
+    if not err <= tol:
+        row["status"] = "wrong"
+        return
+    t = time_graph([make(x) for x in sets], replays=replays)
+    row.update(us=round(t.p50_us, 2), p20_us=round(t.p20_us, 2), p80_us=round(t.p80_us, 2),
+               roofline=round(floor / t.p50_us, 3), status="ok")
+
+
+def run(args, t0: float | None = None) -> None:
+    """Time the batches of ``shapes`` on splitlab's kernels and the peers until the budget."""
+    import torch
+
+    from splitlab import workloads
+    from splitlab.bench.decode import rotated_inputs
+    from splitlab.devices import detect
+    from splitlab.kernels import reference
+    from splitlab.kernels.accuracy import TOLERANCE
+    from splitlab.workloads import DecodeWorkload
+
+    t0 = time.time() if t0 is None else t0
+    rows = Rows(Path(args.out) / CSV_NAME)
+    dev = detect()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    tol = TOLERANCE[torch.bfloat16]
+    peers, missing = peer_impls(args.peers)
+    for name, why in missing:
+        rows.write(phase="time", impl=name, status="unavailable", error=why)
+    todo = shapes(args.batches, args.keys, args.dists, args.pages)
+    for n_done, (batch, longest, dist, page) in enumerate(todo):
+        if time.time() - t0 > args.budget_s:
+            print(f"budget spent: {len(todo) - n_done} of {len(todo)} batches not run", flush=True)
+            rows.write(phase="time", impl="-", status="budget", error=f"{len(todo) - n_done} batches not run")
+            break
+        w = DecodeWorkload("gqa", batch, HEADS, 1, 128, 128, longest, page_size=page, length_dist=dist,
+                           length_seed=0 if dist == "uniform" else batch + longest)
+        floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
+        base = dict(phase="time", heads=HEADS, batch=batch, longest=longest, dist=dist, dtype="bf16", page=page)
+        line = []
+        sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
+        ref = reference.gqa_decode(**sets[0])
+        for impl, label, s, make in splitlab_impls(w, dev, args.schedules):
+            t1 = time.time()
+            row = dict(base, impl=impl, schedule=label)
+            if s is not None:
+                row.update(splits=max(s.partials), ctas=s.ctas, items=len(s.items))
+            try:
+                _time_row(row, make, sets, ref, floor, tol, args.replays)
+            except Exception as e:  # a refusal, out of resources: the row keeps it, the run goes on
+                row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")
+            rows.write(**row, elapsed_s=round(time.time() - t1, 2))
+            line.append(f"{impl} {row.get('us', row['status'])}")
+        n_sets = len(sets)  # the peers rotate as many sets of their own inputs
+        del sets, ref
+        torch.cuda.empty_cache()
+        for impl, peer in peers:
+            t1 = time.time()
+            row = dict(base, impl=impl, schedule="own")
+            try:
+                psets = [peer.inputs(w, device="cuda", seed=1 + i) for i in range(n_sets)]
+                _time_row(row, lambda x, peer=peer, w=w: peer.call(w, x, {}), psets, peer.reference(w, psets[0]), floor,
+                          tol, args.replays)
+            except Exception as e:  # SDPA on a ragged batch, a peer's own error: a row, not a failure
+                row.update(status="skipped" if "ragged" in str(e) else "error",
+                           error=f"{type(e).__name__}: {str(e)[:160]}")
+            rows.write(**row, elapsed_s=round(time.time() - t1, 2))
+            line.append(f"{impl} {row.get('us', row['status'])}")
+            psets = None
+            torch.cuda.empty_cache()
+        print(f"[{time.time() - t0:5.0f}s] MQA-128 B={batch} {longest} {dist} page {page}: " + "; ".join(line),
+              flush=True)
+    rows.close()
+
+
+def run_all(args) -> None:
+    """``check`` for the kernel and the baseline, concurrently, each in its own process with a time limit; then
+    ``run`` if the kernel passed."""
+    t0 = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    Rows(out / CSV_NAME).close()  # the header, before the children append to the file at once
+    cmd = [sys.executable, os.path.abspath(__file__), "check", "--out", str(out)]
+    jobs = {KERNEL: subprocess.Popen(cmd), BASELINE: subprocess.Popen(cmd + ["--baseline"])}
+    for name, p in jobs.items():
+        why = ""
+        try:
+            if p.wait(timeout=max(1.0, args.check_timeout_s - (time.time() - t0))):
+                why, status = f"the check process exited with code {p.returncode}", "error"
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            why, status = f"the check did not finish in {args.check_timeout_s:.0f} s", "timeout"
+        if why:
+            rows = Rows(out / CSV_NAME)
+            rows.write(phase="check", impl=name, status=status, error=why)
+            rows.close()
+    good = passed_checks(read_rows(out / CSV_NAME))
+    print(f"[{time.time() - t0:5.0f}s] {KERNEL} checks passed: {good}", flush=True)
+    if not good:
+        args.schedules = []  # the baselines and peers are still timed: the row set says where the kernel stands
+    run(args, t0)
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Per (page, dist) and implementation: the geomean and worst of the shipped kernel's time over its time and of
+    the best peer's (> 1: faster), the median and lowest roofline fraction and how many batches reach 0.75; then
+    the checks' verdicts and every row that is not ``ok``."""
+    timed = [r for r in rows if r["phase"] == "time" and r["status"] == "ok"]
+    by_batch: dict[tuple, dict[str, dict]] = {}
+    for r in timed:
+        key = (int(r["page"]), r["dist"], int(r["batch"]), int(r["longest"]))
+        by_batch.setdefault(key, {})[r["impl"]] = r
+    lines = []
+    for page, dist in sorted({k[:2] for k in by_batch}):
+        group = {k: v for k, v in by_batch.items() if k[:2] == (page, dist)}
+        impls = sorted({i for v in group.values() for i in v})
+        lines.append(f"MQA-128 page {page} {dist} ({len(group)} batches)")
+        for impl in impls:
+            mine = [v for v in group.values() if impl in v]
+            us = [float(v[impl]["us"]) for v in mine]
+            vs_gqa = [float(v["gqa"]["us"]) / u for v, u in zip(mine, us, strict=True) if "gqa" in v]
+            best = [min(float(v[p]["us"]) for p in PEERS if p in v) / u for v, u in zip(mine, us, strict=True)
+                    if any(p in v for p in PEERS)]
+            roof = sorted(float(v[impl]["roofline"]) for v in mine)
+            parts = [f"  {impl:14s} n={len(mine)}"]
+            if vs_gqa:
+                parts.append(f"vs gqa {geomean(vs_gqa):.3f} (worst {min(vs_gqa):.3f})")
+            if best:
+                parts.append(f"vs best peer {geomean(best):.3f} (worst {min(best):.3f})")
+            parts.append(f"roofline median {roof[len(roof) // 2]:.3f}, lowest {roof[0]:.3f}, "
+                         f">= 0.75 in {sum(x >= 0.75 for x in roof)}/{len(roof)}")
+            lines.append("; ".join(parts))
+    checks = [r for r in rows if r["phase"] == "check"]
+    for impl in sorted({r["impl"] for r in checks}):
+        mine = [r for r in checks if r["impl"] == impl]
+        bad = [f"{r['case']}: {r['status']} {r['error']}".strip() for r in mine if r["status"] != "ok"]
+        errs = [float(r["rel_err"]) for r in mine if r["rel_err"] not in ("", None)]
+        worst = f", largest rel_err {max(errs):.2e}" if errs else ""
+        lines.append(f"check {impl}: {len(mine) - len(bad)}/{len(mine)} ok{worst}" + ("; " + "; ".join(bad)
+                                                                                     if bad else ""))
+    for r in rows:
+        if r["phase"] == "time" and r["status"] != "ok":
+            lines.append(f"time {r['impl']} {r['batch']}/{r['longest']}/{r['dist']}/page {r['page']}: {r['status']} "
+                         f"{r['error']}".strip())
+    return lines
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.cmd == "summary":
+        print("\n".join(summary_lines(read_rows(Path(a.csv)))))
+    elif a.cmd == "check":
+        check(a)
+    elif a.cmd == "run":
+        run(a)
+    else:
+        run_all(a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""``experiments/mqa_ws/ab.py`` without a GPU: its argument parsing, the batches it times, the schedules it gives
+the kernel (each one the launcher takes), its CSV rows, the verdict of a check (on CPU tensors) and the summary it
+prints. (``test_experiments.py`` byte-compiles it and resolves its imports; the GPU parts run on the H200 only.)"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+PATH = Path(__file__).resolve().parents[1] / "experiments" / "mqa_ws" / "ab.py"
+
+
+@pytest.fixture(scope="module")
+def ab():
+    spec = importlib.util.spec_from_file_location("mqa_ws_ab", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # imports only the standard library at module level
+    return mod
+
+
+def test_parses_its_commands(ab):
+    a = ab.parse_args(["all", "--out", "o", "--budget-s", "150"])
+    assert (a.cmd, a.out, a.budget_s, a.pages, a.peers) == ("all", "o", 150.0, [16, 64], list(ab.PEERS))
+    assert a.check_timeout_s > 0 and a.schedules == list(ab.SCHEDULES)
+    a = ab.parse_args(["run", "--out", "o", "--batches", "8,64", "--keys", "8192", "--dists", "uniform",
+                       "--pages", "16", "--peers", "sdpa-cudnn", "--schedules", "splitlab"])
+    assert (a.batches, a.keys, a.dists, a.pages, a.peers, a.schedules) == ([8, 64], [8192], ["uniform"], [16],
+                                                                          ["sdpa-cudnn"], ["splitlab"])
+    a = ab.parse_args(["check", "--out", "o", "--baseline"])
+    assert a.baseline and not hasattr(a, "budget_s")
+    assert ab.parse_args(["summary", "x.csv"]).csv == "x.csv"
+
+
+@pytest.mark.parametrize("argv", [["run", "--out", "o", "--schedules", "flashmla"],
+                                  ["run", "--out", "o", "--peers", "cudnn"], ["run", "--out", "o", "--pages", "32"],
+                                  ["all", "--out", "o", "--dists", "bimodal"], ["run"], []])
+def test_refuses_bad_arguments(ab, argv):
+    with pytest.raises(SystemExit):
+        ab.parse_args(argv)
+
+
+def test_the_timed_batches(ab):
+    s = ab.shapes()
+    # batch 8/16/64 x 8K/32K/64K keys x uniform/longtail x page 16/64
+    assert len(s) == 3 * 3 * 2 * 2 and len(set(s)) == len(s)
+    assert {b for b, *_ in s} == {8, 16, 64} and {n for _, n, _, _ in s} == {8192, 32768, 65536}
+    assert {d for *_, d, _ in s} == {"uniform", "longtail"} and {p for *_, p in s} == {16, 64}
+    assert s[0] == (16, 32768, "uniform", 16) and s[1] == (16, 32768, "uniform", 64)
+
+
+def test_the_kernels_schedules_are_ones_its_launcher_takes(ab):
+    """For every timed batch on the H200's preset: splitlab's non-persistent schedule and the uniform one at the
+    planner's split start their items at multiples of a box (``mqa_sm90_ws.box_rows``), one item a CTA slot."""
+    from splitlab import devices
+    from splitlab.bench import decode as bench_decode
+    from splitlab.kernels.mqa_sm90_ws import box_rows
+    from splitlab.planners import schedulers
+    from splitlab.workloads import DecodeWorkload
+
+    dev = devices.get("h200")
+    for batch, longest, dist, page in ab.shapes():
+        w = DecodeWorkload("gqa", batch, ab.HEADS, 1, 128, 128, longest, page_size=page, length_dist=dist,
+                           length_seed=0 if dist == "uniform" else batch + longest)
+        splits = bench_decode.default_knobs(w, dev)["num_splits"]
+        for s in (schedulers.splitlab(w, dev, persistent=False), schedulers.uniform(w.lengths, splits)):
+            assert not s.persistent and s.align % box_rows(page) == 0
+
+
+def test_writes_csv_rows(ab, tmp_path):
+    path = tmp_path / "sub" / ab.CSV_NAME
+    rows = ab.Rows(path)
+    rows.write(phase="check", impl="ws", case="fp16-p16", status="ok", rel_err="1.00e-03")
+    rows.close()
+    rows = ab.Rows(path)  # appended: the header once
+    rows.write(phase="time", impl="gqa", heads=128, batch=16, longest=8192, dist="uniform", page=16, us=12.5,
+               status="ok")
+    with pytest.raises(ValueError, match="not CSV fields"):
+        rows.write(phase="time", speed=3)
+    rows.close()
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(ab.FIELDS) and len(lines) == 3
+    got = ab.read_rows(path)
+    assert got[0]["case"] == "fp16-p16" and got[0]["us"] == "" and got[1]["us"] == "12.5"
+
+
+def test_times_the_kernel_only_after_every_check_passed(ab):
+    ok = [dict(phase="check", impl="ws", status="ok"), dict(phase="check", impl="tl", status="wrong")]
+    assert ab.passed_checks(ok)
+    assert not ab.passed_checks(ok + [dict(phase="check", impl="ws", status="timeout")])
+    assert not ab.passed_checks([dict(phase="time", impl="ws", status="ok")])  # no check row: not passed
+    assert ab.passed_checks(ok, "tl") is False
+
+
+def test_verdict_on_cpu_tensors(ab):
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(3, 4, 8, dtype=torch.float64, generator=g)
+    ref[1] = 0.0
+    ref_lse = torch.randn(3, 4, dtype=torch.float64, generator=g)
+    ref_lse[1] = float("-inf")  # request 1 is empty
+    out, lse = ref.to(torch.bfloat16), ref_lse.float()
+    err, lerr, status, why = ab.verdict(out, lse, ref, ref_lse, torch.bfloat16)
+    assert status == "ok" and why == "" and err < 1e-2 and lerr < 1e-6
+    nan = out.clone()
+    nan[0, 2, 5] = float("nan")  # one NaN where a finite row is due: wrong, never a pass
+    assert ab.verdict(nan, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
+    bad = out.clone()
+    bad[2] = float("nan")
+    lse2 = lse.clone()
+    lse2[2] = float("nan")
+    assert ab.verdict(bad, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "ok"
+    half = bad.clone()
+    half[2, 0] = 1.0  # a row due NaN that is only partly NaN
+    assert ab.verdict(half, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "wrong"
+
+
+def test_summary(ab):
+    def t(impl, us, page=16, batch=8, dist="uniform", roof=0.5, status="ok"):
+        return dict(phase="time", impl=impl, heads="128", batch=str(batch), longest="8192", dist=dist,
+                    page=str(page), us=str(us), roofline=str(roof), status=status, error="")
+
+    rows = [t("gqa", 20.0, roof=0.4), t("ws@splitlab", 10.0, roof=0.8), t("sdpa-cudnn", 40.0, roof=0.2),
+            t("flashinfer", 12.5, roof=0.64), t("gqa", 30.0, batch=16, roof=0.5),
+            t("ws@splitlab", 20.0, batch=16, roof=0.75), t("sdpa-cudnn", 0, batch=16, status="skipped"),
+            dict(phase="check", impl="ws", case="fp16-p16", rel_err="2.00e-03", status="ok", error=""),
+            dict(phase="check", impl="ws", case="bad-page-p16", rel_err="", status="timeout", error="hung")]
+    lines = ab.summary_lines(rows)
+    assert lines[0] == "MQA-128 page 16 uniform (2 batches)"
+    ws = next(x for x in lines if x.strip().startswith("ws@splitlab"))
+    assert "vs gqa 1.732 (worst 1.500)" in ws  # 20/10 and 30/20
+    assert "vs best peer 1.250 (worst 1.250)" in ws and "lowest 0.750, >= 0.75 in 2/2" in ws
+    assert "check ws: 1/2 ok, largest rel_err 2.00e-03; bad-page-p16: timeout hung" in lines
+    assert any(x.startswith("time sdpa-cudnn 16/8192/uniform/page 16: skipped") for x in lines)
