@@ -1,8 +1,8 @@
 """The warp-specialized MQA work-list kernel (``kernels.mqa_sm90_ws``) compiles for sm_90a on this CPU machine without
 launching (``tests/sm90.py``'s stand-in driver; Gluon does not run under the interpreter): MQA-128 and MQA-64, page
-16, 32, 64 and 128, bf16 and fp16, each with no register spills, shared memory within the 227 KiB an SM lends a
-block, no wgmma that ptxas serialises (its C7514 and C7515 warnings: the Gluon MQA tile of ``experiments/frontier_ab``
-lost its overlap to C7514), the partitions' setmaxnreg and the wgmma its loop implies.
+16, 32, 64 and 128, bf16 and fp16, 2 and 3 stages, each with no register spills, shared memory within the 227 KiB an
+SM lends a block, no wgmma that ptxas serialises (its C7514 and C7515 warnings: the Gluon MQA tile of
+``experiments/frontier_ab`` lost its overlap to C7514), the partitions' setmaxnreg and the wgmma its loop implies.
 
 Its results are checked only on the H200 (``experiments/mqa_ws/ab.py`` checks it against the fp64 reference before
 timing it); ``test_mqa_ws_scope.py`` has what the launcher refuses."""
@@ -28,24 +28,25 @@ launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for 
 ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
 
 
-def case(heads, page, dtype):  # two requests: one split in two (partial rows), one direct
+def case(heads, page, dtype, stages):  # two requests: one split in two (partial rows), one direct
     lens = [300, 70]
     x = gqa_inputs(2, heads, 1, 128, lens, page_size=page, dtype=dtype)
     work = ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
-                           WorkList.from_schedule(schedulers.uniform(lens, 2), "cpu"))
+                           WorkList.from_schedule(schedulers.uniform(lens, 2), "cpu"), stages)
     po, pl = alloc_partials(work, heads, 128, "cpu")
     ws.launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work, torch.empty(2, heads, 128, dtype=dtype),
-              torch.empty(2, heads), po, pl, 0.1)
+              torch.empty(2, heads), po, pl, 0.1, stages)
 
 
-CASES = [(h, p, d) for h in (128, 64) for p in (16, 64) for d in (torch.bfloat16, torch.float16)] + [
-    (128, 32, torch.bfloat16), (128, 128, torch.bfloat16)]
+CASES = [(h, p, d, 2) for h in (128, 64) for p in (16, 64) for d in (torch.bfloat16, torch.float16)] + [
+    (128, 32, torch.bfloat16, 2), (128, 128, torch.bfloat16, 2), (128, 16, torch.bfloat16, 3),
+    (128, 64, torch.float16, 3), (64, 16, torch.bfloat16, 3)]
 failed = False
-for heads, page, dtype in CASES:
-    name = f"MQA-{heads} page {page} {str(dtype)[6:]}"
+for heads, page, dtype, stages in CASES:
+    name = f"MQA-{heads} page {page} {str(dtype)[6:]} stages {stages}"
     n0 = len(compiled)
     try:
-        case(heads, page, dtype)
+        case(heads, page, dtype, stages)
     except Exception as e:
         print(f"FAIL {name}: {type(e).__name__}: {str(e)[:3000]}")
         failed = True

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from splitlab.kernels.mqa_sm90_ws import STAGE_CHOICES
+
 PATH = Path(__file__).resolve().parents[1] / "experiments" / "mqa_ws" / "ab.py"
 
 
@@ -24,19 +26,23 @@ def ab():
 def test_parses_its_commands(ab):
     a = ab.parse_args(["all", "--out", "o", "--budget-s", "150"])
     assert (a.cmd, a.out, a.budget_s, a.pages, a.peers) == ("all", "o", 150.0, [16, 64], list(ab.PEERS))
+    assert a.kernels == ["ws", "ws3"] and [ab.KERNELS[k] for k in a.kernels] == list(STAGE_CHOICES)
     assert a.check_timeout_s > 0 and a.schedules == list(ab.SCHEDULES)
     a = ab.parse_args(["run", "--out", "o", "--batches", "8,64", "--keys", "8192", "--dists", "uniform",
-                       "--pages", "16", "--peers", "sdpa-cudnn", "--schedules", "splitlab"])
-    assert (a.batches, a.keys, a.dists, a.pages, a.peers, a.schedules) == ([8, 64], [8192], ["uniform"], [16],
-                                                                          ["sdpa-cudnn"], ["splitlab"])
-    a = ab.parse_args(["check", "--out", "o", "--baseline"])
-    assert a.baseline and not hasattr(a, "budget_s")
+                       "--pages", "16", "--peers", "sdpa-cudnn", "--schedules", "splitlab", "--kernels", "ws3"])
+    assert (a.batches, a.keys, a.dists, a.pages, a.peers, a.schedules, a.kernels) == (
+        [8, 64], [8192], ["uniform"], [16], ["sdpa-cudnn"], ["splitlab"], ["ws3"])
+    assert ab.parse_args(["check", "--out", "o"]).kernel == "ws"
+    a = ab.parse_args(["check", "--out", "o", "--kernel", "tl"])
+    assert a.kernel == ab.BASELINE and not hasattr(a, "budget_s")
     assert ab.parse_args(["summary", "x.csv"]).csv == "x.csv"
 
 
 @pytest.mark.parametrize("argv", [["run", "--out", "o", "--schedules", "flashmla"],
                                   ["run", "--out", "o", "--peers", "cudnn"], ["run", "--out", "o", "--pages", "32"],
-                                  ["all", "--out", "o", "--dists", "bimodal"], ["run"], []])
+                                  ["all", "--out", "o", "--dists", "bimodal"], ["run", "--out", "o", "--kernels",
+                                                                                "ws4"],
+                                  ["check", "--out", "o", "--kernel", "gqa"], ["run"], []])
 def test_refuses_bad_arguments(ab, argv):
     with pytest.raises(SystemExit):
         ab.parse_args(argv)
@@ -88,10 +94,10 @@ def test_writes_csv_rows(ab, tmp_path):
 
 def test_times_the_kernel_only_after_every_check_passed(ab):
     ok = [dict(phase="check", impl="ws", status="ok"), dict(phase="check", impl="tl", status="wrong")]
-    assert ab.passed_checks(ok)
-    assert not ab.passed_checks(ok + [dict(phase="check", impl="ws", status="timeout")])
-    assert not ab.passed_checks([dict(phase="time", impl="ws", status="ok")])  # no check row: not passed
-    assert ab.passed_checks(ok, "tl") is False
+    assert ab.passed_checks(ok, "ws")
+    assert not ab.passed_checks(ok + [dict(phase="check", impl="ws", status="timeout")], "ws")
+    assert not ab.passed_checks([dict(phase="time", impl="ws", status="ok")], "ws")  # no check row: not passed
+    assert not ab.passed_checks(ok, "ws3") and ab.passed_checks(ok, "tl") is False
 
 
 def test_verdict_on_cpu_tensors(ab):

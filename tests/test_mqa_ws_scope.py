@@ -72,6 +72,17 @@ def test_refuses_what_it_does_not_run(off_interpreter):
     _refused(_inputs(dtype=torch.float32), "float32")
 
 
+def test_stages(off_interpreter):
+    x = _inputs()
+    for stages in mqa_sm90_ws.STAGE_CHOICES:
+        work = _work()
+        assert mqa_sm90_ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work, stages) is work
+    for stages, shown in ((4, "4"), (1, "1"), (True, "True"), ("2", "'2'")):
+        with pytest.raises(SplitlabError, match=f"stages={shown} is not allowed") as e:
+            mqa_sm90_ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], _work(), stages)
+        assert "\n" not in str(e.value)
+
+
 def test_refuses_caches_tma_cannot_read_as_rows(off_interpreter):
     x = _inputs()
     k = x["k_cache"]

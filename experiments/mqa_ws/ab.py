@@ -4,15 +4,16 @@ planner's split count, the tl work-list kernel at splitlab's schedule, SDPA cuDN
 reference first, then timed by CUDA-graph replay; one CSV.
 
     python experiments/mqa_ws/ab.py all --out DIR [--budget-s 200]   # check, then time
-    python experiments/mqa_ws/ab.py check --out DIR [--baseline]     # the checks (what `all` runs in children)
-    python experiments/mqa_ws/ab.py run --out DIR                    # time only
+    python experiments/mqa_ws/ab.py check --out DIR --kernel ws3     # one check (what `all` runs in children)
+    python experiments/mqa_ws/ab.py run --out DIR --kernels ws       # time only
     python experiments/mqa_ws/ab.py summary DIR/mqa_ws_ab.csv        # the README's tables, any machine
 
-``all`` first runs ``check`` for the kernel and (``--baseline``) for the tl work-list kernel at once, each in a
-child process of its own with a time limit (``--check-timeout-s``: a kernel that never finishes, a barrier waited
-on for ever, costs that child only), then ``run`` if the kernel passed every check (the baseline's checks test the
-harness: the tl kernel has passed them in the test suite). Rows (``FIELDS``) go to ``DIR/mqa_ws_ab.csv`` as they
-are made: ``phase`` is ``check`` or ``time``.
+The kernel runs at 2 and 3 stages (``KERNELS``: ``ws`` and ``ws3``). ``all`` first runs ``check`` for each and for
+the tl work-list kernel (``tl``: the harness's control; it has passed these checks' kind in the test suite), each in
+a child process of its own, all at once, with a time limit (``--check-timeout-s``: a kernel that never finishes, a
+barrier waited on for ever, costs that child only), then ``run`` with the kernels that passed every check (the
+baselines and peers are timed either way). Rows (``FIELDS``) go to ``DIR/mqa_ws_ab.csv`` as they are made:
+``phase`` is ``check`` or ``time``.
 
 - ``check``: small batches that reach every path: an empty request, odd lengths (a last tile part empty, a box
   past the end not copied), one and two tiles, direct rows and partial rows, 128 and 64 heads, page 16, 32, 64 and
@@ -25,10 +26,11 @@ are made: ``phase`` is ``check`` or ``time``.
   implementation's output against it (bf16 tolerance; a wrong one is a row ``wrong``, not timed); then
   ``bench.timing.time_graph`` (p50; input sets rotated past the L2). Implementations: ``gqa`` (``gqa.gqa_decode``
   at ``bench.decode.default_knobs``: the planner's split), ``tl@splitlab`` (``worklist.gqa_decode_scheduled`` on
-  splitlab's schedule), ``ws@uniform`` (this kernel at the planner's split count as a work list), ``ws@splitlab``
-  (splitlab's scheduler, not persistent), and the peers of ``bench.peers`` / ``bench.peers_flashinfer`` on their
-  own inputs, each checked against its own fp64 reference (SDPA takes same-length batches only; a peer that is not
-  importable is one ``unavailable`` row). ``roofline`` = ``workloads.floor_time_us`` / time.
+  splitlab's schedule), ``ws@uniform`` / ``ws3@uniform`` (this kernel at the planner's split count as a work list),
+  ``ws@splitlab`` / ``ws3@splitlab`` (splitlab's scheduler, not persistent), and the peers of ``bench.peers`` /
+  ``bench.peers_flashinfer`` on their own inputs, each checked against its own fp64 reference (SDPA takes
+  same-length batches only; a peer that is not importable is one ``unavailable`` row). ``roofline`` =
+  ``workloads.floor_time_us`` / time.
 
 Budget: ``--budget-s`` (default 200) counts from the start of ``all``; ``run`` starts no new batch past it.
 """
@@ -54,7 +56,9 @@ DISTS = ("uniform", "longtail")
 PAGES = (16, 64)
 SCHEDULES = ("uniform", "splitlab")
 PEERS = ("sdpa-cudnn", "sdpa-flash", "flashinfer")
-KERNEL, BASELINE = "ws", "tl"
+#: The kernel at each of its stage counts (``mqa_sm90_ws.STAGE_CHOICES``), by impl name; the baseline of the checks.
+KERNELS = {"ws": 2, "ws3": 3}
+BASELINE = "tl"
 #: Check batches: (name, heads, lengths, page, dtype, split count, what is done to the inputs or the schedule).
 CHECKS = [
     ("empty-and-odd-p16", 128, [1000, 0, 77], 16, "bf16", 1, None),
@@ -111,7 +115,7 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def passed_checks(rows: list[dict], impl: str = KERNEL) -> bool:
+def passed_checks(rows: list[dict], impl: str) -> bool:
     """Whether ``impl`` has check rows, every one ``ok`` (a check child that never finished has a ``timeout`` row)."""
     mine = [r for r in rows if r["phase"] == "check" and r["impl"] == impl]
     return bool(mine) and all(r["status"] == "ok" for r in mine)
@@ -132,6 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p = sub.add_parser(name)
         p.add_argument("--out", required=True, help="folder of the CSV")
         if name != "check":
+            p.add_argument("--kernels", type=_split, default=list(KERNELS))
             p.add_argument("--budget-s", type=float, default=200.0)
             p.add_argument("--batches", type=_ints, default=list(BATCHES))
             p.add_argument("--keys", type=_ints, default=list(KEYS))
@@ -143,11 +148,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         if name == "all":
             p.add_argument("--check-timeout-s", type=float, default=120.0)
         if name == "check":
-            p.add_argument("--baseline", action="store_true", help="check the tl work-list kernel instead")
+            p.add_argument("--kernel", default="ws", choices=[*KERNELS, BASELINE],
+                           help=f"the kernel checked ({BASELINE}: the tl work-list kernel, the harness's control)")
     s = sub.add_parser("summary")
     s.add_argument("csv")
     a = ap.parse_args(argv)
-    for name, allowed in (("schedules", SCHEDULES), ("peers", PEERS), ("dists", DISTS), ("pages", PAGES)):
+    for name, allowed in (("kernels", tuple(KERNELS)), ("schedules", SCHEDULES), ("peers", PEERS), ("dists", DISTS),
+                          ("pages", PAGES)):
         for v in getattr(a, name, []):
             if v not in allowed:
                 ap.error(f"{name[:-1]} {v!r}: expected one of {', '.join(map(str, allowed))}")
@@ -178,7 +185,7 @@ def verdict(out, lse, ref, ref_lse, dtype, nan_rows=()) -> tuple[float, float, s
 
 
 def check(args) -> None:
-    """Each check batch on the kernel (or, with ``--baseline``, the tl work-list kernel): one row each."""
+    """Each check batch on ``args.kernel`` (``KERNELS``, or ``BASELINE``: the tl work-list kernel): one row each."""
     import torch
 
     from splitlab.kernels import reference, worklist
@@ -189,7 +196,7 @@ def check(args) -> None:
 
     rows = Rows(Path(args.out) / CSV_NAME)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
-    impl = BASELINE if args.baseline else KERNEL
+    impl = args.kernel
     for name, heads, lens, page, dt, splits, twist in CHECKS:
         x = gqa_inputs(len(lens), heads, 1, 128, lens, page_size=page, dtype=dtypes[dt], device="cuda", seed=7)
         for cache in ("k_cache", "v_cache"):
@@ -210,10 +217,10 @@ def check(args) -> None:
         try:
             q, k, v, bt = x["q"], x["k_cache"], x["v_cache"], x["block_table"]
             with poisoned_allocs():
-                if args.baseline:
+                if impl == BASELINE:
                     out, lse = worklist.gqa_decode_scheduled(q, k, v, bt, work, return_lse=True)
                 else:
-                    out, lse = mqa_decode_ws(q, k, v, bt, work, return_lse=True)
+                    out, lse = mqa_decode_ws(q, k, v, bt, work, stages=KERNELS[impl], return_lse=True)
                 torch.cuda.synchronize()
             err, lerr, status, why = verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
             row.update(rel_err=f"{err:.2e}", lse_err=f"{lerr:.2e}", status=status, error=why)
@@ -224,8 +231,9 @@ def check(args) -> None:
     rows.close()
 
 
-def splitlab_impls(w, dev, schedules):
-    """(impl, schedule label, Schedule or None, inputs -> callable) of splitlab's kernels on the batch ``w``."""
+def splitlab_impls(w, dev, schedules, kernels):
+    """(impl, schedule label, Schedule or None, inputs -> callable) of splitlab's kernels on the batch ``w``: the
+    shipped kernel, the tl work-list kernel, and each of ``kernels`` on each of ``schedules``."""
     from splitlab.bench import decode as bench_decode
     from splitlab.kernels import gqa, worklist
     from splitlab.kernels.mqa_sm90_ws import mqa_decode_ws
@@ -245,10 +253,10 @@ def splitlab_impls(w, dev, schedules):
         scheds["splitlab"] = schedulers.splitlab(w, dev, persistent=False)
     for label, s in scheds.items():
         wl = WorkList.from_schedule(s, "cuda")
-
-        def make(x, wl=wl):
-            return lambda: mqa_decode_ws(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl)
-        out.append((f"{KERNEL}@{label}", label, s, make))
+        for kernel in kernels:
+            def make(x, wl=wl, stages=KERNELS[kernel]):
+                return lambda: mqa_decode_ws(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl, stages=stages)
+            out.append((f"{kernel}@{label}", label, s, make))
     return out
 
 
@@ -314,7 +322,7 @@ def run(args, t0: float | None = None) -> None:
         line = []
         sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
         ref = reference.gqa_decode(**sets[0])
-        for impl, label, s, make in splitlab_impls(w, dev, args.schedules):
+        for impl, label, s, make in splitlab_impls(w, dev, args.schedules, args.kernels):
             t1 = time.time()
             row = dict(base, impl=impl, schedule=label)
             if s is not None:
@@ -348,14 +356,14 @@ def run(args, t0: float | None = None) -> None:
 
 
 def run_all(args) -> None:
-    """``check`` for the kernel and the baseline, concurrently, each in its own process with a time limit; then
-    ``run`` if the kernel passed."""
+    """``check`` for each of ``args.kernels`` and the baseline, concurrently, each in its own process with a time
+    limit; then ``run`` on the kernels that passed."""
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     Rows(out / CSV_NAME).close()  # the header, before the children append to the file at once
     cmd = [sys.executable, os.path.abspath(__file__), "check", "--out", str(out)]
-    jobs = {KERNEL: subprocess.Popen(cmd), BASELINE: subprocess.Popen(cmd + ["--baseline"])}
+    jobs = {k: subprocess.Popen(cmd + ["--kernel", k]) for k in [*args.kernels, BASELINE]}
     for name, p in jobs.items():
         why = ""
         try:
@@ -369,11 +377,10 @@ def run_all(args) -> None:
             rows = Rows(out / CSV_NAME)
             rows.write(phase="check", impl=name, status=status, error=why)
             rows.close()
-    good = passed_checks(read_rows(out / CSV_NAME))
-    print(f"[{time.time() - t0:5.0f}s] {KERNEL} checks passed: {good}", flush=True)
-    if not good:
-        args.schedules = []  # the baselines and peers are still timed: the row set says where the kernel stands
-    run(args, t0)
+    rows = read_rows(out / CSV_NAME)
+    args.kernels = [k for k in args.kernels if passed_checks(rows, k)]
+    print(f"[{time.time() - t0:5.0f}s] checks passed: {args.kernels or 'none'}", flush=True)
+    run(args, t0)  # (with none passed, the baselines and peers are still timed)
 
 
 # --- reading ---------------------------------------------------------------------------------------------------

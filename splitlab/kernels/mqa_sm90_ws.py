@@ -12,9 +12,9 @@ carries it, without MLA's split output: each consumer owns 64 heads and its whol
 run independent online softmaxes over the same tiles (no shared running max) and the warp schedulers interleave one
 consumer's softmax with the other's GEMMs.
 
-Per 64-key tile t, in buffer ``t % STAGES``:
+Per 64-key tile t, in buffer ``t % stages``:
 
-    producer: K_t (once both consumers released K_{t-STAGES}), then V_t (once both released V_{t-STAGES})
+    producer: K_t (once both consumers released K_{t-stages}), then V_t (once both released V_{t-stages})
     consumer w (heads 64w .. 64w + 63):  S = Q_w K_t^T (2 x m64n64k16 chains over D) -> release K_t
                                          m, alpha, P = online softmax of S (base 2, keys past the item's end -inf)
                                          O_w = O_w alpha + P V_t (m64n128k16, P from registers) -> release V_t
@@ -34,10 +34,11 @@ a request with one item writes its output row and lse directly, any other its pa
 outside ``[0, max_keys]`` or a block-table entry outside ``[0, num_pages)`` makes the request NaN (a TMA box outside
 the cache reads zeros, never memory outside it); NaN keys propagate; an empty request writes zeros and lse -inf.
 
-Shared memory (16-bit): Q 32 KiB, ``STAGES`` x (K 16 + V 16) KiB, two 32 KiB fp32 output stages (the epilogue
-writes rows 16 at a time from them), barriers: 160 KiB at ``STAGES`` 2. Partitions and registers as
-``mla_sm90_ws`` (imported: consumer 0 the default partition, consumer 1, the producer warp); with 64 heads consumer
-1 idles and the release barriers count one arrival.
+Shared memory (16-bit): Q 32 KiB, ``stages`` x (K 16 + V 16) KiB, two 32 KiB fp32 output stages (the epilogue
+writes rows 16 at a time from them), barriers: 160 KiB at ``stages=2`` (the default), 192 KiB at 3
+(``STAGE_CHOICES``, a constexpr, so that an A/B times both: more bytes in flight an SM, one CTA an SM either way).
+Partitions and registers as ``mla_sm90_ws`` (imported: consumer 0 the default partition, consumer 1, the producer
+warp); with 64 heads consumer 1 idles and the release barriers count one arrival.
 
 Scope (``check_launch``, else one ``SplitlabError`` line): q ``[B, 64 or 128, 128]`` and K/V caches ``[pages,
 page_size, 1, 128]`` of one 16-bit dtype; page size 16, 32 or a multiple of 64; each cache's rows contiguous,
@@ -83,7 +84,8 @@ HEADS = (64, 128)  # the query-head counts it takes: one or two consumer warpgro
 BLOCK_H = 64  # heads a consumer warpgroup: one wgmma M
 BLOCK_N = 64  # keys a tile
 PIECE = 64  # columns of a TMA copy: 128 bytes, the swizzle width
-STAGES = 2  # K and V tiles in flight
+STAGES = 2  # K and V tiles in flight, by default
+STAGE_CHOICES = (2, 3)  # what fits beside Q and the output stages
 MIN_PAGE = 16  # the smallest box: a page of 16 rows (8-row swizzle atoms, wgmma's k16)
 
 if HAVE_GLUON:
@@ -91,7 +93,6 @@ if HAVE_GLUON:
     _BH = gl.constexpr(BLOCK_H)
     _BN = gl.constexpr(BLOCK_N)
     _PIECE = gl.constexpr(PIECE)
-    _STAGES = gl.constexpr(STAGES)
     _LN2 = gl.constexpr(LN2.value)
     _WARPS = gl.constexpr((CONSUMER_WARPS, LOADER_WARPS))
     _REGS = gl.constexpr((CONSUMER_REGS, LOADER_REGS))
@@ -185,6 +186,7 @@ if HAVE_GLUON:
         q_ready, k_ready, v_ready, k_free, v_free = bars
         b, start, end, row, bad, n_tiles = item
         bt_row, bt_stride_p, num_pages, qk_scale = geo
+        NST: gl.constexpr = k_s.shape[0]  # buffers: the launch's stages
         QK_L: gl.constexpr = _QK_L
         PV_L: gl.constexpr = _PV_L
         P_L: gl.constexpr = _P_L
@@ -197,8 +199,8 @@ if HAVE_GLUON:
         acc = gl.zeros([_BH, _D], gl.float32, layout=PV_L)
         mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
         for t in range(n_tiles):
-            buf = t % _STAGES
-            phase = (t // _STAGES) & 1
+            buf = t % NST
+            phase = (t // NST) & 1
             n0 = start + t * _BN
             k = k_s.index(buf)
             v = v_s.index(buf)
@@ -247,11 +249,12 @@ if HAVE_GLUON:
     def _part_load(smem, bars, item, geo, outs, descs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
                    BOX: gl.constexpr):
         """The producer (1 warp): Q (NCONS x 64 x 128 x elt bytes), then every tile's K and V (64 x 128 x elt
-        each, and their page entries) into buffer ``t % STAGES`` once the consumers released that buffer's last."""
+        each, and their page entries) into buffer ``t % stages`` once the consumers released that buffer's last."""
         q_s, k_s, v_s, o_s = smem
         q_ready, k_ready, v_ready, k_free, v_free = bars
         b, start, end, row, bad, n_tiles = item
         bt_row, bt_stride_p, num_pages, qk_scale = geo
+        NST: gl.constexpr = k_s.shape[0]  # buffers: the launch's stages
         q_desc, k_desc, v_desc, q_row = descs
         some = n_tiles > 0  # (an empty item copies nothing: no copy may outlive the program)
         mbarrier.expect(q_ready, NCONS * (_D // _PIECE) * q_desc.block_type.nbytes, pred=some)
@@ -260,8 +263,8 @@ if HAVE_GLUON:
                 tma.async_copy_global_to_shared(q_desc, [q_row + w * _BH, c * _PIECE], q_ready,
                                                 q_s.index(w).slice(c * _PIECE, _PIECE, 1), pred=some)
         for t in range(n_tiles):
-            buf = t % _STAGES
-            free_phase = ((t // _STAGES) & 1) ^ 1  # (a fresh barrier passes parity 1)
+            buf = t % NST
+            free_phase = ((t // NST) & 1) ^ 1  # (a fresh barrier passes parity 1)
             n0 = start + t * _BN
             mbarrier.wait(k_free.index(buf), free_phase)
             _issue_tile(k_desc, bt_row, bt_stride_p, n0, end, k_s.index(buf), k_ready.index(buf), PAGE_SIZE, BOX)
@@ -277,7 +280,8 @@ if HAVE_GLUON:
         lse_stride_b, lse_stride_h,
         po_stride_r, po_stride_h, po_stride_d,
         pl_stride_r, pl_stride_h,
-        NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr, BOX: gl.constexpr, num_warps: gl.constexpr,
+        NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
+        num_warps: gl.constexpr,
     ):
         # One program per work item (every head of the one kv head).
         it = gl.program_id(0)
@@ -287,18 +291,18 @@ if HAVE_GLUON:
         SM_L: gl.constexpr = q_desc.layout
         F32_L: gl.constexpr = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=8, order=[1, 0])
         q_s = gl.allocate_shared_memory(dtype, [NCONS, _BH, _D], SM_L)
-        k_s = gl.allocate_shared_memory(dtype, [_STAGES, _BN, _D], SM_L)
-        v_s = gl.allocate_shared_memory(dtype, [_STAGES, _BN, _D], SM_L)
+        k_s = gl.allocate_shared_memory(dtype, [STAGES, _BN, _D], SM_L)
+        v_s = gl.allocate_shared_memory(dtype, [STAGES, _BN, _D], SM_L)
         o_s = gl.allocate_shared_memory(gl.float32, [NCONS, _BH, _D], F32_L)
         # Barriers: Q landed; each buffer's K and V landed (producer -> consumers, by TMA bytes); each buffer's K and
         # V free (every consumer -> producer).
         q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
-        k_free = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
-        v_free = gl.allocate_shared_memory(gl.int64, [_STAGES, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_ready, count=1)
-        for i in gl.static_range(_STAGES):
+        for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_free.index(i), count=NCONS)
@@ -323,7 +327,7 @@ def box_rows(page_size: int) -> int:
 
 
 def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                 work: object) -> WorkList:
+                 work: object, stages: object = STAGES) -> WorkList:
     """The scope in the module docstring, each breach one ``SplitlabError`` line; returns the checked work list."""
     from splitlab.kernels import gqa
 
@@ -331,6 +335,9 @@ def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         raise SplitlabError("mqa_decode_ws: needs triton 3.6's Gluon (triton.experimental.gluon)")
     if launch_common.INTERPRET:
         raise SplitlabError("mqa_decode_ws: Gluon kernels do not run under TRITON_INTERPRET=1")
+    if isinstance(stages, bool) or stages not in STAGE_CHOICES:
+        raise SplitlabError(f"mqa_decode_ws: stages={launch_common.short_repr(stages)} is not allowed; expected one "
+                            f"of {', '.join(map(str, STAGE_CHOICES))}")
     gqa._check_inputs(q, k_cache, v_cache, block_table)
     if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] != 9:
         raise SplitlabError(f"mqa_decode_ws: q is on {torch.cuda.get_device_name(q.device)}; expected an sm_90 GPU")
@@ -361,17 +368,17 @@ def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 
 def mqa_decode_ws(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                  work: WorkList, *, sm_scale: float | None = None, return_lse: bool = False):
+                  work: WorkList, *, stages: int = STAGES, sm_scale: float | None = None, return_lse: bool = False):
     """Paged MQA decode over a work list on this module's kernel: ``worklist.gqa_decode_scheduled``'s inputs and
-    outputs within the scope of the module docstring."""
-    work = check_launch(q, k_cache, v_cache, block_table, work)
+    outputs within the scope of the module docstring; ``stages`` K and V tiles in flight (``STAGE_CHOICES``)."""
+    work = check_launch(q, k_cache, v_cache, block_table, work, stages)
     B, H, D = q.shape
     scale = launch_common.resolve_sm_scale(sm_scale, D)
     out = launch_common.alloc(B, H, D, dtype=q.dtype, device=q.device)
     lse = launch_common.alloc(B, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, D, q.device)
     with launch_common.device_guard(q):
-        launch(q, k_cache, v_cache, block_table, work, out, lse, po, pl, scale * LOG2E)
+        launch(q, k_cache, v_cache, block_table, work, out, lse, po, pl, scale * LOG2E, stages)
         launch_merge(work, po, pl, out, lse)
     return (out, lse) if return_lse else out
 
@@ -395,7 +402,7 @@ def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
 
 def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
            work: WorkList, out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor,
-           qk_scale: float) -> None:
+           qk_scale: float, stages: int = STAGES) -> None:
     """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2)."""
     B, H, _ = q.shape
     num_pages, page_size = k_cache.shape[:2]
@@ -404,8 +411,9 @@ def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
         q_desc, k_desc, v_desc, block_table, work.items, out, lse, po, pl,
         H, qk_scale, num_pages, block_table.shape[1] * page_size,
         *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
-        NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), num_warps=NUM_WARPS, maxnreg=MAXNREG,
+        NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages, num_warps=NUM_WARPS,
+        maxnreg=MAXNREG,
     )
 
 
-__all__ = ["HEADS", "box_rows", "check_launch", "launch", "mqa_decode_ws"]
+__all__ = ["HEADS", "STAGE_CHOICES", "box_rows", "check_launch", "launch", "mqa_decode_ws"]
