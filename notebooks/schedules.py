@@ -154,6 +154,51 @@ else:
     display(Markdown("Ragged batches, geomean of the best peer's time over splitlab's (worst batch at the "
                      "schedule):\n\n" + notebook.table_html(summary)))
 
+# %% [markdown]
+# **The scheduler's regret.** Every candidate of splitlab's scheduler was timed on every batch of the study, so the
+# regret of any choice is measured: the time of the schedule chosen (by its hash) over the batch's best measured
+# schedule. `as run`: the schedule the scheduler made when the study ran (`wl-splitlab`); `now`: the one the shipped
+# scheduler makes for the same lengths today (its constants refitted on the first run, `experiments/schedules/
+# refit.py`; a schedule the study never timed would count the batch's worst). The goal: geomean <= 1.02, worst <= 1.10.
+
+# %%
+if rows.empty:
+    regret = pd.DataFrame()
+else:
+    ok = rows[(rows["status"] == "ok") & rows["impl"].str.startswith(("wl-", "cand-"))]
+    out = []
+    for (sh, b, n, d), g in ok.groupby(["shape", "batch", "longest", "dist"]):
+        k, h, hk = SHAPES[sh]
+        dd = (128, 128, 16) if k == "gqa" else (576, 512, 64)
+        wb = DecodeWorkload(k, int(b), h, hk, dd[0], dd[1], int(n), page_size=dd[2], length_dist=d,
+                            length_seed=int(b) + int(n) + seed_offset)
+        times = g.groupby("schedule_hash")["us"].min()
+        best = times.min()
+        now = times.get(schedulers.splitlab(wb, dev).digest, times.max())
+        out.append(dict(shape=sh, batch=int(b), longest=int(n), dist=d, as_run=g[g["impl"] == "wl-splitlab"]["us"].min()
+                        / best, now=now / best))
+    regret = pd.DataFrame(out)
+    by = regret.groupby("shape").agg(as_run=("as_run", lambda x: math.exp(np.log(x).mean())),
+                                     as_run_worst=("as_run", "max"), now=("now", lambda x: math.exp(np.log(x).mean())),
+                                     now_worst=("now", "max"), batches=("now", "size"))
+    fig, ax = plt.subplots(figsize=plots.figsize(plots.PAGE_WIDTH_IN, 3.6))
+    x = np.arange(len(by))
+    ax.bar(x - 0.2, by["as_run"], 0.4, color="0.6", label="geomean, as run")
+    ax.bar(x + 0.2, by["now"], 0.4, color="C0", label="geomean, now")
+    ax.plot(x - 0.2, by["as_run_worst"], "v", color="0.3", label="worst, as run")
+    ax.plot(x + 0.2, by["now_worst"], "v", color="C0", label="worst, now")
+    ax.axhline(1.02, color="0.3", lw=0.6, ls=":")
+    ax.axhline(1.10, color="0.3", lw=0.6, ls="--")
+    ax.set_xticks(x)
+    ax.set_xticklabels(by.index, fontsize=plots.MIN_FONT_PT)
+    ax.set_ylim(1.0, max(1.16, float(by[["as_run_worst", "now_worst"]].max().max()) + 0.02))
+    ax.set_ylabel("measured time / best measured schedule")
+    ax.set_title(f"splitlab's scheduler against the best schedule of each batch ({run})",
+                 fontsize=plots.MIN_FONT_PT + 1)
+    plots.legend_outside(ax)
+    notebook.show_figure(fig, "scheduler-regret", regret)
+    display(Markdown(notebook.table_html(by.round(3))))
+
 # %%
 if not summary.empty:
     gqa = summary.loc[[s for s in summary.index if SHAPES[s][0] == "gqa"]]
