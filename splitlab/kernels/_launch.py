@@ -29,7 +29,7 @@ range is not dereferenced and makes its request's output NaN on the Triton kerne
 the sm_90 Gluon tile (``mla_sm90``, paged MLA; its sparse path gives NaN). No launcher returns a finite number for
 such input when validation is on.
 
-Scalars, gradients and fp32 range (issue 39). ``sm_scale`` and ``kv_scale`` are real numbers (Python or numpy
+Scalars, gradients and fp32 range. ``sm_scale`` and ``kv_scale`` are real numbers (Python or numpy
 scalars; a bool, complex, string, array or tensor is refused), and the kernels take ``sm_scale * log2(e)`` (times
 ``kv_scale`` for an fp8 MLA cache) as one fp32 argument: ``resolve_sm_scale`` refuses, on the host, a product
 outside fp32's normal range ``[FP32_TINY, FP32_MAX]`` (``sm_scale`` in ``[SM_SCALE_MIN, SM_SCALE_MAX]``, about

@@ -5,7 +5,7 @@ that a producer warp streams into shared memory by TMA.
 Not yet dispatched to: ``gqa.gqa_decode`` and ``worklist.gqa_decode_scheduled`` run the kernels they ran before.
 This module is the candidate of an H200 A/B (``experiments/mqa_ws/``): compiled for sm_90a here, never run yet.
 
-Why: 128 query heads on one kv head is MLA's shape at D = 128 (issue 37, item 3). The tl work-list tile holds the
+Why: 128 query heads on one kv head is MLA's shape at D = 128. The tl work-list tile holds the
 group in one program whose ``tl.dot`` pipeline serialises QK, softmax and PV; here the machinery of
 ``kernels.mla_sm90_ws`` (FlashMLA's warp specialization: a TMA producer warp, consumer warpgroups running wgmma)
 carries it, without MLA's split output: each consumer owns 64 heads and its whole 64 x 128 fp32 output, so the two
