@@ -90,7 +90,7 @@ from splitlab.planners import schedulers as S
 from splitlab.planners.schedule import Schedule
 from splitlab.workloads import DecodeWorkload
 
-__all__ = ["GQADecodePlan", "MLADecodePlan", "Capacity", "PERSISTENT_SCHEDULERS"]
+__all__ = ["GQADecodePlan", "MLADecodePlan", "SparseMLADecodePlan", "Capacity", "PERSISTENT_SCHEDULERS"]
 
 #: Schedulers whose schedules may run several items a slot (the persistent kernel variant, fixed when a plan is made).
 PERSISTENT_SCHEDULERS = ("stream_k", "flashmla")
@@ -139,6 +139,8 @@ class _DecodePlan:
 
     kind: str = ""
     what: str = ""
+    lens_name = "seq_lens"  # plan()'s lengths, as refusals name them
+    table_name, table_columns = "block_table", "max_pages"  # run()'s table of keys, as refusals name it
 
     def __init__(self, *, heads: int, kv_heads: int, head_dim_qk: int, head_dim_v: int, page_size: int,
                  dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device | str, groups: int,
@@ -313,33 +315,39 @@ class _DecodePlan:
         ``num_pages`` too every entry a request reads against ``[0, num_pages)`` (one more sync). Returns the
         schedule. Refused in one line: a length or batch out of range, a schedule past the capacity, a call while a
         CUDA graph is captured."""
+        return self._plan(seq_lens, block_table, num_pages)
+
+    def _plan(self, seq_lens: Sequence[int] | torch.Tensor, table: torch.Tensor | None, bound: int | None) -> Schedule:
+        """``plan()``'s body: ``table`` the tensor that holds each request's keys (GQA/MLA's block table, sparse
+        MLA's indices) and ``bound`` the range its entries must lie in (pages, slots), checked by ``_check_table``."""
+        name = self.lens_name
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             # A graph would capture the work list's copy (replayed from a staging buffer that has moved on since).
             raise SplitlabError(f"{self.what}.plan while a CUDA graph is captured; expected plan() outside the "
                                 "capture, before each replay (run() is what a graph captures)")
         if isinstance(seq_lens, torch.Tensor):
             if seq_lens.dim() != 1 or seq_lens.dtype not in (torch.int32, torch.int64):
-                raise SplitlabError(f"{self.what}.plan: seq_lens is a tensor of shape {tuple(seq_lens.shape)} and "
+                raise SplitlabError(f"{self.what}.plan: {name} is a tensor of shape {tuple(seq_lens.shape)} and "
                                     f"dtype {seq_lens.dtype}; expected a 1-D int32 or int64 tensor (or a list)")
             lens = seq_lens.tolist()  # the one host read (a device-to-host sync for a GPU tensor)
         elif isinstance(seq_lens, list | tuple):
             lens = list(seq_lens)
         else:
-            raise SplitlabError(f"{self.what}.plan: seq_lens is a {type(seq_lens).__name__}; expected a list or "
+            raise SplitlabError(f"{self.what}.plan: {name} is a {type(seq_lens).__name__}; expected a list or "
                                 "tuple of ints, or a 1-D int32 tensor")
         if not lens:
-            raise SplitlabError(f"{self.what}.plan: seq_lens is empty; expected at least one request")
+            raise SplitlabError(f"{self.what}.plan: {name} is empty; expected at least one request")
         for i, n in enumerate(lens):
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise SplitlabError(f"{self.what}.plan: seq_lens[{i}] = {n!r}; expected an integer >= 0")
+                raise SplitlabError(f"{self.what}.plan: {name}[{i}] = {n!r}; expected an integer >= 0")
         if self.capacity is None:
             self._allocate(len(lens))
         cap = self.capacity
         if len(lens) > cap.batch:
             raise SplitlabError(f"{self.what}.plan: a batch of {len(lens)} requests is past max_batch={cap.batch}; "
                                 "expected at most that (make the plan with a larger max_batch)")
-        if block_table is not None:
-            self._check_table(lens, block_table, num_pages)
+        if table is not None:
+            self._check_table(lens, table, bound)
         s = self._schedule(lens)
         self._write(s)
         return s
@@ -483,23 +491,25 @@ class _DecodePlan:
     def _check_common(self, p: _Planned, q: torch.Tensor, block_table: torch.Tensor, out, lse,
                       caches: dict[str, torch.Tensor]) -> None:
         """run()'s checks (``check=True``): host-visible metadata only (no device value is read). Written for speed
-        (a few microseconds): plain comparisons, the messages made only on a refusal."""
+        (a few microseconds): plain comparisons, the messages made only on a refusal. ``block_table``: the plan's
+        table of keys (``table_name``: sparse MLA's indices, one key a column)."""
         dev = self.device
-        for name, t, dtype in (("q", q, self.dtype), ("block_table", block_table, torch.int32),
+        table = self.table_name
+        for name, t, dtype in (("q", q, self.dtype), (table, block_table, torch.int32),
                                *((n, t, self.kv_dtype) for n, t in caches.items())):
             if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device != dev:
                 self._refuse_tensor(name, t, dtype)
         if q.shape != p.q_shape:
             self._refuse_shape("q", q, "[" + ", ".join(map(str, p.q_shape)) + "]")
         if block_table.dim() != 2 or block_table.shape[0] != p.batch:
-            self._refuse_shape("block_table", block_table, f"[{p.batch}, max_pages]")
+            self._refuse_shape(table, block_table, f"[{p.batch}, {self.table_columns}]")
         _launch.check_no_grad(q=q, **caches)
         max_keys = block_table.shape[1] * self.page_size
         if p.max_len > max_keys:
-            raise SplitlabError(f"{self.what}.run: the plan reads up to key {p.max_len}; the block table holds "
+            raise SplitlabError(f"{self.what}.run: the plan reads up to key {p.max_len}; {table} holds "
                                 f"{max_keys} keys a request")
         check_spans("q", q, (1, 2))
-        check_spans("block_table", block_table, (1,))
+        check_spans(table, block_table, (1,))
         if out is not None:
             check_out("out", out, p.out_shape, (self.dtype,), dev)
             check_spans("out", out, (1, 2))
@@ -652,6 +662,21 @@ class GQADecodePlan(_DecodePlan):
         return (out, lse) if return_lse else out
 
 
+def _latent_scales(dtype: torch.dtype, kv_dtype: torch.dtype | None, kv_scale: float | None,
+                   sm_scale: float | None, head_dim_qk: int) -> tuple[torch.dtype, float, float]:
+    """``(kv_dtype, qk_scale, kv_scale)`` of a latent-cache plan (MLA, sparse MLA): q's ``dtype`` a float dtype,
+    the cache's ``kv_dtype`` (default q's; fp8 beside a 16-bit q) and ``kv_scale`` checked as the launchers check them
+    (``_launch.check_kv_dtype``, on two empty stand-ins), the scores' scale ``sm_scale * kv_scale * log2(e)``."""
+    if dtype not in FLOAT_DTYPES:
+        raise bad("dtype", dtype, "one of " + ", ".join(map(str, FLOAT_DTYPES)))
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
+    if kv_dtype not in (*FLOAT_DTYPES, FP8_KV_DTYPE):
+        raise bad("kv_dtype", kv_dtype, f"one of {', '.join(map(str, FLOAT_DTYPES))}, {FP8_KV_DTYPE}")
+    kv_scale = _launch.check_kv_dtype(torch.empty(0, dtype=dtype), torch.empty(0, dtype=kv_dtype), kv_scale)
+    scale = _launch.resolve_sm_scale(sm_scale, head_dim_qk, kv_scale=kv_scale)
+    return kv_dtype, scale * kv_scale * LOG2E, kv_scale
+
+
 # =====================================================================================================
 # MLA (the tl tile: the Gluon tile takes no work list yet)
 # =====================================================================================================
@@ -681,21 +706,13 @@ class MLADecodePlan(_DecodePlan):
 
         H, Dqk = check_int("num_heads", num_heads), check_int("head_dim_qk", head_dim_qk)
         Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
-        if dtype not in FLOAT_DTYPES:
-            raise bad("dtype", dtype, "one of " + ", ".join(map(str, FLOAT_DTYPES)))
-        kv_dtype = dtype if kv_dtype is None else kv_dtype
-        if kv_dtype not in (*FLOAT_DTYPES, FP8_KV_DTYPE):
-            raise bad("kv_dtype", kv_dtype, f"one of {', '.join(map(str, FLOAT_DTYPES))}, {FP8_KV_DTYPE}")
-        # kv_dtype against dtype and kv_scale, as the launcher checks them (on two empty stand-ins).
-        kv_scale = _launch.check_kv_dtype(torch.empty(0, dtype=dtype), torch.empty(0, dtype=kv_dtype), kv_scale)
+        kv_dtype, self._qk_scale, self._kv_scale = _latent_scales(dtype, kv_dtype, kv_scale, sm_scale, Dqk)
         d = mla.mla_defaults(H, Dqk, TORCH_DTYPE_NAMES[kv_dtype], head_dim_v=Dv,
                              block_h=None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=64),
                              block_n=None if block_n is None else check_pow2("block_n", block_n, lo=16, hi=256))
         warps = d.num_warps if num_warps is None else mla.check_num_warps(num_warps)
         stages = d.num_stages if num_stages is None else check_knob("num_stages", num_stages, lo=1, hi=8)
         self.block_n, self.block_h = d.block_n, d.block_h
-        scale = _launch.resolve_sm_scale(sm_scale, Dqk, kv_scale=kv_scale)
-        self._qk_scale, self._kv_scale = scale * kv_scale * LOG2E, kv_scale
         tiles = cdiv(H, d.block_h)
         super().__init__(heads=H, kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv, page_size=page_size, dtype=dtype,
                          kv_dtype=kv_dtype, device=device, groups=tiles, scheduler=scheduler, max_batch=max_batch,
@@ -734,6 +751,125 @@ class MLADecodePlan(_DecodePlan):
                 self.num_heads, self.groups, self._qk_scale, self._kv_scale, num_pages,
                 block_table.shape[1] * self.page_size if num_pages else 0,
                 *q.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(), *lse.stride(),
+                *self._po_strides, *self._pl_strides,
+                **self._meta_kw, **self._bounded, **part)
+            self._merge(p, out, lse, merge)
+        return (out, lse) if return_lse else out
+
+
+# =====================================================================================================
+# Sparse MLA (the top-k gather work-list kernel: kernels.sparse_mla)
+# =====================================================================================================
+
+
+class SparseMLADecodePlan(_DecodePlan):
+    """Sparse top-k MLA decode over a token pool, planned once per batch, run once per layer (the module docstring;
+    ``kernels.sparse_mla.sparse_mla_decode_scheduled``'s kernel, the tl tile).
+
+    A request is a query token and its keys are the positions of its index row: ``plan(topk_lens)`` takes how many
+    positions each token walks (its top-k, or its valid prefix as FlashMLA's sparse ``topk_length``; positions past
+    it are never read), ``run(q, kv_cache, indices)`` gathers the latent rows ``indices`` names (-1 skipped). Shapes
+    fixed by the plan: ``num_heads`` query heads, latent rows of ``head_dim_qk`` (K) whose first ``head_dim_v`` columns
+    are V, ``dtype`` (q and out) and ``kv_dtype`` (the pool: q's dtype, or ``torch.float8_e4m3fn`` beside a 16-bit q,
+    dequantised by ``kv_scale``), on ``device``. Schedulers: ``planners.schedulers.names_for('sparse_mla')``. Tiles
+    ``block_h``, ``block_k``, ``num_warps`` default as ``kernels.sparse_mla.sparse_mla_defaults``; the rest as
+    ``GQADecodePlan``. ``device_schedule=True`` is refused in one line: the device schedulers are checked against
+    the host's for GQA and MLA only (and splitlab's device pricing reads a dense workload's lengths)."""
+
+    kind = "sparse_mla"
+    what = "SparseMLADecodePlan"
+    lens_name = "topk_lens"
+    table_name, table_columns = "indices", "topk"
+
+    def __init__(self, num_heads: int, head_dim_qk: int, head_dim_v: int, *, dtype: torch.dtype,
+                 device: torch.device | str, kv_dtype: torch.dtype | None = None, kv_scale: float | None = None,
+                 scheduler: str = "splitlab", max_batch: int | None = None, max_items: int | None = None,
+                 max_ctas: int | None = None, max_partial_rows: int | None = None, num_splits: int | None = None,
+                 ctas: int | None = None, use_cuda_graph: bool = False, device_spec: object = None,
+                 block_k: int | None = None, block_h: int | None = None, num_warps: int | None = None,
+                 sm_scale: float | None = None, device_schedule: bool = False) -> None:
+        from splitlab.kernels import sparse_mla
+
+        H, Dqk = check_int("num_heads", num_heads), check_int("head_dim_qk", head_dim_qk)
+        Dv = check_knob("head_dim_v", head_dim_v, lo=1, hi=Dqk)
+        kv_dtype, self._qk_scale, self._kv_scale = _latent_scales(dtype, kv_dtype, kv_scale, sm_scale, Dqk)
+        d, meta = sparse_mla.worklist_meta(H, Dqk, Dv, dtype, kv_dtype, block_h=block_h, block_k=block_k,
+                                           num_warps=num_warps, persistent=scheduler in PERSISTENT_SCHEDULERS)
+        self.block_n, self.block_h = d.block_n, d.block_h  # block_n: the key tile (BLOCK_K)
+        # page_size 1: a token's keys are its index row's columns, one a column
+        super().__init__(heads=H, kv_heads=1, head_dim_qk=Dqk, head_dim_v=Dv, page_size=1, dtype=dtype,
+                         kv_dtype=kv_dtype, device=device, groups=cdiv(H, d.block_h), scheduler=scheduler,
+                         max_batch=max_batch, max_items=max_items, max_ctas=max_ctas,
+                         max_partial_rows=max_partial_rows, num_splits=num_splits, ctas=ctas,
+                         use_cuda_graph=use_cuda_graph, device_spec=device_spec, device_schedule=device_schedule)
+        self._meta_kw = meta
+
+    def _check_device_schedule(self, on: object) -> bool:
+        if on is True:
+            raise SplitlabError(f"{self.what}(device_schedule=True) is not supported; expected device_schedule="
+                                "False (plan(topk_lens) on the host: the device schedulers are checked for GQA and "
+                                "MLA only)")
+        return super()._check_device_schedule(on)
+
+    def _workload(self, lens: Sequence[int]) -> DecodeWorkload:
+        """The sparse workload a scheduler plans for: a token per request, ``topk`` its longest walk, and the walked
+        lengths as given (a sparse workload would otherwise draw its own: every token its ``topk``)."""
+        n = max(max(lens), 1)
+        w = DecodeWorkload(kind=self.kind, batch=len(lens), num_q_heads=self.num_heads, num_kv_heads=1,
+                           head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, ctx_len=n, page_size=1,
+                           topk=n, dtype=TORCH_DTYPE_NAMES[self.kv_dtype])
+        w.__dict__["lengths"] = tuple(lens)  # the cached_property's slot: the lengths the schedulers read
+        return w
+
+    def plan(self, topk_lens: Sequence[int] | torch.Tensor, *, indices: torch.Tensor | None = None,
+             num_slots: int | None = None) -> Schedule:
+        """Plan a batch of query tokens: ``topk_lens`` the positions each token walks (host integers or a 1-D int32 /
+        int64 tensor, read once), as ``GQADecodePlan.plan`` takes ``seq_lens``. With ``indices`` (the ``[T, topk]``
+        int32 rows ``run`` will get) the lengths are also checked against its columns, and with ``num_slots`` too
+        every walked index against ``[-1, num_slots)`` (one more sync). Returns the schedule; refusals as there."""
+        return self._plan(topk_lens, indices, num_slots)
+
+    def _check_table(self, lens: list[int], indices: torch.Tensor, num_slots: int | None) -> None:
+        from splitlab.kernels import sparse_mla
+
+        _launch.check_tensor("indices", indices, 2, dtypes=(torch.int32,), device=self.device)
+        if max(lens) > indices.shape[1]:
+            i = max(range(len(lens)), key=lens.__getitem__)
+            raise SplitlabError(f"{self.what}.plan: topk_lens[{i}] = {lens[i]} is past indices' {indices.shape[1]} "
+                                f"columns; expected at most {indices.shape[1]}")
+        if indices.shape[0] != len(lens):
+            raise SplitlabError(f"{self.what}.plan: indices has {indices.shape[0]} rows; expected one per token "
+                                f"({len(lens)})")
+        if num_slots is not None:
+            _launch.check_indices(sparse_mla.walked_indices(indices, tuple(lens)),
+                                  check_int("num_slots", num_slots, minimum=0))
+
+    def run(self, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
+            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
+            check: bool = True, timelines: Timelines | None = None):
+        """Decode the planned tokens: q ``[T, H, Dqk]``, kv_cache ``[num_slots, Dqk]``, indices ``[T, topk]`` int32
+        (any strides; -1 no key); returns out ``[T, H, Dv]`` or ``(out, lse)``, as ``GQADecodePlan.run``
+        (``sparse_mla_decode_scheduled``'s results for the plan's walked lengths, without its index check: an index
+        outside ``[-1, num_slots)`` is never gathered and makes its token NaN; ``plan(indices=, num_slots=)`` checks
+        them; ``timelines`` as there)."""
+        p = self._planned
+        if p is None:
+            raise SplitlabError(f"{self.what}.run before plan(); expected plan(topk_lens) first")
+        if check:
+            self._check_common(p, q, indices, out, lse, dict(kv_cache=kv_cache))
+            if kv_cache.dim() != 2 or kv_cache.shape[1] != self.head_dim_qk:
+                raise SplitlabError(f"{self.what}.run: kv_cache has shape {tuple(kv_cache.shape)}; expected "
+                                    f"[num_slots, {self.head_dim_qk}]")
+            check_spans("kv_cache", kv_cache, (1,))
+        out, lse = self._outputs(p, out, lse, return_lse)
+        from splitlab.kernels.sparse_mla import _sparse_mla_worklist_kernel
+
+        with self._guard():
+            part, merge = self._timelines(p, timelines, q)
+            _sparse_mla_worklist_kernel[p.grid](
+                q, kv_cache, indices, self._items, self._cta_offsets, out, lse, self._po, self._pl,
+                self.num_heads, self.groups, self._qk_scale, self._kv_scale, kv_cache.shape[0], indices.shape[1],
+                *q.stride(), *kv_cache.stride(), *indices.stride(), *out.stride(), *lse.stride(),
                 *self._po_strides, *self._pl_strides,
                 **self._meta_kw, **self._bounded, **part)
             self._merge(p, out, lse, merge)

@@ -34,6 +34,7 @@ import triton.language as tl
 from splitlab.errors import SplitlabError
 from splitlab.intmath import cdiv
 from splitlab.kernels import _launch, mla_sm90
+from splitlab.kernels import timeline as tlog
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
     FP8_KV_DTYPE,
@@ -81,7 +82,16 @@ from splitlab.kernels.mla import (
     store_head_tile,
 )
 from splitlab.kernels.paging import key_masks, poison
-from splitlab.kernels.worklist import WorkList, alloc_partials, check_worklist, launch_merge, load_item
+from splitlab.kernels.timeline import Timelines
+from splitlab.kernels.worklist import (
+    WorkList,
+    _record_slot,
+    _timeline_args,
+    alloc_partials,
+    check_worklist,
+    launch_merge,
+    load_item,
+)
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
 
@@ -403,14 +413,22 @@ def _sparse_mla_worklist_kernel(
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DR: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
-    FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr,
+    FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr, num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
+    timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
 ):
     # 1-D grid, head tile fastest (as the split-count grid): the head tiles of one slot gather the same rows back
     # to back, the second's from L2. A non-persistent slot runs the item of its own index; a persistent one walks
-    # its items in order (CSR offsets ``cta_ptr``).
+    # its items in order (CSR offsets ``cta_ptr``). BOUNDED (a capacity grid, ``kernels.decode_plan``): a slot past
+    # the 4-byte count at ``num_ctas_ptr`` exits at once. TIMELINE: each program writes its 64-byte record
+    # (``kernels.timeline``), as ``worklist``'s kernels do.
+    if TIMELINE:
+        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     cta = pid // num_head_tiles
+    if BOUNDED:
+        if cta >= tl.load(num_ctas_ptr):
+            return
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_t = tl.arange(0, BLOCK_K)
@@ -431,6 +449,28 @@ def _sparse_mla_worklist_kernel(
                      po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
                      HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_K, BLOCK_DV, BLOCK_DR, UPCAST, DOT_PRECISION,
                      ISOLATE_QK, KV_FP8, FP8_QK)
+    if TIMELINE:
+        _record_slot(timeline_ptr, pid, t_start, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+
+
+def worklist_meta(num_heads: int, head_dim_qk: int, head_dim_v: int, dtype: torch.dtype, kv_dtype: torch.dtype, *,
+                  block_h: int | None, block_k: int | None, num_warps: int | None,
+                  persistent: bool) -> tuple[TileConfig, dict]:
+    """The work-list kernel's tiles (``sparse_mla_defaults``, knobs checked, each refusal one line) and its
+    constexpr / launch keywords for q of ``dtype`` over a pool of ``kv_dtype``: what ``sparse_mla_decode_scheduled``
+    and ``decode_plan.SparseMLADecodePlan`` launch."""
+    bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
+    bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
+    d = sparse_mla_defaults(num_heads, head_dim_qk, kv_dtype, head_dim_v=head_dim_v, block_h=bh, block_k=bk)
+    nw = d.num_warps if num_warps is None else check_num_warps(num_warps)
+    block_dv, block_dr = padded_dims(head_dim_qk, head_dim_v)
+    meta = dict(
+        HEAD_DIM_V=head_dim_v, HEAD_DIM_R=head_dim_qk - head_dim_v,
+        BLOCK_H=d.block_h, BLOCK_K=d.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
+        UPCAST=interpret_upcast(dtype), DOT_PRECISION=dot_input_precision(dtype),
+        ISOLATE_QK=isolate_qk(d.block_h, nw, dtype), KV_FP8=kv_dtype == FP8_KV_DTYPE,
+        FP8_QK=fp8_qk_on(kv_dtype, d.block_h), PERSISTENT=persistent, num_warps=nw, num_stages=d.num_stages)
+    return d, meta
 
 
 def walked_indices(indices: torch.Tensor, lengths: tuple[int, ...]) -> torch.Tensor:
@@ -447,7 +487,7 @@ def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices
                                 head_dim_v: int = 512, block_k: int | None = None, block_h: int | None = None,
                                 num_warps: int | None = None, sm_scale: float | None = None,
                                 kv_scale: float | None = None, return_lse: bool = False,
-                                validate: bool | None = None):
+                                validate: bool | None = None, timelines: Timelines | None = None):
     """Sparse top-k MLA decode over a schedule's work list (``WorkList.from_schedule``): ``sparse_mla_decode``'s
     inputs, checks and outputs, the walk of each token's top-k list taken from ``work`` instead of a split count.
 
@@ -459,7 +499,9 @@ def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices
     item writes its output directly, the others' partial rows are merged per token (``worklist.launch_merge``). A
     schedule reading past ``topk`` or made for another batch is refused in one line (``worklist.check_worklist``).
     Tiles: ``sparse_mla_defaults`` (the split-count launch's with an explicit split count); the tl tile only (the
-    Gluon tile does not take work lists). ``validate`` as ``sparse_mla_decode``'s, over the walked positions."""
+    Gluon tile does not take work lists). ``validate`` as ``sparse_mla_decode``'s, over the walked positions.
+    ``timelines`` (``kernels.timeline``) as ``worklist.gqa_decode_scheduled``'s: each program of the partial kernel
+    and the merge records its SM, start, end and work; without it, the plain launch."""
     q, kv_scale, Dv, scale = check_inputs(q, kv_cache, indices, head_dim_v, sm_scale, kv_scale)
     T, H, Dqk = q.shape
     num_slots, topk = kv_cache.shape[0], indices.shape[1]
@@ -468,10 +510,8 @@ def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices
         raise SplitlabError(f"{what}: the work list walks up to position {max(work.schedule.lengths)} of a token's "
                             f"top-k list; indices has {topk} columns (items past topk are not allowed)")
     check_worklist(work, T, topk, q.device, what)
-    bh = None if block_h is None else check_pow2("block_h", block_h, lo=16, hi=MAX_BLOCK_H)
-    bk = None if block_k is None else check_pow2("block_k", block_k, lo=16, hi=256)
-    d = sparse_mla_defaults(H, Dqk, kv_cache.dtype, head_dim_v=Dv, block_h=bh, block_k=bk)
-    nw = d.num_warps if num_warps is None else check_num_warps(num_warps)
+    d, meta = worklist_meta(H, Dqk, Dv, q.dtype, kv_cache.dtype, block_h=block_h, block_k=block_k,
+                            num_warps=num_warps, persistent=work.schedule.persistent)
     want = validate_setting(validate)
     if want:
         no_validation_under_capture(q, what)
@@ -479,25 +519,19 @@ def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices
     if want or (want is None and not capturing(q)):
         check_indices(walked, num_slots)
 
-    block_dv, block_dr = padded_dims(Dqk, Dv)
     out = _launch.alloc(T, H, Dv, dtype=q.dtype, device=q.device)
     lse = _launch.alloc(T, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, Dv, q.device)
     tiles = cdiv(H, d.block_h)
+    extra = _timeline_args(timelines, work.ctas * tiles, q.device, what)
     with device_guard(q):
         _sparse_mla_worklist_kernel[(work.ctas * tiles,)](
             q, kv_cache, indices, work.items, work.cta_offsets, out, lse, po, pl,
             H, tiles, scale * kv_scale * LOG2E, kv_scale, num_slots, topk,
             *q.stride(), *kv_cache.stride(), *indices.stride(), *out.stride(), *lse.stride(),
-            *po.stride(), *pl.stride(),
-            HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv,
-            BLOCK_H=d.block_h, BLOCK_K=d.block_n, BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, MIN_DOT),
-            UPCAST=interpret_upcast(q.dtype), DOT_PRECISION=dot_input_precision(q.dtype),
-            ISOLATE_QK=isolate_qk(d.block_h, nw, q.dtype), KV_FP8=kv_cache.dtype == FP8_KV_DTYPE,
-            FP8_QK=fp8_qk_on(kv_cache.dtype, d.block_h), PERSISTENT=work.schedule.persistent,
-            num_warps=nw, num_stages=d.num_stages,
+            *po.stride(), *pl.stride(), **meta, **extra,
         )
-        launch_merge(work, po, pl, out, lse)
+        launch_merge(work, po, pl, out, lse, timelines)
     if want:
         check_result(what, out, lse, (walked >= 0).any(dim=1), slot_request(q, kv_cache, walked, Dv, kv_scale), scale,
                      kv_scale=kv_scale, names=("kv_cache", "kv_cache"))
