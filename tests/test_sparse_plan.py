@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from triton.runtime.jit import KernelInterface
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import reference, timeline
@@ -107,6 +108,35 @@ def test_timelines_are_the_launchers_records(graph):
     assert [r["item"] for r in want["partial"]] == list(range(s.ctas))
     if graph:
         assert t.buffers["partial"].shape[0] == 24  # the capacity's programs
+
+
+def test_graph_replay_after_a_new_plan_and_no_host_sync(monkeypatch):
+    """What a CUDA graph does, on the CPU: run() recorded at plan A (no device value read on the host while it
+    launches), a new plan B of the same batch (more slots and partial rows), the recorded launches replayed into the
+    same out / lse: B's result (the capacity grid, its slots past B's count exit)."""
+    a, b = [10, 0, 5, 1, 2], LENS
+    x, ref, ref_lse, rows = case(b, seed=3)
+    p = make(scheduler="uniform", num_splits=4, use_cuda_graph=True, max_batch=5, max_ctas=24, max_items=24)
+    p.plan(a)
+    real = KernelInterface.__getitem__
+    calls: list = []
+    monkeypatch.setattr(KernelInterface, "__getitem__",
+                        lambda self, grid: lambda *args, **kw: calls.append((self, grid, args, kw)))
+
+    def sync(*args, **kw):
+        raise AssertionError("a host read in run()")
+
+    out, lse = torch.full((5, H, DV), float("nan")), torch.full((5, H), float("nan"))
+    with monkeypatch.context() as m:
+        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "to"):
+            m.setattr(torch.Tensor, name, sync)
+        p.run(x["q"], x["kv_cache"], x["indices"], out=out, lse=lse)
+    assert len(calls) == 2 and calls[0][1] == (24,)  # the partial kernel on the capacity's slots, and the merge
+    sb = p.plan(b)
+    assert sb.ctas > p.plan(a).ctas and p.plan(b).partial_rows > 0
+    for kernel, grid, args, kw in calls:
+        real(kernel, grid)(*args, **kw)
+    assert_matches_reference(out, lse, ref, ref_lse, torch.float32, rows)
 
 
 def test_refusals_are_one_line():

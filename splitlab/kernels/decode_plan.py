@@ -13,6 +13,12 @@ metadata, or none with ``check=False``).
     for layer in layers:
         out = p.run(q, k_cache[layer], v_cache[layer], block_table)
 
+The three families share that contract: ``GQADecodePlan`` (paged GQA/MHA/MQA), ``MLADecodePlan`` (absorbed MLA over
+a paged latent cache) and ``SparseMLADecodePlan`` (sparse top-k MLA over a token pool: a request is a query token,
+``plan(topk_lens)`` takes the positions of its index row it walks, ``run(q, kv_cache, indices)`` gathers them; no
+``device_schedule``). Each is ``_DecodePlan``'s machinery (capacity, buffers, ``plan()``, the merge, timelines)
+around its family's work-list kernel.
+
 Capacity. The device buffers (the work list: ``items``, ``cta_offsets``, ``partial_offsets`` and the slot count,
 packed in one int32 tensor; the fp32 partial rows and lse; an lse scratch row per request) are allocated at the first
 ``plan()`` (or never again): ``max_batch`` requests (default: the first plan's batch), ``max_ctas`` CTA slots,
@@ -33,8 +39,9 @@ The empty programs of a capacity grid cost GPU time (a GPU question: keep ``max_
 needs). Without ``use_cuda_graph`` the grid is the plan's exact slot count and the merge runs only where a request
 was split; ``run()`` then refuses to be captured (a later plan would change the grid).
 
-Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced``, ``stream_k``,
-``uniform`` at a ``num_splits``, ``flashmla`` (MLA; persistent) and ``splitlab``). ``plan_on_device(seq_lens)`` takes
+Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; GQA and MLA plans; schedulers
+``balanced``, ``stream_k``, ``uniform`` at a ``num_splits``, ``flashmla`` (MLA; persistent) and ``splitlab``).
+``plan_on_device(seq_lens)`` takes
 the lengths as a device int32 tensor and launches ``kernels.device_schedule``'s kernels into the same buffers (the host
 scheduler's work list, bit for bit; ``splitlab``'s is the one ``schedulers.splitlab`` makes within the plan's
 ``max_ctas`` / ``max_items``: its candidates priced on the device in fp64, one program each, the same winner), with
@@ -135,7 +142,8 @@ def _seg(n: int) -> int:
 
 
 class _DecodePlan:
-    """What the GQA and MLA plans share: the capacity, the buffers, ``plan()`` and the merge launch."""
+    """What the GQA, MLA and sparse MLA plans share: the capacity, the buffers, ``plan()``, the run checks, the merge
+    launch and the timelines."""
 
     kind: str = ""
     what: str = ""
