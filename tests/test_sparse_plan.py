@@ -6,6 +6,8 @@ capacity-grid (BOUNDED) kernel with and without the timeline compiled for sm_90a
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from triton.runtime.jit import KernelInterface
@@ -139,6 +141,34 @@ def test_graph_replay_after_a_new_plan_and_no_host_sync(monkeypatch):
     assert_matches_reference(out, lse, ref, ref_lse, torch.float32, rows)
 
 
+DEVICE = [("balanced", dict(ctas=7)), ("uniform", dict(num_splits=3)), ("stream_k", dict(ctas=9))]
+
+
+@pytest.mark.parametrize("scheduler,knobs", DEVICE, ids=[s for s, _ in DEVICE])
+def test_plan_on_device_is_the_host_plan(allocs, scheduler, knobs):
+    """plan_on_device(t) leaves the packed work list (slot count, partial offsets, cta offsets, items) as plan(list)
+    leaves it for per-token walked lengths (0 to topk, tile edges), and run() after it gives the reference's result."""
+    p = make(scheduler=scheduler, max_batch=8, use_cuda_graph=True, device_schedule=True, **knobs)
+    rng = random.Random(5)
+    for _ in range(5):
+        lens = [rng.choice([0, 1, 15, 16, 17, 37, 64, 100]) for _ in range(rng.randint(1, 8))]
+        lens[0] = max(lens[0], 1)  # the host's all-empty batch is uniform's one item a token (stream-K's differs)
+        s = p.plan(lens)
+        host = p._meta.clone()
+        p._meta.fill_(-7)
+        t = torch.tensor(lens, dtype=torch.int32)
+        p.plan_on_device(t)
+        n = len(s.items)
+        assert p._num_ctas.item() == s.ctas and p.status.item() == 0 and p.schedule is None
+        assert torch.equal(p._partial_offsets[:len(lens) + 1], host[p._off_po:p._off_po + len(lens) + 1])
+        assert torch.equal(p._cta_offsets[:s.ctas + 1], host[p._off_co:p._off_co + s.ctas + 1])
+        assert torch.equal(p._items[:n], host[p._off_it:p._off_it + 4 * n].view(n, 4))
+    x, ref, ref_lse, rows = case(LENS, seed=11)
+    p.plan_on_device(torch.tensor(LENS, dtype=torch.int32))
+    out, lse = p.run(x["q"], x["kv_cache"], x["indices"], return_lse=True)
+    assert_matches_reference(out, lse, ref, ref_lse, torch.float32, rows)
+
+
 def test_refusals_are_one_line():
     x, _, _, _ = case(LENS)
     q, kv, idx = x["q"], x["kv_cache"], x["indices"]
@@ -156,7 +186,8 @@ def test_refusals_are_one_line():
         (lambda: make(max_ctas=2, max_batch=5), "at least max_batch"),
         (lambda: make(scheduler="flashmla"), "not allowed for kind sparse_mla"),
         (lambda: make(scheduler="flashinfer"), "not allowed for kind sparse_mla"),
-        (lambda: make(use_cuda_graph=True, device_schedule=True), r"device_schedule=True\) is not supported"),
+        (lambda: make(use_cuda_graph=True, device_schedule=True), r"device_schedule=True\) with scheduler 'splitlab'"),
+        (lambda: make(scheduler="uniform", device_schedule=True), "without use_cuda_graph"),
         (lambda: make(kv_dtype=torch.float8_e4m3fn), "beside an"),
         (lambda: make(block_k=48), "block_k=48"),
         (lambda: make(dtype=torch.int32), "dtype="),

@@ -15,9 +15,9 @@ metadata, or none with ``check=False``).
 
 The three families share that contract: ``GQADecodePlan`` (paged GQA/MHA/MQA), ``MLADecodePlan`` (absorbed MLA over
 a paged latent cache) and ``SparseMLADecodePlan`` (sparse top-k MLA over a token pool: a request is a query token,
-``plan(topk_lens)`` takes the positions of its index row it walks, ``run(q, kv_cache, indices)`` gathers them; no
-``device_schedule``). Each is ``_DecodePlan``'s machinery (capacity, buffers, ``plan()``, the merge, timelines)
-around its family's work-list kernel.
+``plan(topk_lens)`` takes the positions of its index row it walks, ``run(q, kv_cache, indices)`` gathers them;
+``device_schedule`` without ``splitlab``). Each is ``_DecodePlan``'s machinery (capacity, buffers, ``plan()``, the
+merge, timelines) around its family's work-list kernel.
 
 Capacity. The device buffers (the work list: ``items``, ``cta_offsets``, ``partial_offsets`` and the slot count,
 packed in one int32 tensor; the fp32 partial rows and lse; an lse scratch row per request) are allocated at the first
@@ -39,8 +39,8 @@ The empty programs of a capacity grid cost GPU time (a GPU question: keep ``max_
 needs). Without ``use_cuda_graph`` the grid is the plan's exact slot count and the merge runs only where a request
 was split; ``run()`` then refuses to be captured (a later plan would change the grid).
 
-Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; GQA and MLA plans; schedulers
-``balanced``, ``stream_k``, ``uniform`` at a ``num_splits``, ``flashmla`` (MLA; persistent) and ``splitlab``).
+Schedules on the device (``device_schedule=True``, with ``use_cuda_graph=True``; schedulers ``balanced``,
+``stream_k``, ``uniform`` at a ``num_splits``, ``flashmla`` (MLA; persistent) and ``splitlab`` (GQA and MLA)).
 ``plan_on_device(seq_lens)`` takes
 the lengths as a device int32 tensor and launches ``kernels.device_schedule``'s kernels into the same buffers (the host
 scheduler's work list, bit for bit; ``splitlab``'s is the one ``schedulers.splitlab`` makes within the plan's
@@ -781,8 +781,9 @@ class SparseMLADecodePlan(_DecodePlan):
     are V, ``dtype`` (q and out) and ``kv_dtype`` (the pool: q's dtype, or ``torch.float8_e4m3fn`` beside a 16-bit q,
     dequantised by ``kv_scale``), on ``device``. Schedulers: ``planners.schedulers.names_for('sparse_mla')``. Tiles
     ``block_h``, ``block_k``, ``num_warps`` default as ``kernels.sparse_mla.sparse_mla_defaults``; the rest as
-    ``GQADecodePlan``. ``device_schedule=True`` is refused in one line: the device schedulers are checked against
-    the host's for GQA and MLA only (and splitlab's device pricing reads a dense workload's lengths)."""
+    ``GQADecodePlan``. ``device_schedule=True`` with ``plan_on_device(topk_lens)`` (the module docstring): schedulers
+    ``balanced``, ``uniform`` (at a ``num_splits``) and ``stream_k``, the host's work list bit for bit; ``splitlab``
+    refused in one line (its device pricing is made from a dense workload's lengths)."""
 
     kind = "sparse_mla"
     what = "SparseMLADecodePlan"
@@ -813,10 +814,11 @@ class SparseMLADecodePlan(_DecodePlan):
         self._meta_kw = meta
 
     def _check_device_schedule(self, on: object) -> bool:
-        if on is True:
-            raise SplitlabError(f"{self.what}(device_schedule=True) is not supported; expected device_schedule="
-                                "False (plan(topk_lens) on the host: the device schedulers are checked for GQA and "
-                                "MLA only)")
+        """As the other plans', but for ``splitlab``: its device pricing makes its candidates from a dense
+        workload's lengths (``device_schedule.splitlab_pricing``), not a sparse one's."""
+        if on is True and self.scheduler == "splitlab":
+            raise SplitlabError(f"{self.what}(device_schedule=True) with scheduler 'splitlab'; expected balanced, "
+                                "uniform or stream_k (splitlab's device pricing is made for dense workloads)")
         return super()._check_device_schedule(on)
 
     def _workload(self, lens: Sequence[int]) -> DecodeWorkload:
