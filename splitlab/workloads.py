@@ -86,7 +86,8 @@ class DecodeWorkload:
     batch       requests (``gqa``, ``mla``) or query tokens (``sparse_mla``).
     ctx_len     keys per request: the maximum when ``seq_lens`` is given; for ``sparse_mla`` the
                 token-pool size the indices point into.
-    seq_lens    optional per-request key counts (ragged batches); ``max(seq_lens) == ctx_len``.
+    seq_lens    optional per-request key counts (ragged batches); ``max(seq_lens) == ctx_len``. ``sparse_mla``:
+                each token's walked top-k positions (its valid prefix), each at most ``topk``.
     length_dist a named length distribution (``LENGTH_DISTS``) the batch's lengths are drawn from with
                 ``length_seed`` (ragged batches a sweep can name and a result row can rebuild): ``uniform`` (the
                 default) or ``spreadN``, each request's keys (``sparse_mla``: each token's valid top-k, the rest
@@ -143,7 +144,11 @@ class DecodeWorkload:
             if len(self.seq_lens) != self.batch:
                 raise SplitlabError(f"seq_lens has {len(self.seq_lens)} entries; expected batch={self.batch}")
             lens = tuple(check_int("seq_lens[i]", n, minimum=0) for n in self.seq_lens)
-            if max(lens) != self.ctx_len:
+            if self.kind == "sparse_mla":
+                if max(lens) > self.topk:
+                    raise SplitlabError(f"seq_lens has a token walking {max(lens)} positions; expected at most "
+                                        f"topk={self.topk} (sparse_mla: each token's walked top-k)")
+            elif max(lens) != self.ctx_len:
                 raise SplitlabError(f"ctx_len={self.ctx_len} is not allowed with seq_lens; expected "
                                     f"max(seq_lens)={max(lens)}")
             object.__setattr__(self, "seq_lens", lens)
@@ -166,7 +171,7 @@ class DecodeWorkload:
     def lengths(self) -> tuple[int, ...]:
         """Keys attended per request (sparse: valid top-k entries per token, the rest of its row -1): ``seq_lens``,
         or drawn from ``length_dist`` with ``length_seed`` (``draw_lengths``), or the longest for every one."""
-        if self.kind != "sparse_mla" and self.seq_lens is not None:
+        if self.seq_lens is not None:
             return self.seq_lens
         return draw_lengths(self.length_dist, self.length_seed, self.batch,
                             self.topk if self.kind == "sparse_mla" else self.ctx_len)

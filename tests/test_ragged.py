@@ -294,3 +294,15 @@ def test_the_planner_knows_which_gqa_tiles_run_eight_warps():
         rows = tile_rows(w)
         assert wide_tile(w, rows) == (gqa_launch_facts(w, num_splits=2).num_warps == 8), (hq, hkv, d)
         assert mid_tile(w, rows) == (not wide_tile(w, rows) and rows >= 32)
+
+
+def test_a_sparse_workload_takes_each_tokens_walked_top_k():
+    """Sparse MLA's ``seq_lens`` are each token's walked top-k positions (at most ``topk``), its ``lengths``; past
+    ``topk`` is one line."""
+    from splitlab.errors import SplitlabError
+    from splitlab.workloads import DecodeWorkload
+
+    w = DecodeWorkload("sparse_mla", 3, 64, 1, 512, 512, 65536, page_size=1, topk=2048, seq_lens=(2048, 7, 0))
+    assert w.lengths == (2048, 7, 0) and w.ctx_len == 65536
+    with pytest.raises(SplitlabError, match="at most topk=2048"):
+        DecodeWorkload("sparse_mla", 2, 64, 1, 512, 512, 65536, page_size=1, topk=2048, seq_lens=(2049, 1))

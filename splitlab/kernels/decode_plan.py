@@ -822,14 +822,12 @@ class SparseMLADecodePlan(_DecodePlan):
         return super()._check_device_schedule(on)
 
     def _workload(self, lens: Sequence[int]) -> DecodeWorkload:
-        """The sparse workload a scheduler plans for: a token per request, ``topk`` its longest walk, and the walked
-        lengths as given (a sparse workload would otherwise draw its own: every token its ``topk``)."""
+        """The sparse workload a scheduler plans for: a token per request, ``topk`` its longest walk, the walked
+        lengths as its ``seq_lens``."""
         n = max(max(lens), 1)
-        w = DecodeWorkload(kind=self.kind, batch=len(lens), num_q_heads=self.num_heads, num_kv_heads=1,
-                           head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, ctx_len=n, page_size=1,
-                           topk=n, dtype=TORCH_DTYPE_NAMES[self.kv_dtype])
-        w.__dict__["lengths"] = tuple(lens)  # the cached_property's slot: the lengths the schedulers read
-        return w
+        return DecodeWorkload(kind=self.kind, batch=len(lens), num_q_heads=self.num_heads, num_kv_heads=1,
+                              head_dim_qk=self.head_dim_qk, head_dim_v=self.head_dim_v, ctx_len=n, page_size=1,
+                              topk=n, dtype=TORCH_DTYPE_NAMES[self.kv_dtype], seq_lens=tuple(lens))
 
     def plan(self, topk_lens: Sequence[int] | torch.Tensor, *, indices: torch.Tensor | None = None,
              num_slots: int | None = None) -> Schedule:
