@@ -598,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--timelines", action="store_true", help="each work-list point (a scheduler's) that passed its "
                     "check and was timed runs once more recording every program's SM, start, end and work, kept in "
                     "<sweep>/timelines.parquet by point id (SM and times -1 without a GPU); split-count points and "
-                    "kernels without a work-list launcher that records (peers, sparse MLA) record nothing")
+                    "kernels without a work-list launcher (peers) record nothing")
     sw.add_argument("--quiet", action="store_true", help="no progress output")
     sw.add_argument("--rows", type=int_type(0, MAX_ROWS), default=8, help="--dry-run: how many points to show")
     sw.set_defaults(fn=cmd_sweep)

@@ -9,7 +9,7 @@ the order the journal names them (``program``, ``sm``, ``start_ns``, ``end_ns``,
 ``items``: ``kernels.timeline.FIELDS``), int64, ``-1`` where a field was not measured (no clock under Triton's
 interpreter). A point's records are those journalled with the row that ``results.best_rows`` keeps for it (the
 same session), so a resumed sweep, whose rows are never doubled, holds one record set a point; a point without a
-work-list kernel (a split-count point, a peer, sparse MLA's) has none. Records that only the Parquet holds (a
+work-list kernel (a split-count point, a peer) has none. Records that only the Parquet holds (a
 finished sweep whose journals were removed) are kept; a Parquet that cannot be read is moved aside
 (``timelines.parquet.damaged-<time>``, with a warning) and rebuilt from the journals.
 

@@ -129,7 +129,7 @@ def test_what_cannot_record_is_refused_in_one_line(tmp_path, capsys):
                  "--timer", "fake", "--timelines"])
     err = capsys.readouterr().err.strip()
     assert code != 0 and len(err.splitlines()) == 1 and "timelines=True is not allowed" in err
-    # Which families' work-list launchers record: GQA's and MLA's, not sparse MLA's (yet).
+    # Which families' work-list launchers record: every family's.
     fns = {f.kind: impls.resolve(f.launcher) for f in ALL if f.worklist is not None}
     records = {k: impls.KernelImpl(fn, fn, fn).records_timelines for k, fn in fns.items()}
-    assert records == {"gqa": True, "mla": True, "sparse_mla": False}, records
+    assert records == {"gqa": True, "mla": True, "sparse_mla": True}, records
