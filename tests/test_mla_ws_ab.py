@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from splitlab.kernels.accuracy import verdict
 from splitlab.kernels.mla_sm90_ws import VARIANTS
 
 PATH = Path(__file__).resolve().parents[1] / "experiments" / "mla_ws" / "ab.py"
@@ -86,17 +87,17 @@ def test_verdict(ab):
     ref_lse = torch.randn(3, 4, generator=g, dtype=torch.float64)
     ref[1], ref_lse[1] = 0.0, -math.inf  # an empty request
     out, lse = ref.to(torch.bfloat16), ref_lse.float()
-    assert ab.verdict(out, lse, ref, ref_lse, torch.bfloat16)[2] == "ok"
+    assert verdict(out, lse, ref, ref_lse, torch.bfloat16)[2] == "ok"
     noisy = (ref * 1.1).to(torch.bfloat16)
-    assert ab.verdict(noisy, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
+    assert verdict(noisy, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
     nan_out, nan_lse = out.clone(), lse.clone()
     nan_out[0], nan_lse[0] = float("nan"), float("nan")
-    assert ab.verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"  # NaN where none is due
-    assert ab.verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "ok"
-    assert ab.verdict(out, lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "wrong"  # NaN due, none
+    assert verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"  # NaN where none is due
+    assert verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "ok"
+    assert verdict(out, lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "wrong"  # NaN due, none
     unwritten = out.clone()
     unwritten[1, 2] = float("nan")  # an empty request's row left as the poisoned buffer was
-    assert ab.verdict(unwritten, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
+    assert verdict(unwritten, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
 
 
 def test_poisoned_allocs_fill_new_buffers_with_nan(ab):

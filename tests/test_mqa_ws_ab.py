@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from splitlab.kernels.accuracy import verdict
 from splitlab.kernels.mqa_sm90_ws import STAGE_CHOICES
 
 PATH = Path(__file__).resolve().parents[1] / "experiments" / "mqa_ws" / "ab.py"
@@ -107,19 +108,19 @@ def test_verdict_on_cpu_tensors(ab):
     ref_lse = torch.randn(3, 4, dtype=torch.float64, generator=g)
     ref_lse[1] = float("-inf")  # request 1 is empty
     out, lse = ref.to(torch.bfloat16), ref_lse.float()
-    err, lerr, status, why = ab.verdict(out, lse, ref, ref_lse, torch.bfloat16)
+    err, lerr, status, why = verdict(out, lse, ref, ref_lse, torch.bfloat16)
     assert status == "ok" and why == "" and err < 1e-2 and lerr < 1e-6
     nan = out.clone()
     nan[0, 2, 5] = float("nan")  # one NaN where a finite row is due: wrong, never a pass
-    assert ab.verdict(nan, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
+    assert verdict(nan, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
     bad = out.clone()
     bad[2] = float("nan")
     lse2 = lse.clone()
     lse2[2] = float("nan")
-    assert ab.verdict(bad, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "ok"
+    assert verdict(bad, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "ok"
     half = bad.clone()
     half[2, 0] = 1.0  # a row due NaN that is only partly NaN
-    assert ab.verdict(half, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "wrong"
+    assert verdict(half, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "wrong"
 
 
 def test_summary(ab):

@@ -34,13 +34,14 @@ build in about 31 s, counted in the budget).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from splitlab.bench.csvrows import CsvRows, read_rows
 
 FIELDS = ["phase", "impl", "variant", "schedule", "case", "heads", "batch", "longest", "dist", "dtype", "page",
           "splits", "ctas", "items", "us", "p20_us", "p80_us", "roofline", "rel_err", "lse_err", "status", "error",
@@ -73,34 +74,11 @@ def shapes(heads=HEADS, batches=BATCHES, keys=KEYS, dists=DISTS) -> list[tuple[i
             if not (b == 1 and d != "uniform")]
 
 
-class Rows:
-    """The CSV: appended row by row (the header once, when the file is new), flushed after each row."""
+class Rows(CsvRows):
+    """This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row)."""
 
     def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self._f = open(self.path, "a", newline="")
-        self._w = csv.DictWriter(self._f, fieldnames=FIELDS, restval="")
-        if new:
-            self._w.writeheader()
-            self._f.flush()
-
-    def write(self, **row) -> dict:
-        unknown = set(row) - set(FIELDS)
-        if unknown:
-            raise ValueError(f"not CSV fields: {sorted(unknown)}")
-        self._w.writerow(row)
-        self._f.flush()
-        return row
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def read_rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        super().__init__(path, FIELDS)
 
 
 def passed_checks(rows: list[dict], variants) -> list[str]:
@@ -163,31 +141,11 @@ def poisoned_allocs():
     return poisoned_allocs()
 
 
-def verdict(out, lse, ref, ref_lse, dtype, nan_rows=()) -> tuple[float, float, str, str]:
-    """(rel_err, lse_err, status, why) of ``(out, lse)`` against the fp64 reference: the rows in ``nan_rows`` all
-    NaN; the others ``accuracy.assert_matches_reference`` (no NaN, the dtype's tolerances, empty rows zero with lse
-    -inf)."""
-    import torch
-
-    from splitlab.kernels.accuracy import assert_matches_reference, lse_err, rel_err
-
-    keep = [b for b in range(out.shape[0]) if b not in nan_rows]
-    empty = [i for i, b in enumerate(keep) if bool(torch.isneginf(ref_lse[b]).all())]
-    err, lerr = rel_err(out[keep], ref[keep]), lse_err(lse[keep], ref_lse[keep])
-    try:
-        assert_matches_reference(out[keep], lse[keep], ref[keep], ref_lse[keep], dtype, empty)
-        for b in nan_rows:
-            assert torch.isnan(out[b]).all() and torch.isnan(lse[b]).all(), f"request {b} is not all NaN"
-    except AssertionError as e:
-        return err, lerr, "wrong", str(e)[:200] or "mismatch"
-    return err, lerr, "ok", ""
-
-
 def check(args) -> None:
     """Each check batch on ``args.variants`` (and the shipped tile with ``--baseline``): one row each."""
     import torch
 
-    from splitlab.kernels import mla, reference
+    from splitlab.kernels import accuracy, mla, reference
     from splitlab.kernels.inputs import mla_inputs, poison_unread_pages_
     from splitlab.kernels.mla_sm90_ws import mla_decode_ws
     from splitlab.kernels.worklist import WorkList
@@ -222,7 +180,7 @@ def check(args) -> None:
                         out, lse = mla_decode_ws(x["q"], x["kv_cache"], x["block_table"], work, variant=variant,
                                                  return_lse=True)
                     torch.cuda.synchronize()
-                err, lerr, status, why = verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
+                err, lerr, status, why = accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
                 row.update(rel_err=f"{err:.2e}", lse_err=f"{lerr:.2e}", status=status, error=why)
             except Exception as e:  # a refusal, a compile error, a fault: the row says which
                 row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")

@@ -38,13 +38,14 @@ Budget: ``--budget-s`` (default 200) counts from the start of ``all``; ``run`` s
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from splitlab.bench.csvrows import CsvRows, read_rows
 
 FIELDS = ["phase", "impl", "schedule", "case", "heads", "batch", "longest", "dist", "dtype", "page", "splits", "ctas",
           "items", "us", "p20_us", "p80_us", "roofline", "rel_err", "lse_err", "status", "error", "elapsed_s"]
@@ -85,34 +86,11 @@ def shapes(batches=BATCHES, keys=KEYS, dists=DISTS, pages=PAGES) -> list[tuple[i
     return [(b, n, d, p) for n in keys for b in batches for d in dists for p in pages]
 
 
-class Rows:
-    """The CSV: appended row by row (the header once, when the file is new), flushed after each row."""
+class Rows(CsvRows):
+    """This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row)."""
 
     def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self._f = open(self.path, "a", newline="")
-        self._w = csv.DictWriter(self._f, fieldnames=FIELDS, restval="")
-        if new:
-            self._w.writeheader()
-            self._f.flush()
-
-    def write(self, **row) -> dict:
-        unknown = set(row) - set(FIELDS)
-        if unknown:
-            raise ValueError(f"not CSV fields: {sorted(unknown)}")
-        self._w.writerow(row)
-        self._f.flush()
-        return row
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def read_rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        super().__init__(path, FIELDS)
 
 
 def passed_checks(rows: list[dict], impl: str) -> bool:
@@ -164,31 +142,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --- on the GPU ------------------------------------------------------------------------------------------------
 
 
-def verdict(out, lse, ref, ref_lse, dtype, nan_rows=()) -> tuple[float, float, str, str]:
-    """(rel_err, lse_err, status, why) of ``(out, lse)`` against the fp64 reference: the rows in ``nan_rows`` all
-    NaN; the others ``accuracy.assert_matches_reference`` (no NaN, the dtype's tolerances, empty rows zero with lse
-    -inf)."""
-    import torch
-
-    from splitlab.kernels.accuracy import assert_matches_reference, lse_err, rel_err
-
-    keep = [b for b in range(out.shape[0]) if b not in nan_rows]
-    empty = [i for i, b in enumerate(keep) if bool(torch.isneginf(ref_lse[b]).all())]
-    err, lerr = rel_err(out[keep], ref[keep]), lse_err(lse[keep], ref_lse[keep])
-    try:
-        assert_matches_reference(out[keep], lse[keep], ref[keep], ref_lse[keep], dtype, empty)
-        for b in nan_rows:
-            assert torch.isnan(out[b]).all() and torch.isnan(lse[b]).all(), f"request {b} is not all NaN"
-    except AssertionError as e:
-        return err, lerr, "wrong", str(e)[:200] or "mismatch"
-    return err, lerr, "ok", ""
-
-
 def check(args) -> None:
     """Each check batch on ``args.kernel`` (``KERNELS``, or ``BASELINE``: the tl work-list kernel): one row each."""
     import torch
 
-    from splitlab.kernels import reference, worklist
+    from splitlab.kernels import accuracy, reference, worklist
     from splitlab.kernels.inputs import gqa_inputs, poison_unread_pages_, poisoned_allocs, set_key_
     from splitlab.kernels.mqa_sm90_ws import mqa_decode_ws
     from splitlab.kernels.worklist import WorkList
@@ -222,7 +180,7 @@ def check(args) -> None:
                 else:
                     out, lse = mqa_decode_ws(q, k, v, bt, work, stages=KERNELS[impl], return_lse=True)
                 torch.cuda.synchronize()
-            err, lerr, status, why = verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
+            err, lerr, status, why = accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
             row.update(rel_err=f"{err:.2e}", lse_err=f"{lerr:.2e}", status=status, error=why)
         except Exception as e:  # a refusal, a compile error, a fault: the row says which
             row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")

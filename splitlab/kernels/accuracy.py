@@ -119,3 +119,20 @@ def assert_same_nonfinite(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dty
         assert torch.equal(got, want), f"{kind.__name__}: {int(got.sum())} entries, the reference {int(want.sum())}"
     fin = torch.isfinite(ref)
     assert rel_err(out[fin], ref[fin]) <= TOLERANCE[dtype]
+
+
+def verdict(out: torch.Tensor, lse: torch.Tensor, ref: torch.Tensor, ref_lse: torch.Tensor, dtype: torch.dtype,
+            nan_rows=()) -> tuple[float, float, str, str]:
+    """``(rel_err, lse_err, status, why)`` of ``(out, lse)`` against the fp64 reference, for an A/B's CSV row: the
+    rows in ``nan_rows`` all NaN; the others ``assert_matches_reference`` (no NaN, the dtype's tolerances, empty rows
+    zero with lse -inf); ``status`` ``ok`` or ``wrong`` (``why`` says how)."""
+    keep = [b for b in range(out.shape[0]) if b not in nan_rows]
+    empty = [i for i, b in enumerate(keep) if bool(torch.isneginf(ref_lse[b]).all())]
+    err, lerr = rel_err(out[keep], ref[keep]), lse_err(lse[keep], ref_lse[keep])
+    try:
+        assert_matches_reference(out[keep], lse[keep], ref[keep], ref_lse[keep], dtype, empty)
+        for b in nan_rows:
+            assert torch.isnan(out[b]).all() and torch.isnan(lse[b]).all(), f"request {b} is not all NaN"
+    except AssertionError as e:
+        return err, lerr, "wrong", str(e)[:200] or "mismatch"
+    return err, lerr, "ok", ""
