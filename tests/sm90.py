@@ -5,7 +5,7 @@ The interpreter accepts code that NVIDIA compilation rejects, so a child process
 Triton a stand-in driver that only names the target (``PREAMBLE``), and ``Warmup`` wraps a jitted kernel so that a
 launcher's ``kernel[grid](...)`` runs the whole pipeline through ptxas (bundled with the triton wheel) into
 ``compiled`` instead of launching; ``usage(kernel)`` reads its registers and stack (``REG:n STACK:m``) with the bundled
-cuobjdump."""
+cuobjdump (``resource_line``: the whole line), ``ptxas_log(kernel)`` what the bundled ptxas says of its PTX."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 #: The start of every compile script: the stand-in driver (exit 3 where Triton cannot take one: the test skips),
-#: ``compiled``, ``cuobjdump``, ``usage`` and ``Warmup``.
+#: ``compiled``, ``cuobjdump``, ``ptxas``, ``resource_line``, ``usage``, ``ptxas_log`` and ``Warmup``.
 PREAMBLE = r"""
 import os, re, subprocess, sys, tempfile
 try:
@@ -42,14 +42,31 @@ compiled = []
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def usage(k):  # registers and stack from the cubin, where cuobjdump is bundled
+ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
+
+
+def resource_line(k):  # cuobjdump's resource line of the cubin (REG, STACK, SHARED, LOCAL, ...), "?" without cuobjdump
     if not os.path.exists(cuobjdump):
         return "?"
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(k.asm["cubin"])
     out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
-    return re.search(r"REG:\d+ STACK:\d+", out).group(0)
+    return next((line.strip() for line in out.splitlines() if "REG:" in line), "?")
+
+
+def usage(k):  # registers and stack from the cubin, where cuobjdump is bundled
+    line = resource_line(k)
+    return line if line == "?" else re.search(r"REG:\d+ STACK:\d+", line).group(0)
+
+
+def ptxas_log(k):  # ptxas -v on the kernel's PTX for sm_90a: its warnings (C7515: serialised wgmma) and spill counts
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull], capture_output=True,
+                         text=True)
+    os.unlink(f.name)
+    return log.stdout + log.stderr
 
 class Warmup:
     def __init__(self, kernel):

@@ -25,7 +25,6 @@ from splitlab.planners import schedulers
 
 ws._mqa_ws_kernel = Warmup(ws._mqa_ws_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
 
 
 def case(heads, page, dtype, stages):  # two requests: one split in two (partial rows), one direct
@@ -52,17 +51,7 @@ for heads, page, dtype, stages in CASES:
         failed = True
         continue
     k = compiled[n0]
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    usage = next((line.strip() for line in usage.splitlines() if "REG:" in line), "?")
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(k.asm["ptx"])
-    log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull], capture_output=True,
-                         text=True)
-    os.unlink(f.name)
-    log = log.stdout + log.stderr
+    usage, log = resource_line(k), ptxas_log(k)
     if re.search(r"C751\d", log):  # C7514 (an accumulator in flight across iterations), C7515, ...
         print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
         failed = True

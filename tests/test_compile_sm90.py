@@ -44,7 +44,6 @@ def gluon(launch):  # the launch, with the launchers taking the Gluon kernel whe
 
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 launch_common.check_launch_device = lambda *a: None  # (the MLA launchers' device check)
-ptxas = os.path.join(os.path.dirname(cuobjdump), "ptxas")
 
 def gqa_case(hq, hkv, d, ps, dt, s, knobs):
     inp = gqa_inputs(2, hq, hkv, d, [100, 7], page_size=ps, dtype=dt)
@@ -125,20 +124,12 @@ for name, launch, dt, qk_wgmma in CASES:
         failed = True
     usage = "?"
     if dt != torch.float32 and os.path.exists(cuobjdump):
-        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-            f.write(partial.asm["cubin"])
-        out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-        os.unlink(f.name)
         # ptxas's own word on serialised wgmma (C7515), from the same PTX compiled again.
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(partial.asm["ptx"])
-        log = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull], capture_output=True,
-                             text=True)
-        os.unlink(f.name)
-        if "C7515" in log.stdout + log.stderr:
-            print(f"WGMMA {name}: ptxas serialises its wgmma: {(log.stdout + log.stderr).strip()[:300]}")
+        log = ptxas_log(partial)
+        if "C7515" in log:
+            print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
             failed = True
-        usage = next((line.strip() for line in out.splitlines() if "REG:" in line), "?")
+        usage = resource_line(partial)
         stack = int(re.search(r"STACK:(\d+)", usage).group(1)) if "STACK:" in usage else -1
         if stack > MAX_STACK.get(name, 0) or "LOCAL:0 " not in usage:
             print(f"SPILL {name}: {usage}")

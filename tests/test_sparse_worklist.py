@@ -218,11 +218,7 @@ for h, dqk, label, s in cases:
     k = compiled[n0]
     usage = "?"
     if os.path.exists(cuobjdump):
-        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-            f.write(k.asm["cubin"])
-        out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-        os.unlink(f.name)
-        usage = next((line.strip() for line in out.splitlines() if "REG:" in line), "?")
+        usage = resource_line(k)
         stack = int(re.search(r"STACK:(\d+)", usage).group(1)) if "STACK:" in usage else -1
         if label == "one item" and (stack != 0 or "LOCAL:0 " not in usage):
             print(f"SPILL {h}/{dqk} {label}: {usage}")
