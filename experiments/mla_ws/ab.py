@@ -23,7 +23,7 @@ are made: ``phase`` is ``check`` or ``time``.
   wrong one is a row ``wrong``, not timed); then ``bench.timing.time_graph`` (20 replays, p50; input sets rotated
   past the L2). Implementations: ``gluon-v6`` (``mla.mla_decode`` at ``bench.decode.default_knobs``: the Gluon
   64-row tile at the planner's split count), ``ws-<variant>@uniform`` (the same split count as a work list) and
-  ``ws-<variant>@splitlab`` (splitlab's scheduler; skipped when it is persistent), ``flashmla``
+  ``ws-<variant>@splitlab`` (splitlab's scheduler, one item a slot: ``persistent=False``), ``flashmla``
   (``bench.peers_flashmla``, its own scheduler). ``roofline`` = ``workloads.floor_time_us`` / time.
 
 Budget: ``--budget-s`` (default 270) counts from the start of ``all``; ``run`` starts no new batch past it and the
@@ -218,7 +218,7 @@ def impls_for(w, dev, variants, schedules):
     if "uniform" in schedules:
         scheds["uniform"] = schedulers.uniform(w.lengths, knobs["num_splits"], request_major=True)
     if "splitlab" in schedules:
-        scheds["splitlab"] = schedulers.splitlab(w, dev)
+        scheds["splitlab"] = schedulers.splitlab(w, dev, persistent=False)  # the kernel runs one item a slot
     for label, s in scheds.items():
         wl = WorkList.from_schedule(s, "cuda")
         for v in variants:
