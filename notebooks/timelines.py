@@ -30,7 +30,7 @@ timelines: str = "h200-timelines"  # the catalog bench entry holding experiments
 measured: str = ""  # a folder of those CSVs, read instead of the catalog's entry (empty: the catalog's)
 device: str = "h200"  # the device preset the model places the programs on
 shape: str = "32/8"  # the point drawn as Gantt charts: its shape (32/8, 128/1, mla16)
-batch: int = 16  # its requests (16, 64)
+batch: int = 16  # its requests (16, 64; the shipped set holds the records of batch 16)
 longest: int = 8192  # its longest request's keys (8192, 32768)
 dist: str = "longtail"  # its length distribution (uniform, spread16, longtail)
 scheduler: str = "splitlab"  # its schedule: splitlab's scheduler, or uniform (the fitted plan's split)
@@ -65,14 +65,17 @@ programs = pd.DataFrame()
 try:
     folder = Path(measured) if measured else catalog.bench(timelines).path
     points = pd.read_csv(folder / "points.csv", dtype={"shape": str})
-    programs = pd.read_csv(folder / "timelines.csv", dtype={"shape": str})
+    # the collection writes timelines.csv; the shipped set is gzipped (pandas reads either)
+    records = next((f for f in (folder / "timelines.csv", folder / "timelines.csv.gz") if f.exists()),
+                   folder / "timelines.csv")
+    programs = pd.read_csv(records, dtype={"shape": str})
     points = points[points["status"] == "ok"]
     source = f"`{folder.name}`" + (" (given as `measured`)" if measured else f" (catalog `{timelines}`)")
 except (SplitlabError, OSError) as e:
     source = None
     display(Markdown(f"**No measured timeline set in the catalog** ({e}). The charts below are the cost model's "
                      f"timelines only ({plots.MODELLED.split(',')[0]} by the model, not measured): "
-                     "`experiments/timelines/collect.py` (prepared, not yet run) writes the set on the H200."))
+                     "`experiments/timelines/collect.py` writes the set on the H200."))
 if source is not None:
     notes = sorted(set(points["note"].dropna())) if "note" in points else []
     display(Markdown(f"Measured timelines from {source}: {len(points)} points."
@@ -139,6 +142,9 @@ else:
     point_title = f"{shape}, {batch} requests, {dist} up to {longest} keys, {scheduler}'s schedule"
 model = modelled_timeline(s, w, pdev)
 clocked = mine[mine["start_ns"] >= 0] if not mine.empty else mine  # -1: recorded without a clock (no GPU)
+if not sweep and source is not None and mine.empty:
+    display(Markdown(f"**{source} holds no records of this point** (the shipped set holds batch 16's records; the "
+                     "ledgers of every point are in its points.csv); the model's chart only."))
 if sweep and clocked.empty:
     display(Markdown(f"**The {gantt_source} records of this point hold no clock** (recorded under Triton's "
                      "interpreter or `--timer fake`: which program ran which work, not where or when); the model's "

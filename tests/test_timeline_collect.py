@@ -32,3 +32,37 @@ def test_dry_run_writes_points_and_one_record_per_program(tmp_path):
         assert (mine[["sm", "start_ns", "end_ns"]] == ABSENT).all().all()
         assert part["model_end"].notna().all() and part["model_end"].max() == p["model_launch"]
     assert (tmp_path / "peers.csv").read_text().startswith("shape,")
+
+
+def test_peers_are_checked_through_the_launch_their_call_returns(monkeypatch):
+    """``peers``: a peer's ``call`` plans and returns its launch; the output checked against fp64 is the launch's
+    (once a callable was compared, and every peer row of the H200 run was an error), then timed and ledgered."""
+    import importlib.util
+    import io
+    import types
+
+    import torch
+
+    from splitlab import devices
+    from splitlab.bench import peers_flashinfer, timing
+    from splitlab.workloads import DecodeWorkload
+
+    spec = importlib.util.spec_from_file_location("collect", SCRIPT)
+    collect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collect)
+    ref = torch.ones(2, 4, 16, dtype=torch.float64)
+    launched = []
+    fake = types.SimpleNamespace(unavailable=lambda: None,
+                                 call=lambda w, x, knobs: (lambda: launched.append(x["name"]) or ref.float()))
+    monkeypatch.setattr(peers_flashinfer, "FLASHINFER_DECODE", fake)
+    monkeypatch.setattr(timing, "time_graph", lambda calls: types.SimpleNamespace(p50_us=50.0, p20_us=49.0,
+                                                                                  p80_us=51.0))
+    w = DecodeWorkload("gqa", 2, 4, 2, 16, 16, 64, page_size=16)
+    buf = io.StringIO()
+    writer = collect.csv.DictWriter(buf, collect.PEER_FIELDS)
+    sets = [dict(q=torch.zeros(2, 4, 16), name=n) for n in ("x0", "x1")]
+    collect.peers(w, devices.get("h200"), dict(shape="4/2", batch=2, longest=64, dist="uniform"), sets[0], sets,
+                  ref, 10.0, 2.0, writer)
+    row = next(collect.csv.DictReader(io.StringIO(buf.getvalue()), collect.PEER_FIELDS))
+    assert row["status"] == "ok", row["note"]
+    assert float(row["us"]) == 50.0 and launched == ["x0"]

@@ -1,7 +1,7 @@
 """``notebooks/timelines.py`` executed alone (``splitlab report --only timelines``): without a measured set it draws
 the modelled Gantt chart and ledger shares and says that no measured timeline set is in the catalog; given the
 SYNTHETIC fixture ``tests/fixtures/timelines`` as ``measured`` it draws the measured Gantt chart under the modelled
-one and the measured ledger."""
+one and the measured ledger; by default it draws the shipped H200 set (catalog ``h200-timelines``)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _build(tmp_path, **params):
 
 
 def test_without_measured_timelines_the_page_is_modelled_and_says_so(tmp_path):
-    nb, page = _build(tmp_path)
+    nb, page = _build(tmp_path, timelines="no-such-set")
     assert "No measured timeline set in the catalog" in page
     assert "measured (" not in page
     finding = notebook.read_finding(nb)["finding"]
@@ -63,3 +63,16 @@ def test_a_measured_set_is_drawn_under_the_model(tmp_path):
     assert list(shares.columns) == ["floor", *ledger.PARTS]
     assert shares.sum(axis=1).to_numpy() == pytest.approx(1.0, abs=1e-3)  # floor + parts = the measured time
     assert notebook.read_finding(nb)["finding"].startswith("Measured (2 points)")
+
+
+def test_the_shipped_set_is_the_default(tmp_path):
+    """The catalog's ``h200-timelines`` (measured on the H200, records gzipped): its default point drawn measured, a
+    batch-64 point (no records shipped) said so, the finding over every point."""
+    nb, page = _build(tmp_path)
+    points = pd.read_csv(report.ROOT / "data" / "bench" / "h200" / "timelines" / "points.csv")
+    assert "Measured timelines from <code>timelines</code> (catalog <code>h200-timelines</code>)" in page
+    gantt = pd.read_csv(tmp_path / "timelines-gantt.csv")
+    assert (gantt["source"] == "measured-partial").sum() > 0
+    assert notebook.read_finding(nb)["finding"].startswith(f"Measured ({(points['status'] == 'ok').sum()} points)")
+    _, page = _build(tmp_path / "b64", batch=64)
+    assert "holds no records of this point" in page

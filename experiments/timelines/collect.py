@@ -274,11 +274,11 @@ def peers(w, dev, base, first, sets, ref, floor, launch_pair, writer) -> None:
             writer.writerow(dict(row, status="unavailable", note=str(p.unavailable())[:160]))
             continue
         try:
-            err = rel_err(p.call(w, first, {}), ref)
+            err = rel_err(p.call(w, first, {})(), ref)  # call() plans and returns the launch
             if not err <= TOLERANCE[first["q"].dtype]:
                 writer.writerow(dict(row, status="wrong", note=f"rel_err {err:.2e}"))
                 continue
-            t = time_graph([(lambda x=x, p=p: p.call(w, x, {})) for x in sets])
+            t = time_graph([p.call(w, x, {}) for x in sets])
             led = ledger.peer_ledger(wall_us=t.p50_us, floor_us=floor, programs=programs, slots=dev.sm_count,
                                      launch_us=launch_pair)
             writer.writerow(dict(row, status="ok", us=round(t.p50_us, 3), p20_us=round(t.p20_us, 3),

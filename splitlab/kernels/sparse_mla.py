@@ -421,14 +421,14 @@ def _sparse_mla_worklist_kernel(
     # its items in order (CSR offsets ``cta_ptr``). BOUNDED (a capacity grid, ``kernels.decode_plan``): a slot past
     # the 4-byte count at ``num_ctas_ptr`` exits at once. TIMELINE: each program writes its 64-byte record
     # (``kernels.timeline``), as ``worklist``'s kernels do.
-    if TIMELINE:
-        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     cta = pid // num_head_tiles
     if BOUNDED:
         if cta >= tl.load(num_ctas_ptr):
             return
+    if TIMELINE:
+        tlog.start_record(timeline_ptr, pid, CLOCK)
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_t = tl.arange(0, BLOCK_K)
@@ -450,7 +450,7 @@ def _sparse_mla_worklist_kernel(
                      HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_K, BLOCK_DV, BLOCK_DR, UPCAST, DOT_PRECISION,
                      ISOLATE_QK, KV_FP8, FP8_QK)
     if TIMELINE:
-        _record_slot(timeline_ptr, pid, t_start, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+        _record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
 
 
 def worklist_meta(num_heads: int, head_dim_qk: int, head_dim_v: int, dtype: torch.dtype, kv_dtype: torch.dtype, *,

@@ -5,8 +5,8 @@ record per program, ``FIELDS`` in order (8 x 8 = 64 bytes a program, written onc
 
 * ``program``: the program's linear id (``program_id(0)``; the merge's 2-D grid: ``pid0 * grid1 + pid1``);
 * ``sm``: the SM it ran on (PTX ``%smid``);
-* ``start_ns`` / ``end_ns``: ``%globaltimer`` (ns, one clock for the whole GPU) read when the program begins and
-  after it issued its last store;
+* ``start_ns`` / ``end_ns``: ``%globaltimer`` (ns, one clock for the whole GPU) read when the program begins (stored
+  at once, so that no register holds it through the program) and after it issued its last store;
 * ``slot``, ``group``, ``item``, ``items``: what it ran. Partial kernels: its CTA slot, its head group (GQA's kv
   head, MLA's head tile), its first work item and the number of items it ran (1 for a non-persistent schedule;
   a persistent slot's run in order from ``item``). The merge: the request, the head, the column block, and the
@@ -61,8 +61,16 @@ def now_ns(CLOCK: tl.constexpr):
 
 
 @triton.jit
-def write_record(timeline_ptr, program, start, slot, group, item, items, CLOCK: tl.constexpr):
-    """Write the calling program's record (``FIELDS`` order; 64 bytes) after reading the end time and the SM."""
+def start_record(timeline_ptr, program, CLOCK: tl.constexpr):
+    """Store the calling program's start time (``start_ns``, 8 bytes) in its record, so that no register holds it
+    through the program; ``write_record`` writes the rest at the program's end."""
+    tl.store(timeline_ptr + program.to(tl.int64) * RECORD + 2, now_ns(CLOCK))
+
+
+@triton.jit
+def write_record(timeline_ptr, program, slot, group, item, items, CLOCK: tl.constexpr):
+    """Write the rest of the calling program's record (``FIELDS`` order, ``start_ns`` stored by ``start_record``)
+    after reading the end time and the SM."""
     end = now_ns(CLOCK)
     if CLOCK:
         sm = smid().to(tl.int64)
@@ -71,7 +79,6 @@ def write_record(timeline_ptr, program, start, slot, group, item, items, CLOCK: 
     base = timeline_ptr + program.to(tl.int64) * RECORD
     tl.store(base + 0, program.to(tl.int64))
     tl.store(base + 1, sm)
-    tl.store(base + 2, start)
     tl.store(base + 3, end)
     tl.store(base + 4, slot.to(tl.int64))
     tl.store(base + 5, group.to(tl.int64))
@@ -135,4 +142,4 @@ def record(launch: Callable[[Timelines], object]) -> tuple[object, dict[str, lis
 
 
 __all__ = ["ABSENT", "FIELDS", "KERNELS", "RECORD", "Timelines", "clock_on", "now_ns", "read", "record",
-           "write_record"]
+           "start_record", "write_record"]

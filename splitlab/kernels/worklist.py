@@ -133,9 +133,9 @@ def _merge_kernel(
     # dependent launch, launch_merge's pdl): the offsets (the work list, which the partial kernel never writes) are
     # read before griddepcontrol.wait, the partial rows after it, when the partial kernel has completed and its
     # stores are visible; a program without partial rows exits without waiting.
-    if TIMELINE:
-        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
+    if TIMELINE:
+        tlog.start_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), CLOCK)
     b = pid // num_heads
     head = pid % num_heads
     first = tl.load(offsets_ptr + b)
@@ -155,7 +155,7 @@ def _merge_kernel(
         if tl.program_id(1) == 0:
             tl.store(lse_ptr + b64 * lse_stride_b + head * lse_stride_h, lse)
     if TIMELINE:
-        tlog.write_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), t_start, b, head,
+        tlog.write_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), b, head,
                           tl.program_id(1), n, CLOCK)
 
 
@@ -389,8 +389,6 @@ def _gqa_worklist_kernel(
     # where the trigger sits moves only when the merge's programs take their SMs. FUSED: the last item of a
     # request to finish merges its rows (_arrive_and_merge; offsets_ptr: the work list's partial offsets,
     # counters_ptr: int32 [batch, num_kv_heads], zeros before and after a launch).
-    if TIMELINE:
-        t_start = tlog.now_ns(CLOCK)
     if LAUNCH_DEPENDENTS == 1:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -399,6 +397,8 @@ def _gqa_worklist_kernel(
     if BOUNDED:  # a grid sized to a capacity (kernels.decode_plan, CUDA graphs): slots past the count exit
         if cta >= tl.load(num_ctas_ptr):
             return
+    if TIMELINE:
+        tlog.start_record(timeline_ptr, pid, CLOCK)
     offs_g = tl.arange(0, BLOCK_G)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -429,11 +429,11 @@ def _gqa_worklist_kernel(
     if LAUNCH_DEPENDENTS == 2:
         gdc_launch_dependents()
     if TIMELINE:
-        _record_slot(timeline_ptr, pid, t_start, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
+        _record_slot(timeline_ptr, pid, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
 
 
 @triton.jit
-def _record_slot(timeline_ptr, pid, t_start, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr):
+def _record_slot(timeline_ptr, pid, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr):
     """A partial kernel program's record: its slot's first item and item count (8 bytes read back when
     persistent), else its own item."""
     if PERSISTENT:
@@ -442,7 +442,7 @@ def _record_slot(timeline_ptr, pid, t_start, cta, group, cta_ptr, PERSISTENT: tl
     else:
         first = cta
         n = tl.full([], 1, tl.int32)
-    tlog.write_record(timeline_ptr, pid, t_start, cta, group, first, n, CLOCK)
+    tlog.write_record(timeline_ptr, pid, cta, group, first, n, CLOCK)
 
 
 def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
@@ -630,14 +630,14 @@ def _mla_worklist_kernel(
 ):
     # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2. TIMELINE: as
     # _gqa_worklist_kernel's.
-    if TIMELINE:
-        t_start = tlog.now_ns(CLOCK)
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     cta = pid // num_head_tiles
     if BOUNDED:  # as _gqa_worklist_kernel's
         if cta >= tl.load(num_ctas_ptr):
             return
+    if TIMELINE:
+        tlog.start_record(timeline_ptr, pid, CLOCK)
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_t = tl.arange(0, BLOCK_N)
@@ -659,7 +659,7 @@ def _mla_worklist_kernel(
                   PAGE_SIZE, HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_N, BLOCK_DV, BLOCK_DR,
                   UPCAST, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK)
     if TIMELINE:
-        _record_slot(timeline_ptr, pid, t_start, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+        _record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
 
 
 def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
