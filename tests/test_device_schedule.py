@@ -339,10 +339,11 @@ def gqa_case(lens, seed=0):
 
 
 PLANS = [("balanced", dict(ctas=7)), ("uniform", dict(num_splits=3)), ("stream_k", dict(ctas=9)),
+         ("stream_k", dict(ctas=5)), ("uniform", dict(num_splits=24)),  # 24 rows: merged in chunks
          ("splitlab", dict(device_spec=SMALL))]
 
 
-@pytest.mark.parametrize("scheduler,knobs", PLANS, ids=[s for s, _ in PLANS])
+@pytest.mark.parametrize("scheduler,knobs", PLANS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(PLANS)])
 def test_plan_on_device_writes_the_host_plans_work_list(scheduler, knobs):
     """plan_on_device(t) leaves the plan's packed work list (slot count, partial offsets, cta offsets, items) as
     plan(list) leaves it, for the lengths both are given."""
@@ -364,7 +365,7 @@ def test_plan_on_device_writes_the_host_plans_work_list(scheduler, knobs):
         assert torch.equal(p._items[:n], host[p._off_it:p._off_it + 4 * n].view(n, 4))
 
 
-@pytest.mark.parametrize("scheduler,knobs", PLANS, ids=[s for s, _ in PLANS])
+@pytest.mark.parametrize("scheduler,knobs", PLANS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(PLANS)])
 def test_graph_replay_over_new_device_lengths(launches, scheduler, knobs):
     """What a CUDA graph does, on the CPU: plan_on_device and run recorded once at lengths A (a device tensor), the
     tensor's values changed in place (B, then C with a padded tail, then A again), the recorded launches replayed:

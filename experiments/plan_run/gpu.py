@@ -171,6 +171,10 @@ def replay_us(g, replays: int = 200) -> float:
     return best
 
 
+#: Layers a decode step runs on one plan (Llama-3-8B's 32): the step graph of device_case.
+LAYERS = 32
+
+
 def random_lens(rng: random.Random, b: int, n: int) -> list[int]:
     """A bucket of ``b`` slots: 1..b live requests of random lengths (edges 0, 1, 63-65 among them), the rest padding
     (length 0)."""
@@ -214,6 +218,12 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
     g_sched = capture(lambda: [dev.plan_on_device(lens_t) for _ in range(20)])
     host_us, dev_us = replay_us(g_host), replay_us(g_dev)
     sched_us = replay_us(g_sched, 20) / 20
+    # a server's step: one plan serves every layer (LAYERS decodes of the same cache, the graph a step captures)
+    g_host_step = capture(lambda: [host.run(*args, out=o, check=False) for _ in range(LAYERS)])
+    g_dev_step = capture(lambda: (dev.plan_on_device(lens_t), [dev.run(*args, out=o, check=False)
+                                                               for _ in range(LAYERS)]))
+    host_step, dev_step = replay_us(g_host_step, 20), replay_us(g_dev_step, 20)
+    del g_host_step, g_dev_step
     same = work_list_equal(dev, host)
     rows, bad, differ, checked = [], 0, 0, 0
     tol = TOLERANCE[torch.bfloat16]
@@ -235,7 +245,9 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
                          rel_err=f"{err:.2e}", ok=ok))
     row = dict(case=label, scheduler=scheduler, batch=b, keys=n, host_schedule_graph_us=round(host_us, 2),
                device_schedule_graph_us=round(dev_us, 2), ratio=round(dev_us / host_us, 4),
-               schedule_kernels_us=round(sched_us, 2), same_work_list=same, replays=count, outside_tolerance=bad,
+               schedule_kernels_us=round(sched_us, 2), step_layers=LAYERS, host_step_graph_us=round(host_step, 2),
+               device_step_graph_us=round(dev_step, 2), step_ratio=round(dev_step / host_step, 4),
+               same_work_list=same, replays=count, outside_tolerance=bad,
                work_lists_checked=checked, work_lists_differing=differ)
     print(row, flush=True)
     return row, rows

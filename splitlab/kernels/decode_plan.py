@@ -101,6 +101,10 @@ __all__ = ["GQADecodePlan", "MLADecodePlan", "SparseMLADecodePlan", "Capacity", 
 
 #: Schedulers whose schedules may run several items a slot (the persistent kernel variant, fixed when a plan is made).
 PERSISTENT_SCHEDULERS = ("stream_k", "flashmla")
+#: The merge tile of a plan made on the device (which never sees a request's row count): rows a chunk. With the
+#: tile sized for a request's worst case (64 rows a chunk), MLA-128's device plan ran 42 us a layer slower than the
+#: host plan of the same work list (H200, experiments/plan_run/gpu.py, 16 requests of 8K keys).
+DEVICE_MERGE_ROWS = 16
 #: The ``splitlab`` scheduler's default budget: ``max(BUDGET_SPLITS x max_batch, BUDGET_WAVES x a head group's
 #: slots)`` CTA slots. Its candidates past it are left out; modelled on the H200 over 56 batches a shape (1-256
 #: requests, 1K-128K keys, ragged and not; GQA 32/8, 64/8, 16/2, MQA-128, MLA-16, MLA-128), that costs at most 1.2%
@@ -263,7 +267,8 @@ class _DecodePlan:
             return batch * n, batch * n
         if name in ("balanced", "stream_k"):
             n = self._ctas or S.slots_per_group(w, dev)
-            return (max(batch, n),) * 2 if name == "balanced" else (n, n + batch)
+            # stream_k's slots walk their items, but its all-empty batch is one item a slot (as uniform's)
+            return (max(batch, n),) * 2 if name == "balanced" else (max(batch, n), n + batch)
         if name == "flashinfer":  # its budget: blocks_per_sm (2, schedulers.flashinfer's default) x SMs / kv heads
             c = max(batch, max(1, 2 * dev.sm_count // self.num_kv_heads))
             return c, c
@@ -394,11 +399,12 @@ class _DecodePlan:
             _ds.schedule_on_device(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
                                    self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
                                    scratch=self._scratch, max_batch=cap.batch, **kw)
-        # the merge's tile: for the most rows a request may have (any count is merged correctly, in chunks)
+        # the merge's tile: for the most rows a request may have, at most DEVICE_MERGE_ROWS a chunk (any count is
+        # merged correctly, in chunks)
         splits = (kw.get("num_splits") or kw.get("budget") or kw.get("ctas")
                   or kw["pricing"].max_splits)
         heads, dv = self.num_heads, self.head_dim_v
-        block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows), dv)
+        block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows, DEVICE_MERGE_ROWS), dv)
         self._planned = _Planned(
             schedule=None, batch=B, max_len=0, grid=(cap.ctas * self.groups,), merge=True,
             merge_grid=(B * heads, cdiv(dv, block_d)), merge_meta=dict(BLOCK_S=block_s, BLOCK_D=block_d,
