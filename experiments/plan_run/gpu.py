@@ -13,13 +13,13 @@ OUT/device_schedule.csv (one row per shape and scheduler).
 from __future__ import annotations
 
 import argparse
-import csv
 import random
 import time
 from pathlib import Path
 
 import torch
 
+from splitlab.bench.csvrows import write_rows
 from splitlab.kernels import gqa, reference
 from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
@@ -62,7 +62,7 @@ def graph_us(fn, replays: int = 50) -> float:
 
 
 def overhead(out: Path) -> None:
-    write(out / "plan_run_gpu.csv", [row for shape in SHAPES for row in one_shape(*shape)])
+    write_rows(out / "plan_run_gpu.csv", [row for shape in SHAPES for row in one_shape(*shape)])
 
 
 def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
@@ -130,7 +130,7 @@ def replays(out: Path, count: int) -> None:
         bad += not err <= tol
         rows.append(dict(replay=i, live=live, ctas=s.ctas, items=len(s.items), scheduler=s.scheduler,
                          rel_err=f"{err:.2e}", ok=err <= tol))
-    write(out / "replays.csv", rows)
+    write_rows(out / "replays.csv", rows)
     print(f"{count} replays of one captured graph, new lengths each: {bad} outside the bf16 tolerance", flush=True)
 
 
@@ -270,18 +270,10 @@ def device_schedule(out: Path, count: int) -> None:
             row, r = device_case(label, b, n, scheduler, count, rng)
             rows.append(row)
             replayed += r
-    write(out / "device_schedule.csv", rows)
-    write(out / "device_replays.csv", replayed)
+    write_rows(out / "device_schedule.csv", rows)
+    write_rows(out / "device_replays.csv", replayed)
     print(f"device schedules: {sum(r['outside_tolerance'] for r in rows)} of {len(replayed)} replays outside the "
           f"bf16 tolerance, {sum(r['work_lists_differing'] for r in rows)} work lists unlike the host's", flush=True)
-
-
-def write(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def main() -> None:

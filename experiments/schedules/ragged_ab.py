@@ -55,7 +55,7 @@ def impls(w, dev, first):
     """(name, scheduler label, schedule or None, factory inputs -> callable) of every implementation timed."""
     from splitlab.bench import decode as bench_decode
     from splitlab.kernels import gqa, mla
-    from splitlab.kernels.worklist import WorkList, gqa_decode_scheduled, mla_decode_scheduled
+    from splitlab.kernels.worklist import gqa_decode_scheduled, mla_decode_scheduled
     from splitlab.planners import schedulers as S
     from splitlab.planners import splitlab as rule
 
@@ -67,33 +67,49 @@ def impls(w, dev, first):
     else:
         out.append(("splitlab-v6", f"uniform:{knobs['num_splits']}", None,
                     lambda x: (lambda: mla.mla_decode(**x, head_dim_v=512, **knobs))))
-    c = rule.constants_for(dev, w.kind).constants
     chosen = S.splitlab(w, dev)
     scheds = {"wl-splitlab": chosen, "wl-uniform-v6": S.uniform(w.lengths, knobs["num_splits"],
                                                                    request_major=rule.REQUEST_MAJOR[w.kind])}
     if w.kind == "gqa":
         scheds["wl-flashinfer"] = S.flashinfer(w.lengths, page_size=w.page_size, num_kv_heads=w.num_kv_heads,
                                                sm_count=dev.sm_count)
+
+        def kernel(x, wl):
+            return gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl)
     else:
         from splitlab.planners.flashmla import num_sm_parts
 
         scheds["wl-flashmla"] = S.flashmla(w.lengths, num_sm_parts(dev.sm_count, w.num_q_heads, 1))
+
+        def kernel(x, wl):
+            return mla_decode_scheduled(x["q"], x["kv_cache"], x["block_table"], wl, head_dim_v=512)
+    return out + worklist_impls(w, dev, first, scheds, kernel)
+
+
+def worklist_impls(w, dev, first, scheds: dict, kernel) -> list:
+    """(name, scheduler label, schedule, factory inputs -> callable) of the work-list kernel ``kernel(x, wl)``
+    under each schedule of ``scheds``, then (``cand-*``) under every candidate splitlab's scheduler weighs and
+    stream-K at one and two waves; a candidate whose schedule an earlier name has is skipped."""
+    from splitlab.kernels.worklist import WorkList
+    from splitlab.planners import schedulers as S
+    from splitlab.planners import splitlab as rule
+
+    c = rule.constants_for(dev, w.kind).constants
     lens = list(w.lengths)
     extra = [S.stream_k(lens, m * S.slots_per_group(w, dev, c)) for m in (1, 2)]  # timed, not weighed
+    scheds = dict(scheds)
     for i, s in enumerate([*S.candidates(w, dev.sm_count, c), *extra]):
         scheds[f"cand-{i}"] = s
+    out = []
     seen = set()
     for name, s in scheds.items():
         if s.digest in seen and name.startswith("cand-"):
             continue
         seen.add(s.digest)
         wl = WorkList.from_schedule(s, first["q"].device)
-        if w.kind == "gqa":
-            def make(x, wl=wl):
-                return lambda: gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl)
-        else:
-            def make(x, wl=wl):
-                return lambda: mla_decode_scheduled(x["q"], x["kv_cache"], x["block_table"], wl, head_dim_v=512)
+
+        def make(x, wl=wl):
+            return lambda: kernel(x, wl)
         label = s.scheduler + (f":{s.params.get('num_splits', '')}" if s.scheduler == "uniform" else "")
         out.append((name, label, s, make))
     return out
@@ -149,22 +165,53 @@ def measure(ctx: dict, name: str, sched_label: str, s, make) -> None:
 
 
 def run(args) -> None:
-    import torch
-
-    from splitlab import workloads
-    from splitlab.bench.decode import rotated_inputs
-    from splitlab.devices import detect
     from splitlab.kernels import reference
-    from splitlab.kernels.accuracy import TOLERANCE
 
     if args.fmla:
         from splitlab.bench.peers_flashmla import load_kit
 
         load_kit(args.fmla)
+
+    def reference_of(w, first):
+        if w.kind == "gqa":
+            return reference.gqa_decode(**first)
+        return reference.mla_decode(**first, head_dim_v=512)
+
+    def every_impl(w, dev, first):
+        yield from impls(w, dev, first)
+        for name, p in peers(w):
+            yield name, "own", None, lambda x, p=p, w=w: p.call(w, x, {})
+
+    def progress(w, dist, ok):
+        best_peer = min((v for k, v in ok.items() if not k.startswith(("wl-", "cand-", "splitlab"))), default=None)
+        best_sched = min((v for k, v in ok.items() if k.startswith(("wl-", "cand-"))), default=None)
+        return (f"B={w.batch} L={w.ctx_len} {dist}: v6 {ok.get('splitlab-v6')} wl-splitlab {ok.get('wl-splitlab')} "
+                f"best-sched {best_sched} best-peer {best_peer}")
+
+    cases = workloads_for(args.family, args.quick, args.seed_offset, tuple(args.dists.split(",")))
+    run_cases(Path(args.out), "ragged_ab.csv", f"env-{args.family}.json", cases, args.budget_s,
+              family=args.family, longest_of=lambda w: w.ctx_len, reference_of=reference_of, impls_of=every_impl,
+              progress=progress)
+
+
+def run_cases(out: Path, csv_name: str, env_name: str, cases, budget_s: float, *, family: str, longest_of,
+              reference_of, impls_of, progress) -> None:
+    """The A/B loop of this script and ``sparse_ab.py``: the device's environment to ``out/env_name``, then per
+    (shape label, dist, workload) of ``cases`` until ``budget_s`` is spent: input sets rotated past the L2, the fp64
+    reference ``reference_of(w, first set)``, every implementation of ``impls_of(w, dev, first set)`` measured
+    (``measure``) into rows of ``FIELDS`` (``family``; ``longest_of(w)``: the row's longest) appended to
+    ``out/csv_name``, and a progress line (``progress(w, dist, {impl: us of the ok rows})``, then the wrong and
+    error counts)."""
+    import torch
+
+    from splitlab import workloads
+    from splitlab.bench.decode import rotated_inputs
+    from splitlab.devices import detect
+    from splitlab.kernels.accuracy import TOLERANCE
+
     dev = detect()
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "ragged_ab.csv"
+    path = out / csv_name
     new = not path.exists()
     f = open(path, "a", newline="")
     wr = csv.DictWriter(f, fieldnames=FIELDS)
@@ -172,34 +219,26 @@ def run(args) -> None:
         wr.writeheader()
     env = dict(device=torch.cuda.get_device_name(), sms=dev.sm_count, torch=torch.__version__,
                triton=__import__("triton").__version__, cuda=torch.version.cuda, argv=sys.argv)
-    (out / f"env-{args.family}.json").write_text(json.dumps(env, indent=1))
+    (out / env_name).write_text(json.dumps(env, indent=1))
     t0 = time.time()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     tol = TOLERANCE[torch.bfloat16]
-    for label, dist, w in workloads_for(args.family, args.quick, args.seed_offset, tuple(args.dists.split(","))):
-        if time.time() - t0 > args.budget_s:
+    for label, dist, w in cases:
+        if time.time() - t0 > budget_s:
             print("budget spent; stopping", flush=True)
             break
         sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
         first = sets[0]
-        if w.kind == "gqa":
-            ref = reference.gqa_decode(**first)
-        else:
-            ref = reference.mla_decode(**first, head_dim_v=512)
+        ref = reference_of(w, first)
         floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
         ctx = dict(w=w, first=first, sets=sets, ref=ref, floor=floor, tol=tol, writer=wr, rows=[],
-                   base=dict(family=args.family, shape=label, batch=w.batch, longest=w.ctx_len, dist=dist))
-        for name, sched_label, s, make in impls(w, dev, first):
+                   base=dict(family=family, shape=label, batch=w.batch, longest=longest_of(w), dist=dist))
+        for name, sched_label, s, make in impls_of(w, dev, first):
             measure(ctx, name, sched_label, s, make)
-        for name, p in peers(w):
-            measure(ctx, name, "own", None, lambda x, p=p, w=w: p.call(w, x, {}))
         rows = ctx["rows"]
         f.flush()
         ok = {r["impl"]: r["us"] for r in rows if r.get("status") == "ok"}
-        best_peer = min((v for k, v in ok.items() if not k.startswith(("wl-", "cand-", "splitlab"))), default=None)
-        best_sched = min((v for k, v in ok.items() if k.startswith(("wl-", "cand-"))), default=None)
-        print(f"[{time.time() - t0:5.0f}s] {label} B={w.batch} L={w.ctx_len} {dist}: v6 {ok.get('splitlab-v6')} "
-              f"wl-splitlab {ok.get('wl-splitlab')} best-sched {best_sched} best-peer {best_peer} "
+        print(f"[{time.time() - t0:5.0f}s] {label} {progress(w, dist, ok)} "
               f"wrong {sum(r.get('status') == 'wrong' for r in rows)} "
               f"err {sum(r.get('status') == 'error' for r in rows)}", flush=True)
         del sets, first, ref, ctx

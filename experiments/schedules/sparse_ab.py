@@ -25,14 +25,11 @@ prints the ratios of the README.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import sys
-import time
 from pathlib import Path
 
-from ragged_ab import FIELDS, measure
+from ragged_ab import run_cases, worklist_impls
 
 #: (label, model preset): the two sparse models of the card (64 heads at 512/512, 128 heads at 576/512).
 SHAPES = (("v4-64", "deepseek-v4-sparse-mla"), ("v32-128", "deepseek-v3.2-sparse-mla"))
@@ -70,9 +67,7 @@ def impls(w, dev, first):
     """(name, scheduler label, schedule or None, factory inputs -> callable) of every implementation timed."""
     from splitlab.bench import decode as bench_decode
     from splitlab.kernels import sparse_mla
-    from splitlab.kernels.worklist import WorkList
     from splitlab.planners import schedulers as S
-    from splitlab.planners import splitlab as rule
 
     knobs = bench_decode.default_knobs(w, dev)
     tiles = {k: v for k, v in knobs.items() if k != "num_splits"}
@@ -81,78 +76,30 @@ def impls(w, dev, first):
             lambda x: (lambda: sparse_mla.sparse_mla_decode(**x, head_dim_v=dv, validate=False, **knobs))),
            ("splitlab-v6-tl", f"uniform:{knobs['num_splits']}", None,
             lambda x: tl_tile(lambda: sparse_mla.sparse_mla_decode(**x, head_dim_v=dv, validate=False, **knobs)))]
-    c = rule.constants_for(dev, w.kind).constants
-    lens = list(w.lengths)
     n = knobs["num_splits"]
     scheds = {"wl-uniform-topk": S.uniform([w.topk] * w.batch, n, tile=tiles["block_k"], request_major=True),
-              "wl-uniform-v6": S.uniform(lens, n, tile=tiles["block_k"], request_major=True),
+              "wl-uniform-v6": S.uniform(list(w.lengths), n, tile=tiles["block_k"], request_major=True),
               "wl-splitlab": S.splitlab(w, dev)}
-    extra = [S.stream_k(lens, m * S.slots_per_group(w, dev, c)) for m in (1, 2)]  # timed, not weighed
-    for i, s in enumerate([*S.candidates(w, dev.sm_count, c), *extra]):
-        scheds[f"cand-{i}"] = s
-    seen = set()
-    for name, s in scheds.items():
-        if s.digest in seen and name.startswith("cand-"):
-            continue
-        seen.add(s.digest)
-        wl = WorkList.from_schedule(s, first["q"].device)
 
-        def make(x, wl=wl):
-            return lambda: sparse_mla.sparse_mla_decode_scheduled(**x, work=wl, head_dim_v=dv, validate=False,
-                                                                  **tiles)
-        label = s.scheduler + (f":{s.params.get('num_splits', '')}" if s.scheduler == "uniform" else "")
-        out.append((name, label, s, make))
-    return out
+    def kernel(x, wl):
+        return sparse_mla.sparse_mla_decode_scheduled(**x, work=wl, head_dim_v=dv, validate=False, **tiles)
+    return out + worklist_impls(w, dev, first, scheds, kernel)
 
 
 def run(args) -> None:
-    import torch
-
-    from splitlab import workloads
-    from splitlab.bench.decode import rotated_inputs
-    from splitlab.devices import detect
     from splitlab.kernels import reference
-    from splitlab.kernels.accuracy import TOLERANCE
 
-    dev = detect()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "sparse_ab.csv"
-    new = not path.exists()
-    f = open(path, "a", newline="")
-    wr = csv.DictWriter(f, fieldnames=FIELDS)
-    if new:
-        wr.writeheader()
-    env = dict(device=torch.cuda.get_device_name(), sms=dev.sm_count, torch=torch.__version__,
-               triton=__import__("triton").__version__, cuda=torch.version.cuda, argv=sys.argv)
-    (out / "env-sparse.json").write_text(json.dumps(env, indent=1))
-    t0 = time.time()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    tol = TOLERANCE[torch.bfloat16]
-    for label, dist, w in workloads_for(args.quick, args.seed_offset, tuple(args.dists.split(","))):
-        if time.time() - t0 > args.budget_s:
-            print("budget spent; stopping", flush=True)
-            break
-        sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
-        first = sets[0]
-        ref = reference.sparse_mla_decode(**first, head_dim_v=w.head_dim_v)
-        floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
-        ctx = dict(w=w, first=first, sets=sets, ref=ref, floor=floor, tol=tol, writer=wr, rows=[],
-                   base=dict(family="sparse_mla", shape=label, batch=w.batch, longest=w.topk, dist=dist))
-        for name, sched_label, s, make in impls(w, dev, first):
-            measure(ctx, name, sched_label, s, make)
-        rows = ctx["rows"]
-        f.flush()
-        ok = {r["impl"]: r["us"] for r in rows if r.get("status") == "ok"}
+    def progress(w, dist, ok):
         best = min((v for k, v in ok.items() if k.startswith(("wl-", "cand-"))), default=None)
-        print(f"[{time.time() - t0:5.0f}s] {label} T={w.batch} {dist}: v6 {ok.get('splitlab-v6')} "
-              f"v6-tl {ok.get('splitlab-v6-tl')} wl-uniform-topk {ok.get('wl-uniform-topk')} "
-              f"wl-uniform-v6 {ok.get('wl-uniform-v6')} wl-splitlab {ok.get('wl-splitlab')} best-sched {best} "
-              f"wrong {sum(r.get('status') == 'wrong' for r in rows)} "
-              f"err {sum(r.get('status') == 'error' for r in rows)}", flush=True)
-        del sets, first, ref, ctx
-        torch.cuda.empty_cache()
-    f.close()
+        return (f"T={w.batch} {dist}: v6 {ok.get('splitlab-v6')} v6-tl {ok.get('splitlab-v6-tl')} "
+                f"wl-uniform-topk {ok.get('wl-uniform-topk')} wl-uniform-v6 {ok.get('wl-uniform-v6')} "
+                f"wl-splitlab {ok.get('wl-splitlab')} best-sched {best}")
+
+    run_cases(Path(args.out), "sparse_ab.csv", "env-sparse.json",
+              workloads_for(args.quick, args.seed_offset, tuple(args.dists.split(","))), args.budget_s,
+              family="sparse_mla", longest_of=lambda w: w.topk,
+              reference_of=lambda w, first: reference.sparse_mla_decode(**first, head_dim_v=w.head_dim_v),
+              impls_of=impls, progress=progress)
 
 
 def summary(args) -> None:

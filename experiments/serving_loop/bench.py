@@ -22,7 +22,6 @@ its own, ``vs_best_peer``: above 1 is faster than every peer).
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import math
 import sys
@@ -33,6 +32,7 @@ import torch
 
 from splitlab import serving
 from splitlab.bench import peers_flashinfer, peers_flashmla
+from splitlab.bench.csvrows import write_rows
 from splitlab.bench.peers import gpu_missing, library_missing
 from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.workloads import DecodeWorkload
@@ -243,14 +243,6 @@ def _geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
-def write(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -290,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
                 c = loop.parse(argv_c + (["--interpret"] if a.interpret else []))
                 label = dict(kind=kind, slots=slots, profile=profile, layers=c.layers)
                 rows += run_loop(loop, c, names, a.replays, label)
-    write(out / "serving_loop.csv", rows)
+    write_rows(out / "serving_loop.csv", rows)
     summary = summarize(rows)
     if summary:
-        write(out / "summary.csv", summary)
+        write_rows(out / "summary.csv", summary)
     bad = sum(not r["ok"] for r in rows)
     print(f"{len(rows)} steps x implementations, {bad} outside the fp64 tolerance", flush=True)
     return 1 if bad else 0

@@ -1,4 +1,5 @@
-"""A CSV written row by row as an A/B makes its rows (so a run cut short keeps what it measured), and read back."""
+"""A CSV written row by row as an A/B makes its rows (so a run cut short keeps what it measured), or at once from a
+list of rows, and read back."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ class CsvRows:
 
     def close(self) -> None:
         self._f.close()
+
+
+def write_rows(path: str | Path, rows: Sequence[dict]) -> None:
+    """``rows`` written to ``path`` at once (replacing it), the columns the union of the rows' keys in the order they
+    are first seen; a row without a column leaves it empty."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def read_rows(path: str | Path) -> list[dict]:

@@ -81,6 +81,53 @@ def check(buf, s):
     assert (buf["num_ctas"].item(), buf["status"].item()) == (s.ctas, 0)
 
 
+def assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys, ref_of):
+    """Captures ``p.plan_on_device(lens_t)`` then ``p.run`` in one CUDA graph, then replays it 12 times over new
+    lengths written into ``lens_t`` (outputs NaN-poisoned each time), checking each replay against ``ref_of()``
+    (the fp64 reference's (out, lse) for the lengths in ``lens_t``) and the plan's status."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        p.plan_on_device(lens_t)
+        p.run(*args, out=out, lse=lse)  # warm-up: compile outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        p.plan_on_device(lens_t)
+        p.run(*args, out=out, lse=lse)
+    for _ in range(12):
+        lens = [min(n, max_keys) for n in lens_of(rng, len(lens_t))]
+        lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref, ref_lse = ref_of()
+        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
+        assert p.status.item() == 0
+
+
+def schedule_kernel_us(t, buf, max_batch, kw):
+    """Microseconds per launch of the schedule kernel alone on lengths ``t`` into ``buf``: 100 launches captured in
+    one CUDA graph, replayed once to warm up, then 10 replays timed (1000 launches)."""
+    scratch = torch.empty(2 * max_batch, dtype=torch.int32, device="cuda")
+    schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(100):
+            schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
+    g.replay()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(10):
+        g.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1000 / 1000
+
+
 def test_equals_host_compiled():
     rng = random.Random(7)
     for max_batch in (64, 1024):
@@ -151,26 +198,8 @@ def test_graph_replays_over_new_lengths(scheduler, knobs):
     out = torch.empty(B, 32, 128, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(B, 32, dtype=torch.float32, device="cuda")
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        p.plan_on_device(lens_t)
-        p.run(*args, out=out, lse=lse)  # warm-up: compile outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        p.plan_on_device(lens_t)
-        p.run(*args, out=out, lse=lse)
-    for _ in range(12):
-        lens = [min(n, max_keys) for n in lens_of(rng, B)]
-        lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        ref, ref_lse = reference.gqa_decode(*args, lens_t, return_lse=True)
-        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
-        assert p.status.item() == 0
+    assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys,
+                                    lambda: reference.gqa_decode(*args, lens_t, return_lse=True))
 
 
 @pytest.mark.parametrize("scheduler", ["flashmla", "splitlab"])
@@ -184,26 +213,8 @@ def test_mla_graph_replays_over_new_lengths(scheduler):
     out = torch.empty(B, 128, 512, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(B, 128, dtype=torch.float32, device="cuda")
     args = (x["q"], x["kv_cache"], x["block_table"])
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        p.plan_on_device(lens_t)
-        p.run(*args, out=out, lse=lse)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        p.plan_on_device(lens_t)
-        p.run(*args, out=out, lse=lse)
-    for _ in range(12):
-        lens = [min(n, max_keys) for n in lens_of(rng, B)]
-        lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        ref, ref_lse = reference.mla_decode(*args, lens_t, head_dim_v=512, return_lse=True)
-        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
-        assert p.status.item() == 0
+    assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys,
+                                    lambda: reference.mla_decode(*args, lens_t, head_dim_v=512, return_lse=True))
 
 
 def test_schedule_kernel_time():
@@ -218,22 +229,7 @@ def test_schedule_kernel_time():
                               ("stream_k", dict(ctas=264), 264 + B)):
             kw = dict(kw, scheduler="stream_k" if name == "stream_k" else name.split("_")[0])
             buf = buffers(cap, B)
-            scratch = torch.empty(2 * max_batch, dtype=torch.int32, device="cuda")
-            schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(100):
-                    schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
-            g.replay()
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(10):
-                g.replay()
-            b.record()
-            torch.cuda.synchronize()
-            us = a.elapsed_time(b) * 1000 / 1000
+            us = schedule_kernel_us(t, buf, max_batch, kw)
             print(f"schedule kernel {name} B={B} (block {max_batch}) items={buf['num_ctas'].item()}: {us:.2f} us")
         for name, shape in (("flashmla", "mla-128"), ("splitlab", "gqa-32/8"), ("splitlab", "mla-16"),
                             ("splitlab", "mla-128")):
@@ -243,21 +239,6 @@ def test_schedule_kernel_time():
             else:
                 buf, pricing, _, _ = splitlab_case(shape, lens, max_batch)
                 kw = dict(scheduler="splitlab", pricing=pricing)
-            scratch = torch.empty(2 * max_batch, dtype=torch.int32, device="cuda")
-            schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(100):
-                    schedule_on_device(t, **buf, max_batch=max_batch, scratch=scratch, **kw)
-            g.replay()
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(10):
-                g.replay()
-            b.record()
-            torch.cuda.synchronize()
-            us = a.elapsed_time(b) * 1000 / 1000
+            us = schedule_kernel_us(t, buf, max_batch, kw)
             print(f"schedule kernels {name} {shape if name == 'splitlab' else ''} B={B} (block {max_batch}) "
                   f"items={buf['num_ctas'].item()}: {us:.2f} us")
