@@ -5,7 +5,9 @@ The interpreter accepts code that NVIDIA compilation rejects, so a child process
 Triton a stand-in driver that only names the target (``PREAMBLE``), and ``Warmup`` wraps a jitted kernel so that a
 launcher's ``kernel[grid](...)`` runs the whole pipeline through ptxas (bundled with the triton wheel) into
 ``compiled`` instead of launching; ``usage(kernel)`` reads its registers and stack (``REG:n STACK:m``) with the bundled
-cuobjdump (``resource_line``: the whole line), ``ptxas_log(kernel)`` what the bundled ptxas says of its PTX."""
+cuobjdump (``resource_line``: the whole line), ``ptxas_log(kernel)`` what the bundled ptxas says of its PTX.
+``WS_CHECKS`` adds the checks the warp-specialized kernels' compile scripts share (``test_compile_mla_ws``,
+``test_compile_mqa_ws``)."""
 
 from __future__ import annotations
 
@@ -73,6 +75,43 @@ class Warmup:
         self.kernel = kernel
     def __getitem__(self, grid):
         return lambda *a, **kw: compiled.append(self.kernel.warmup(*a, grid=grid, **kw))
+"""
+
+
+#: After ``PREAMBLE``, for a warp-specialized kernel's compile script: ``check_ws(cases, smem_budget, serialised)``
+#: compiles each case and prints what fails: no stack, local memory or spill stores (``SPILL``), shared memory within
+#: ``smem_budget`` (``SHARED``), no ptxas warning matching ``serialised`` (``WGMMA``: C7515, a wgmma serialised),
+#: the partitions' ``setmaxnreg`` values among the PTX's (``REGS``) and its count of m64nNk16 wgmma for each N
+#: (``SHAPES``); True where any case failed.
+WS_CHECKS = r"""
+def check_ws(cases, smem_budget, serialised=r"C7515"):  # cases: (name, compile it, setmaxnreg wanted, {N: wgmma})
+    failed = False
+    for name, build, want_regs, want_wgmma in cases:
+        n0 = len(compiled)
+        try:
+            build()
+            k = compiled[n0]
+        except Exception as e:
+            failed = print(f"FAIL {name}: {type(e).__name__}: {str(e)[:3000]}") or True
+            continue
+        usage, log, ptx = resource_line(k), ptxas_log(k), k.asm["ptx"]
+        regs = sorted(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx))
+        shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", ptx)
+        got = {n: shapes.count(str(n)) for n in want_wgmma}
+        problems = [
+            ("WGMMA", re.search(serialised, log), f"ptxas serialises its wgmma: {log.strip()[:300]}"),
+            ("SPILL", "STACK:0 " not in usage or "LOCAL:0 " not in usage or " 0 bytes spill stores" not in log, usage),
+            ("SHARED", k.metadata.shared > smem_budget, f"{k.metadata.shared} B > {smem_budget}"),
+            ("REGS", not set(want_regs) <= set(regs),
+             f"setmaxnreg {sorted(set(regs))}, expected {sorted(want_regs)} among them"),
+            ("SHAPES", got != want_wgmma, f"{got} (N: m64nNk16 wgmma), expected {want_wgmma}"),
+        ]
+        for tag, bad, what in problems:
+            if bad:
+                print(f"{tag} {name}: {what}")
+                failed = True
+        print(f"ok {name}: shared {k.metadata.shared} B; setmaxnreg {sorted(set(regs))}; {usage}")
+    return failed
 """
 
 

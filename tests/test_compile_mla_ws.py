@@ -9,7 +9,7 @@ reference before timing it); ``test_mla_ws_scope.py`` has what the launcher refu
 from __future__ import annotations
 
 import pytest
-from sm90 import compile_in_child
+from sm90 import WS_CHECKS, compile_in_child
 
 from splitlab.kernels import mla_sm90_ws as ws
 
@@ -43,45 +43,17 @@ CASES = [(f"{v} 128/576 bf16 page 64", v, 128, 64, torch.bfloat16) for v in ws.V
     ("seesaw-fine 64/576 fp16 page 128", "seesaw-fine", 64, 128, torch.float16),
     ("recompute 16/576 bf16 page 64", "recompute", 16, 64, torch.bfloat16),
 ]
-WGMMA = {"recompute": (72, 8), "recompute-fine": (72, 8), "seesaw": (108, 24), "seesaw-fine": (108, 24)}
-failed = False
-for name, variant, heads, page, dtype in CASES:
-    n0 = len(compiled)
-    try:
-        case(variant, heads, page, dtype)
-    except Exception as e:
-        print(f"FAIL {name}: {type(e).__name__}: {str(e)[:2000]}")
-        failed = True
-        continue
-    k = compiled[n0]
-    usage, log = resource_line(k), ptxas_log(k)
-    if "C7515" in log:
-        print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
-        failed = True
-    if "STACK:0 " not in usage or "LOCAL:0 " not in usage or " 0 bytes spill stores" not in log:
-        print(f"SPILL {name}: {usage}")
-        failed = True
-    if k.metadata.shared > SMEM_BUDGET:
-        print(f"SHARED {name}: {k.metadata.shared} B > {SMEM_BUDGET}")
-        failed = True
-    regs = sorted(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", k.asm["ptx"]))
-    want = {ws.CONSUMER_REGS, ws.LOADER_REGS, 3 * ws.MAXNREG - ws.CONSUMER_REGS - ws.LOADER_REGS}
-    if not want <= set(regs):
-        print(f"REGS {name}: setmaxnreg {sorted(set(regs))}, expected {sorted(want)} among them")
-        failed = True
-    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", k.asm["ptx"])
-    got = (shapes.count("64"), shapes.count("256"))
-    if got != WGMMA[variant]:
-        print(f"SHAPES {name}: {got} (m64n64, m64n256) wgmma, expected {WGMMA[variant]}")
-        failed = True
-    print(f"ok {name}: shared {k.metadata.shared} B; setmaxnreg {sorted(set(regs))}; {usage}")
-sys.exit(1 if failed else 0)
+WGMMA = {"recompute": {64: 72, 256: 8}, "recompute-fine": {64: 72, 256: 8}, "seesaw": {64: 108, 256: 24},
+         "seesaw-fine": {64: 108, 256: 24}}
+REGS = {ws.CONSUMER_REGS, ws.LOADER_REGS, 3 * ws.MAXNREG - ws.CONSUMER_REGS - ws.LOADER_REGS}
+sys.exit(1 if check_ws([(name, lambda a=(v, h, p, d): case(*a), REGS, WGMMA[v]) for name, v, h, p, d in CASES],
+                       SMEM_BUDGET) else 0)
 """
 
 
 @pytest.mark.skipif(not ws.HAVE_GLUON, reason="needs triton 3.6's Gluon")
 def test_every_variant_compiles_for_sm90a_without_spills():
-    r = compile_in_child(SCRIPT)
+    r = compile_in_child(WS_CHECKS + SCRIPT)
     print(r.stdout)
 
 

@@ -10,7 +10,7 @@ timing it); ``test_mqa_ws_scope.py`` has what the launcher refuses."""
 from __future__ import annotations
 
 import pytest
-from sm90 import compile_in_child
+from sm90 import WS_CHECKS, compile_in_child
 
 from splitlab.kernels import mqa_sm90_ws as ws
 
@@ -40,45 +40,20 @@ def case(heads, page, dtype, stages):  # two requests: one split in two (partial
 CASES = [(h, p, d, 2) for h in (128, 64) for p in (16, 64) for d in (torch.bfloat16, torch.float16)] + [
     (128, 32, torch.bfloat16, 2), (128, 128, torch.bfloat16, 2), (128, 16, torch.bfloat16, 3),
     (128, 64, torch.float16, 3), (64, 16, torch.bfloat16, 3)]
-failed = False
-for heads, page, dtype, stages in CASES:
-    name = f"MQA-{heads} page {page} {str(dtype)[6:]} stages {stages}"
-    n0 = len(compiled)
-    try:
-        case(heads, page, dtype, stages)
-    except Exception as e:
-        print(f"FAIL {name}: {type(e).__name__}: {str(e)[:3000]}")
-        failed = True
-        continue
-    k = compiled[n0]
-    usage, log = resource_line(k), ptxas_log(k)
-    if re.search(r"C751\d", log):  # C7514 (an accumulator in flight across iterations), C7515, ...
-        print(f"WGMMA {name}: ptxas serialises its wgmma: {log.strip()[:300]}")
-        failed = True
-    if "STACK:0 " not in usage or "LOCAL:0 " not in usage or " 0 bytes spill stores" not in log:
-        print(f"SPILL {name}: {usage}")
-        failed = True
-    if k.metadata.shared > SMEM_BUDGET:
-        print(f"SHARED {name}: {k.metadata.shared} B > {SMEM_BUDGET}")
-        failed = True
-    regs = sorted(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", k.asm["ptx"]))
-    want = {mla_ws.CONSUMER_REGS, mla_ws.LOADER_REGS}
-    if not want <= set(regs):
-        print(f"REGS {name}: setmaxnreg {sorted(set(regs))}, expected {sorted(want)} among them")
-        failed = True
-    # One consumer body a warpgroup that runs one (64 heads: consumer 0 only): QK as two m64n64k16 chains of 4
-    # (k = 128), PV one m64n128k16 chain of 4 (64 keys).
-    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", k.asm["ptx"])
-    got, want = (shapes.count("64"), shapes.count("128")), (8 * (heads // 64), 4 * (heads // 64))
-    if got != want:
-        print(f"SHAPES {name}: {got} (m64n64, m64n128) wgmma, expected {want}")
-        failed = True
-    print(f"ok {name}: shared {k.metadata.shared} B; setmaxnreg {sorted(set(regs))}; {usage}")
-sys.exit(1 if failed else 0)
+
+
+def name(heads, page, dtype, stages):
+    return f"MQA-{heads} page {page} {str(dtype)[6:]} stages {stages}"
+
+
+# One consumer body a warpgroup that runs one (64 heads: consumer 0 only): QK as two m64n64k16 chains of 4 (k = 128),
+# PV one m64n128k16 chain of 4 (64 keys). C751x: C7514 (an accumulator in flight across iterations), C7515, ...
+sys.exit(1 if check_ws([(name(*c), lambda c=c: case(*c), {mla_ws.CONSUMER_REGS, mla_ws.LOADER_REGS},
+                         {64: 8 * (c[0] // 64), 128: 4 * (c[0] // 64)}) for c in CASES], SMEM_BUDGET, r"C751\d") else 0)
 """
 
 
 @pytest.mark.skipif(not ws.HAVE_GLUON, reason="needs triton 3.6's Gluon")
 def test_compiles_for_sm90a_without_spills():
-    r = compile_in_child(SCRIPT)
+    r = compile_in_child(WS_CHECKS + SCRIPT)
     print(r.stdout)

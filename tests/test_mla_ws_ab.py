@@ -1,28 +1,20 @@
-"""``experiments/mla_ws/ab.py`` without a GPU: its argument parsing, the batches it times, its CSV rows, the verdict of
-a check (on CPU tensors) and the summary it prints. (``test_experiments.py`` byte-compiles it and resolves its
-imports; the GPU parts run on the H200 only.)"""
+"""``experiments/mla_ws/ab.py`` without a GPU: its argument parsing, the batches it times, its CSV rows, which
+variants it times after the checks and the summary it prints. (``test_ab_harness.py`` has the harness it shares with
+``experiments/mqa_ws/ab.py``, the verdict of a check among it; ``test_experiments.py`` byte-compiles the script and
+resolves its imports; the GPU parts run on the H200 only.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import math
-from pathlib import Path
-
 import pytest
-import torch
+from ab_scripts import assert_appends_rows, load
 
-from splitlab.kernels.accuracy import verdict
+from splitlab.bench.csvrows import read_rows
 from splitlab.kernels.mla_sm90_ws import VARIANTS
-
-PATH = Path(__file__).resolve().parents[1] / "experiments" / "mla_ws" / "ab.py"
 
 
 @pytest.fixture(scope="module")
 def ab():
-    spec = importlib.util.spec_from_file_location("mla_ws_ab", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # imports only the standard library at module level
-    return mod
+    return load("mla_ws")
 
 
 def test_parses_its_commands(ab):
@@ -56,19 +48,10 @@ def test_the_timed_batches(ab):
 
 
 def test_writes_csv_rows(ab, tmp_path):
-    path = tmp_path / "sub" / ab.CSV_NAME
-    rows = ab.Rows(path)
-    rows.write(phase="check", impl="ws-seesaw", variant="seesaw", case="fp16", status="ok", rel_err="1.00e-03")
-    rows.close()
-    rows = ab.Rows(path)  # appended: the header once
-    rows.write(phase="time", impl="gluon-v6", heads=128, batch=16, longest=8192, dist="uniform", us=12.5,
-               status="ok")
-    with pytest.raises(ValueError, match="not CSV fields"):
-        rows.write(phase="time", speed=3)
-    rows.close()
-    lines = path.read_text().splitlines()
-    assert lines[0] == ",".join(ab.FIELDS) and len(lines) == 3
-    got = ab.read_rows(path)
+    got = assert_appends_rows(
+        ab, tmp_path, dict(phase="check", impl="ws-seesaw", variant="seesaw", case="fp16", status="ok",
+                           rel_err="1.00e-03"),
+        dict(phase="time", impl="gluon-v6", heads=128, batch=16, longest=8192, dist="uniform", us=12.5, status="ok"))
     assert got[0]["case"] == "fp16" and got[0]["us"] == "" and got[1]["us"] == "12.5"
 
 
@@ -79,35 +62,6 @@ def test_only_variants_that_passed_every_check_are_timed(ab):
             dict(phase="check", variant="seesaw-fine", status="timeout"),
             dict(phase="time", variant="recompute-fine", status="ok")]
     assert ab.passed_checks(rows, list(VARIANTS)) == ["seesaw"]
-
-
-def test_verdict(ab):
-    g = torch.Generator().manual_seed(0)
-    ref = torch.randn(3, 4, 8, generator=g, dtype=torch.float64)
-    ref_lse = torch.randn(3, 4, generator=g, dtype=torch.float64)
-    ref[1], ref_lse[1] = 0.0, -math.inf  # an empty request
-    out, lse = ref.to(torch.bfloat16), ref_lse.float()
-    assert verdict(out, lse, ref, ref_lse, torch.bfloat16)[2] == "ok"
-    noisy = (ref * 1.1).to(torch.bfloat16)
-    assert verdict(noisy, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
-    nan_out, nan_lse = out.clone(), lse.clone()
-    nan_out[0], nan_lse[0] = float("nan"), float("nan")
-    assert verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"  # NaN where none is due
-    assert verdict(nan_out, nan_lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "ok"
-    assert verdict(out, lse, ref, ref_lse, torch.bfloat16, nan_rows=(0,))[2] == "wrong"  # NaN due, none
-    unwritten = out.clone()
-    unwritten[1, 2] = float("nan")  # an empty request's row left as the poisoned buffer was
-    assert verdict(unwritten, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
-
-
-def test_poisoned_allocs_fill_new_buffers_with_nan(ab):
-    from splitlab.kernels import _launch
-
-    with ab.poisoned_allocs():
-        t = _launch.alloc(2, 3, dtype=torch.float32, device="cpu")
-        i = _launch.alloc(2, dtype=torch.int32, device="cpu")
-    assert torch.isnan(t).all() and i.dtype == torch.int32
-    assert not torch.isnan(_launch.alloc(2, dtype=torch.float32, device="cpu").fill_(0)).any()
 
 
 def test_summary(ab):
@@ -135,7 +89,7 @@ def test_all_times_only_what_passed_its_check_process(ab, tmp_path, monkeypatch)
     timed = []
     monkeypatch.setattr(ab, "run", lambda args, t0=None: timed.append(list(args.variants)))
     ab.run_all(ab.parse_args(["all", "--out", str(tmp_path), "--variants", "seesaw", "--check-timeout-s", "120"]))
-    rows = ab.read_rows(tmp_path / ab.CSV_NAME)
+    rows = read_rows(tmp_path / ab.CSV_NAME)
     assert timed == [[]]
     assert {(r["impl"], r["status"]) for r in rows} == {("ws-seesaw", "error"), ("gluon-v6", "error")}
     assert all("exited with code" in r["error"] for r in rows)

@@ -1,27 +1,20 @@
 """``experiments/mqa_ws/ab.py`` without a GPU: its argument parsing, the batches it times, the schedules it gives
-the kernel (each one the launcher takes), its CSV rows, the verdict of a check (on CPU tensors) and the summary it
-prints. (``test_experiments.py`` byte-compiles it and resolves its imports; the GPU parts run on the H200 only.)"""
+the kernel (each one the launcher takes), its CSV rows, which kernels it times after the checks and the summary it
+prints. (``test_ab_harness.py`` has the harness it shares with ``experiments/mla_ws/ab.py``, the verdict of a check
+among it; ``test_experiments.py`` byte-compiles the script and resolves its imports; the GPU parts run on the H200
+only.)"""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-import torch
+from ab_scripts import assert_appends_rows, load
 
-from splitlab.kernels.accuracy import verdict
 from splitlab.kernels.mqa_sm90_ws import STAGE_CHOICES
-
-PATH = Path(__file__).resolve().parents[1] / "experiments" / "mqa_ws" / "ab.py"
 
 
 @pytest.fixture(scope="module")
 def ab():
-    spec = importlib.util.spec_from_file_location("mqa_ws_ab", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # imports only the standard library at module level
-    return mod
+    return load("mqa_ws")
 
 
 def test_parses_its_commands(ab):
@@ -63,34 +56,24 @@ def test_the_kernels_schedules_are_ones_its_launcher_takes(ab):
     planner's split start their items at multiples of a box (``mqa_sm90_ws.box_rows``), one item a CTA slot."""
     from splitlab import devices
     from splitlab.bench import decode as bench_decode
+    from splitlab.bench.abharness import ab_workload
     from splitlab.kernels.mqa_sm90_ws import box_rows
     from splitlab.planners import schedulers
-    from splitlab.workloads import DecodeWorkload
 
     dev = devices.get("h200")
     for batch, longest, dist, page in ab.shapes():
-        w = DecodeWorkload("gqa", batch, ab.HEADS, 1, 128, 128, longest, page_size=page, length_dist=dist,
-                           length_seed=0 if dist == "uniform" else batch + longest)
+        w = ab_workload("gqa", batch, ab.HEADS, 128, 128, longest, page, dist)  # as ``run`` draws it
         splits = bench_decode.default_knobs(w, dev)["num_splits"]
         for s in (schedulers.splitlab(w, dev, persistent=False), schedulers.uniform(w.lengths, splits)):
             assert not s.persistent and s.align % box_rows(page) == 0
 
 
 def test_writes_csv_rows(ab, tmp_path):
-    path = tmp_path / "sub" / ab.CSV_NAME
-    rows = ab.Rows(path)
-    rows.write(phase="check", impl="ws", case="fp16-p16", status="ok", rel_err="1.00e-03")
-    rows.close()
-    rows = ab.Rows(path)  # appended: the header once
-    rows.write(phase="time", impl="gqa", heads=128, batch=16, longest=8192, dist="uniform", page=16, us=12.5,
-               status="ok")
-    with pytest.raises(ValueError, match="not CSV fields"):
-        rows.write(phase="time", speed=3)
-    rows.close()
-    lines = path.read_text().splitlines()
-    assert lines[0] == ",".join(ab.FIELDS) and len(lines) == 3
-    got = ab.read_rows(path)
-    assert got[0]["case"] == "fp16-p16" and got[0]["us"] == "" and got[1]["us"] == "12.5"
+    got = assert_appends_rows(
+        ab, tmp_path, dict(phase="check", impl="ws", case="fp16-p16", status="ok", rel_err="1.00e-03"),
+        dict(phase="time", impl="gqa", heads=128, batch=16, longest=8192, dist="uniform", page=16, us=12.5,
+             status="ok"))
+    assert "variant" not in got[0] and got[1]["page"] == "16"
 
 
 def test_times_the_kernel_only_after_every_check_passed(ab):
@@ -99,28 +82,6 @@ def test_times_the_kernel_only_after_every_check_passed(ab):
     assert not ab.passed_checks(ok + [dict(phase="check", impl="ws", status="timeout")], "ws")
     assert not ab.passed_checks([dict(phase="time", impl="ws", status="ok")], "ws")  # no check row: not passed
     assert not ab.passed_checks(ok, "ws3") and ab.passed_checks(ok, "tl") is False
-
-
-def test_verdict_on_cpu_tensors(ab):
-    g = torch.Generator().manual_seed(0)
-    ref = torch.randn(3, 4, 8, dtype=torch.float64, generator=g)
-    ref[1] = 0.0
-    ref_lse = torch.randn(3, 4, dtype=torch.float64, generator=g)
-    ref_lse[1] = float("-inf")  # request 1 is empty
-    out, lse = ref.to(torch.bfloat16), ref_lse.float()
-    err, lerr, status, why = verdict(out, lse, ref, ref_lse, torch.bfloat16)
-    assert status == "ok" and why == "" and err < 1e-2 and lerr < 1e-6
-    nan = out.clone()
-    nan[0, 2, 5] = float("nan")  # one NaN where a finite row is due: wrong, never a pass
-    assert verdict(nan, lse, ref, ref_lse, torch.bfloat16)[2] == "wrong"
-    bad = out.clone()
-    bad[2] = float("nan")
-    lse2 = lse.clone()
-    lse2[2] = float("nan")
-    assert verdict(bad, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "ok"
-    half = bad.clone()
-    half[2, 0] = 1.0  # a row due NaN that is only partly NaN
-    assert verdict(half, lse2, ref, ref_lse, torch.bfloat16, nan_rows=(2,))[2] == "wrong"
 
 
 def test_summary(ab):

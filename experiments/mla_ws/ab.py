@@ -34,14 +34,15 @@ build in about 31 s, counted in the budget).
 from __future__ import annotations
 
 import argparse
-import math
+import functools
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from splitlab.bench.csvrows import CsvRows, read_rows
+from splitlab.bench import abharness as harness
+from splitlab.bench.abharness import split_list
+from splitlab.bench.csvrows import CsvRows
 
 FIELDS = ["phase", "impl", "variant", "schedule", "case", "heads", "batch", "longest", "dist", "dtype", "page",
           "splits", "ctas", "items", "us", "p20_us", "p80_us", "roofline", "rel_err", "lse_err", "status", "error",
@@ -74,71 +75,33 @@ def shapes(heads=HEADS, batches=BATCHES, keys=KEYS, dists=DISTS) -> list[tuple[i
             if not (b == 1 and d != "uniform")]
 
 
-class Rows(CsvRows):
-    """This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row)."""
-
-    def __init__(self, path: Path):
-        super().__init__(path, FIELDS)
+#: This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row).
+Rows = functools.partial(CsvRows, fields=FIELDS)
 
 
 def passed_checks(rows: list[dict], variants) -> list[str]:
-    """The variants of ``variants`` with check rows, every one ``ok`` (a variant whose check child never finished
-    has a ``timeout`` row)."""
-    out = []
-    for v in variants:
-        mine = [r for r in rows if r["phase"] == "check" and r["variant"] == v]
-        if mine and all(r["status"] == "ok" for r in mine):
-            out.append(v)
-    return out
-
-
-def _split(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
+    """The variants of ``variants`` with check rows, every one ``ok`` (``bench.abharness.checks_passed``)."""
+    return [v for v in variants if harness.checks_passed(rows, "variant", v)]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     from splitlab.kernels.mla_sm90_ws import VARIANTS
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("all", "check", "run"):
-        p = sub.add_parser(name)
-        p.add_argument("--out", required=True, help="folder of the CSV")
-        p.add_argument("--variants", type=_split, default=list(VARIANTS),
+    def own(p: argparse.ArgumentParser, name: str) -> None:
+        p.add_argument("--variants", type=split_list, default=list(VARIANTS),
                        help=f"comma-separated, of {','.join(VARIANTS)}")
         if name != "check":
             p.add_argument("--fmla", default=os.environ.get("FMLA_DIR", ""), help="FlashMLA kit folder ('': none)")
             p.add_argument("--budget-s", type=float, default=270.0)
-            p.add_argument("--heads", type=lambda t: [int(x) for x in _split(t)], default=list(HEADS))
-            p.add_argument("--batches", type=lambda t: [int(x) for x in _split(t)], default=list(BATCHES))
-            p.add_argument("--keys", type=lambda t: [int(x) for x in _split(t)], default=list(KEYS))
-            p.add_argument("--dists", type=_split, default=list(DISTS))
-            p.add_argument("--schedules", type=_split, default=list(SCHEDULES))
-            p.add_argument("--replays", type=int, default=20)
-        if name == "all":
-            p.add_argument("--check-timeout-s", type=float, default=150.0)
-        if name == "check":
+            harness.add_lists(p, heads=HEADS, batches=BATCHES, keys=KEYS, dists=DISTS, schedules=SCHEDULES)
+        else:
             p.add_argument("--baseline", action="store_true", help="check the shipped Gluon tile (gluon-v6)")
-    s = sub.add_parser("summary")
-    s.add_argument("csv")
-    a = ap.parse_args(argv)
-    for v in getattr(a, "variants", []):
-        if v not in VARIANTS:
-            ap.error(f"variant {v!r}: expected one of {', '.join(VARIANTS)}")
-    for sched in getattr(a, "schedules", []):
-        if sched not in SCHEDULES:
-            ap.error(f"schedule {sched!r}: expected one of {', '.join(SCHEDULES)}")
-    return a
+
+    return harness.parse_ab_args(argv, __doc__.splitlines()[0], own, 150.0,
+                                 {"variants": VARIANTS, "schedules": SCHEDULES})
 
 
 # --- on the GPU ------------------------------------------------------------------------------------------------
-
-
-def poisoned_allocs():
-    """``kernels.inputs.poisoned_allocs``: every buffer the launchers allocate starts NaN."""
-    from splitlab.kernels.inputs import poisoned_allocs
-
-    return poisoned_allocs()
 
 
 def check(args) -> None:
@@ -146,7 +109,7 @@ def check(args) -> None:
     import torch
 
     from splitlab.kernels import accuracy, mla, reference
-    from splitlab.kernels.inputs import mla_inputs, poison_unread_pages_
+    from splitlab.kernels.inputs import mla_inputs, poison_unread_pages_, poisoned_allocs
     from splitlab.kernels.mla_sm90_ws import mla_decode_ws
     from splitlab.kernels.worklist import WorkList
     from splitlab.planners import schedulers
@@ -180,12 +143,10 @@ def check(args) -> None:
                         out, lse = mla_decode_ws(x["q"], x["kv_cache"], x["block_table"], work, variant=variant,
                                                  return_lse=True)
                     torch.cuda.synchronize()
-                err, lerr, status, why = accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
-                row.update(rel_err=f"{err:.2e}", lse_err=f"{lerr:.2e}", status=status, error=why)
+                row.update(harness.verdict_fields(*accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)))
             except Exception as e:  # a refusal, a compile error, a fault: the row says which
-                row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")
-            rows.write(**row, elapsed_s=round(time.time() - t0, 2))
-            print(f"check {impl} {name}: {row['status']} {row.get('rel_err', '')} {row.get('error', '')}", flush=True)
+                row.update(status="error", error=harness.error_text(e))
+            harness.write_check(rows, row, t0)
     rows.close()
 
 
@@ -200,7 +161,7 @@ def load_flashmla(folder: str) -> str:
         load_kit(folder)
         return ""
     except Exception as e:  # the peer is optional: its absence is a row, not a failure
-        return f"{type(e).__name__}: {str(e)[:160]}"
+        return harness.error_text(e)
 
 
 def impls_for(w, dev, variants, schedules):
@@ -234,17 +195,11 @@ def run(args, t0: float | None = None) -> None:
 
     from splitlab import workloads
     from splitlab.bench.decode import rotated_inputs
-    from splitlab.bench.timing import time_graph
-    from splitlab.devices import detect
     from splitlab.kernels import reference
-    from splitlab.kernels.accuracy import TOLERANCE, rel_err
-    from splitlab.workloads import DecodeWorkload
 
     t0 = time.time() if t0 is None else t0
     rows = Rows(Path(args.out) / CSV_NAME)
-    dev = detect()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    tol = TOLERANCE[torch.bfloat16]
+    dev, l2, tol = harness.device_setup()
     peer_missing = load_flashmla(args.fmla)
     flashmla = None
     if not peer_missing:
@@ -256,12 +211,9 @@ def run(args, t0: float | None = None) -> None:
         rows.write(phase="time", impl="flashmla", status="unavailable", error=peer_missing)
     todo = shapes(args.heads, args.batches, args.keys, args.dists)
     for n_done, (heads, batch, longest, dist) in enumerate(todo):
-        if time.time() - t0 > args.budget_s:
-            print(f"budget spent: {len(todo) - n_done} of {len(todo)} batches not run", flush=True)
-            rows.write(phase="time", impl="-", status="budget", error=f"{len(todo) - n_done} batches not run")
+        if harness.budget_spent(rows, t0, args.budget_s, len(todo), n_done):
             break
-        w = DecodeWorkload("mla", batch, heads, 1, 576, 512, longest, page_size=64, length_dist=dist,
-                           length_seed=0 if dist == "uniform" else batch + longest)
+        w = harness.ab_workload("mla", batch, heads, 576, 512, longest, 64, dist)
         sets = rotated_inputs(w, draw_on="device", l2_bytes=l2)
         first = sets[0]
         ref = reference.mla_decode(**first, head_dim_v=512)
@@ -275,24 +227,14 @@ def run(args, t0: float | None = None) -> None:
             t1 = time.time()
             row = dict(base, impl=impl, variant=variant, schedule=label)
             if s is not None:
-                row.update(splits=max(s.partials), ctas=s.ctas, items=len(s.items))
+                row.update(harness.schedule_fields(s))
             try:
                 if s is not None and s.persistent:
                     raise RuntimeError(f"{label}'s schedule is persistent; the kernel runs one item a CTA slot")
-                with poisoned_allocs():
-                    err = rel_err(make(first)(), ref)
-                row["rel_err"] = f"{err:.2e}"
-                if not err <= tol:
-                    row["status"] = "wrong"
-                else:
-                    t = time_graph([make(x) for x in sets], replays=args.replays)
-                    row.update(us=round(t.p50_us, 2), p20_us=round(t.p20_us, 2), p80_us=round(t.p80_us, 2),
-                               roofline=round(floor / t.p50_us, 3), status="ok")
+                harness.time_row(row, make, sets, ref, floor, tol, args.replays)
             except Exception as e:  # a refusal, out of resources, a peer's error: the row keeps it, the run goes on
-                row.update(status="skipped" if "persistent" in str(e) else "error",
-                           error=f"{type(e).__name__}: {str(e)[:160]}")
-            rows.write(**row, elapsed_s=round(time.time() - t1, 2))
-            line.append(f"{impl} {row.get('us', row['status'])}")
+                row.update(status="skipped" if "persistent" in str(e) else "error", error=harness.error_text(e))
+            harness.write_timed(rows, row, t1, line)
         print(f"[{time.time() - t0:5.0f}s] MLA-{heads} B={batch} {longest} {dist}: " + "; ".join(line), flush=True)
         del sets, first, ref
         torch.cuda.empty_cache()
@@ -305,25 +247,12 @@ def run_all(args) -> None:
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    Rows(out / CSV_NAME).close()  # the header, before the children append to the file at once
-    cmd = [sys.executable, os.path.abspath(__file__), "check", "--out", str(out)]
-    jobs = {v: subprocess.Popen(cmd + ["--variants", v]) for v in args.variants}
-    jobs["gluon-v6"] = subprocess.Popen(cmd + ["--baseline"])
-    for name, p in jobs.items():
-        why = ""
-        try:
-            if p.wait(timeout=max(1.0, args.check_timeout_s - (time.time() - t0))):
-                why, status = f"the check process exited with code {p.returncode}", "error"
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            why, status = f"the check did not finish in {args.check_timeout_s:.0f} s", "timeout"
-        if why:
-            rows = Rows(out / CSV_NAME)
-            rows.write(phase="check", impl=name if name == "gluon-v6" else f"ws-{name}",
-                       variant="" if name == "gluon-v6" else name, status=status, error=why)
-            rows.close()
-    good = passed_checks(read_rows(out / CSV_NAME), args.variants)
+    jobs = {v: ["--variants", v] for v in args.variants}
+    jobs["gluon-v6"] = ["--baseline"]
+    rows = harness.check_in_children(
+        __file__, out, out / CSV_NAME, FIELDS, jobs, args.check_timeout_s, t0,
+        lambda name: dict(impl=name, variant="") if name == "gluon-v6" else dict(impl=f"ws-{name}", variant=name))
+    good = passed_checks(rows, args.variants)
     print(f"[{time.time() - t0:5.0f}s] checks passed: {good or 'none'}", flush=True)
     args.variants = good
     run(args, t0)
@@ -332,62 +261,23 @@ def run_all(args) -> None:
 # --- reading ---------------------------------------------------------------------------------------------------
 
 
-def geomean(xs) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
 def summary_lines(rows: list[dict]) -> list[str]:
     """Per (heads, dist) and implementation: the geomean and worst of the shipped tile's time over its time, and of
     FlashMLA's (> 1: faster), the median roofline fraction; then the checks' verdicts."""
-    timed = [r for r in rows if r["phase"] == "time" and r["status"] == "ok"]
-    by_batch: dict[tuple, dict[str, dict]] = {}
-    for r in timed:
-        key = (int(r["heads"]), r["dist"], int(r["batch"]), int(r["longest"]))
-        by_batch.setdefault(key, {})[r["impl"]] = r
-    lines = []
-    for heads, dist in sorted({k[:2] for k in by_batch}, key=lambda k: (-k[0], k[1])):
-        group = {k: v for k, v in by_batch.items() if k[:2] == (heads, dist)}
-        impls = sorted({i for v in group.values() for i in v})
-        lines.append(f"MLA-{heads} {dist} ({len(group)} batches)")
-        for impl in impls:
-            mine = [v for v in group.values() if impl in v]
-            vs_v6 = [float(v["gluon-v6"]["us"]) / float(v[impl]["us"]) for v in mine if "gluon-v6" in v]
-            vs_fm = [float(v["flashmla"]["us"]) / float(v[impl]["us"]) for v in mine if "flashmla" in v]
-            roof = sorted(float(v[impl]["roofline"]) for v in mine)
-            parts = [f"  {impl:28s} n={len(mine)}"]
-            if vs_v6:
-                parts.append(f"vs gluon-v6 {geomean(vs_v6):.3f} (worst {min(vs_v6):.3f})")
-            if vs_fm:
-                parts.append(f"vs flashmla {geomean(vs_fm):.3f} (worst {min(vs_fm):.3f})")
-            parts.append(f"roofline median {roof[len(roof) // 2]:.3f}")
-            lines.append("; ".join(parts))
-    checks = [r for r in rows if r["phase"] == "check"]
-    for impl in sorted({r["impl"] for r in checks}):
-        mine = [r for r in checks if r["impl"] == impl]
-        bad = [f"{r['case']}: {r['status']} {r['error']}".strip() for r in mine if r["status"] != "ok"]
-        errs = [float(r["rel_err"]) for r in mine if r["rel_err"] not in ("", None)]
-        worst = f", largest rel_err {max(errs):.2e}" if errs else ""
-        lines.append(f"check {impl}: {len(mine) - len(bad)}/{len(mine)} ok{worst}" + ("; " + "; ".join(bad)
-                                                                                     if bad else ""))
-    other = [r for r in rows if r["phase"] == "time" and r["status"] not in ("ok",)]
-    for r in other:
-        lines.append(f"time {r['impl']} {r['heads']}/{r['batch']}/{r['longest']}/{r['dist']}: {r['status']} "
-                     f"{r['error']}".strip())
-    return lines
+    def impl_line(impl: str, mine: list[dict]) -> str:
+        vs_v6 = [float(v["gluon-v6"]["us"]) / float(v[impl]["us"]) for v in mine if "gluon-v6" in v]
+        vs_fm = [float(v["flashmla"]["us"]) / float(v[impl]["us"]) for v in mine if "flashmla" in v]
+        roof = sorted(float(v[impl]["roofline"]) for v in mine)
+        return "; ".join([f"  {impl:28s} n={len(mine)}", *harness.ratio_texts(("gluon-v6", vs_v6), ("flashmla", vs_fm)),
+                          f"roofline median {roof[len(roof) // 2]:.3f}"])
+
+    return harness.summary_lines(rows, "heads", lambda k, n: f"MLA-{k[0]} {k[1]} ({n} batches)", impl_line,
+                                 lambda r: f"{r['heads']}/{r['batch']}/{r['longest']}/{r['dist']}",
+                                 order=lambda k: (-k[0], k[1]))
 
 
 def main(argv=None) -> int:
-    a = parse_args(argv)
-    if a.cmd == "summary":
-        print("\n".join(summary_lines(read_rows(Path(a.csv)))))
-    elif a.cmd == "check":
-        check(a)
-    elif a.cmd == "run":
-        run(a)
-    else:
-        run_all(a)
-    return 0
+    return harness.run_command(parse_args(argv), summary_lines, check, run, run_all)
 
 
 if __name__ == "__main__":

@@ -38,14 +38,14 @@ Budget: ``--budget-s`` (default 200) counts from the start of ``all``; ``run`` s
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import subprocess
+import functools
 import sys
 import time
 from pathlib import Path
 
-from splitlab.bench.csvrows import CsvRows, read_rows
+from splitlab.bench import abharness as harness
+from splitlab.bench.abharness import split_list
+from splitlab.bench.csvrows import CsvRows
 
 FIELDS = ["phase", "impl", "schedule", "case", "heads", "batch", "longest", "dist", "dtype", "page", "splits", "ctas",
           "items", "us", "p20_us", "p80_us", "roofline", "rel_err", "lse_err", "status", "error", "elapsed_s"]
@@ -86,57 +86,28 @@ def shapes(batches=BATCHES, keys=KEYS, dists=DISTS, pages=PAGES) -> list[tuple[i
     return [(b, n, d, p) for n in keys for b in batches for d in dists for p in pages]
 
 
-class Rows(CsvRows):
-    """This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row)."""
-
-    def __init__(self, path: Path):
-        super().__init__(path, FIELDS)
+#: This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row).
+Rows = functools.partial(CsvRows, fields=FIELDS)
 
 
 def passed_checks(rows: list[dict], impl: str) -> bool:
-    """Whether ``impl`` has check rows, every one ``ok`` (a check child that never finished has a ``timeout`` row)."""
-    mine = [r for r in rows if r["phase"] == "check" and r["impl"] == impl]
-    return bool(mine) and all(r["status"] == "ok" for r in mine)
-
-
-def _split(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in _split(text)]
+    """Whether ``impl`` has check rows, every one ``ok`` (``bench.abharness.checks_passed``)."""
+    return harness.checks_passed(rows, "impl", impl)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("all", "check", "run"):
-        p = sub.add_parser(name)
-        p.add_argument("--out", required=True, help="folder of the CSV")
+    def own(p: argparse.ArgumentParser, name: str) -> None:
         if name != "check":
-            p.add_argument("--kernels", type=_split, default=list(KERNELS))
+            p.add_argument("--kernels", type=split_list, default=list(KERNELS))
             p.add_argument("--budget-s", type=float, default=200.0)
-            p.add_argument("--batches", type=_ints, default=list(BATCHES))
-            p.add_argument("--keys", type=_ints, default=list(KEYS))
-            p.add_argument("--dists", type=_split, default=list(DISTS))
-            p.add_argument("--pages", type=_ints, default=list(PAGES))
-            p.add_argument("--schedules", type=_split, default=list(SCHEDULES))
-            p.add_argument("--peers", type=_split, default=list(PEERS))
-            p.add_argument("--replays", type=int, default=20)
-        if name == "all":
-            p.add_argument("--check-timeout-s", type=float, default=120.0)
-        if name == "check":
+            harness.add_lists(p, batches=BATCHES, keys=KEYS, dists=DISTS, pages=PAGES, schedules=SCHEDULES, peers=PEERS)
+        else:
             p.add_argument("--kernel", default="ws", choices=[*KERNELS, BASELINE],
                            help=f"the kernel checked ({BASELINE}: the tl work-list kernel, the harness's control)")
-    s = sub.add_parser("summary")
-    s.add_argument("csv")
-    a = ap.parse_args(argv)
-    for name, allowed in (("kernels", tuple(KERNELS)), ("schedules", SCHEDULES), ("peers", PEERS), ("dists", DISTS),
-                          ("pages", PAGES)):
-        for v in getattr(a, name, []):
-            if v not in allowed:
-                ap.error(f"{name[:-1]} {v!r}: expected one of {', '.join(map(str, allowed))}")
-    return a
+
+    return harness.parse_ab_args(argv, __doc__.splitlines()[0], own, 120.0,
+                                 {"kernels": tuple(KERNELS), "schedules": SCHEDULES, "peers": PEERS, "dists": DISTS,
+                                  "pages": PAGES})
 
 
 # --- on the GPU ------------------------------------------------------------------------------------------------
@@ -188,13 +159,12 @@ def check(args) -> None:
                     why = "request 0's value column 3 is not all NaN"
                 out, ref = out.clone(), ref.clone()
                 out[0, :, 3], ref[0, :, 3] = 0, 0
-            err, lerr, status, why2 = accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)
-            status, why = ("wrong", why) if why else (status, why2)
-            row.update(rel_err=f"{err:.2e}", lse_err=f"{lerr:.2e}", status=status, error=why)
+            row.update(harness.verdict_fields(*accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)))
+            if why:
+                row.update(status="wrong", error=why)
         except Exception as e:  # a refusal, a compile error, a fault: the row says which
-            row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")
-        rows.write(**row, elapsed_s=round(time.time() - t0, 2))
-        print(f"check {impl} {name}: {row['status']} {row.get('rel_err', '')} {row.get('error', '')}", flush=True)
+            row.update(status="error", error=harness.error_text(e))
+        harness.write_check(rows, row, t0)
     rows.close()
 
 
@@ -240,50 +210,25 @@ def peer_impls(names):
     return ok, missing
 
 
-def _time_row(row, make, sets, ref, floor, tol, replays):
-    """Check ``make``'s output on the first set against ``ref`` (NaN-filled outputs), then time it on every set."""
-    from splitlab.bench.timing import time_graph
-    from splitlab.kernels.accuracy import rel_err
-    from splitlab.kernels.inputs import poisoned_allocs
-
-    with poisoned_allocs():
-        err = rel_err(make(sets[0])(), ref)
-    row["rel_err"] = f"{err:.2e}"
-    if not err <= tol:
-        row["status"] = "wrong"
-        return
-    t = time_graph([make(x) for x in sets], replays=replays)
-    row.update(us=round(t.p50_us, 2), p20_us=round(t.p20_us, 2), p80_us=round(t.p80_us, 2),
-               roofline=round(floor / t.p50_us, 3), status="ok")
-
-
 def run(args, t0: float | None = None) -> None:
     """Time the batches of ``shapes`` on splitlab's kernels and the peers until the budget."""
     import torch
 
     from splitlab import workloads
     from splitlab.bench.decode import rotated_inputs
-    from splitlab.devices import detect
     from splitlab.kernels import reference
-    from splitlab.kernels.accuracy import TOLERANCE
-    from splitlab.workloads import DecodeWorkload
 
     t0 = time.time() if t0 is None else t0
     rows = Rows(Path(args.out) / CSV_NAME)
-    dev = detect()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    tol = TOLERANCE[torch.bfloat16]
+    dev, l2, tol = harness.device_setup()
     peers, missing = peer_impls(args.peers)
     for name, why in missing:
         rows.write(phase="time", impl=name, status="unavailable", error=why)
     todo = shapes(args.batches, args.keys, args.dists, args.pages)
     for n_done, (batch, longest, dist, page) in enumerate(todo):
-        if time.time() - t0 > args.budget_s:
-            print(f"budget spent: {len(todo) - n_done} of {len(todo)} batches not run", flush=True)
-            rows.write(phase="time", impl="-", status="budget", error=f"{len(todo) - n_done} batches not run")
+        if harness.budget_spent(rows, t0, args.budget_s, len(todo), n_done):
             break
-        w = DecodeWorkload("gqa", batch, HEADS, 1, 128, 128, longest, page_size=page, length_dist=dist,
-                           length_seed=0 if dist == "uniform" else batch + longest)
+        w = harness.ab_workload("gqa", batch, HEADS, 128, 128, longest, page, dist)
         floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
         base = dict(phase="time", heads=HEADS, batch=batch, longest=longest, dist=dist, dtype="bf16", page=page)
         line = []
@@ -293,13 +238,12 @@ def run(args, t0: float | None = None) -> None:
             t1 = time.time()
             row = dict(base, impl=impl, schedule=label)
             if s is not None:
-                row.update(splits=max(s.partials), ctas=s.ctas, items=len(s.items))
+                row.update(harness.schedule_fields(s))
             try:
-                _time_row(row, make, sets, ref, floor, tol, args.replays)
+                harness.time_row(row, make, sets, ref, floor, tol, args.replays)
             except Exception as e:  # a refusal, out of resources: the row keeps it, the run goes on
-                row.update(status="error", error=f"{type(e).__name__}: {str(e)[:160]}")
-            rows.write(**row, elapsed_s=round(time.time() - t1, 2))
-            line.append(f"{impl} {row.get('us', row['status'])}")
+                row.update(status="error", error=harness.error_text(e))
+            harness.write_timed(rows, row, t1, line)
         n_sets = len(sets)  # the peers rotate as many sets of their own inputs
         del sets, ref
         torch.cuda.empty_cache()
@@ -308,13 +252,11 @@ def run(args, t0: float | None = None) -> None:
             row = dict(base, impl=impl, schedule="own")
             try:
                 psets = [peer.inputs(w, device="cuda", seed=1 + i) for i in range(n_sets)]
-                _time_row(row, lambda x, peer=peer, w=w: peer.call(w, x, {}), psets, peer.reference(w, psets[0]), floor,
-                          tol, args.replays)
+                harness.time_row(row, lambda x, peer=peer, w=w: peer.call(w, x, {}), psets, peer.reference(w, psets[0]),
+                                 floor, tol, args.replays)
             except Exception as e:  # SDPA on a ragged batch, a peer's own error: a row, not a failure
-                row.update(status="skipped" if "ragged" in str(e) else "error",
-                           error=f"{type(e).__name__}: {str(e)[:160]}")
-            rows.write(**row, elapsed_s=round(time.time() - t1, 2))
-            line.append(f"{impl} {row.get('us', row['status'])}")
+                row.update(status="skipped" if "ragged" in str(e) else "error", error=harness.error_text(e))
+            harness.write_timed(rows, row, t1, line)
             psets = None
             torch.cuda.empty_cache()
         print(f"[{time.time() - t0:5.0f}s] MQA-128 B={batch} {longest} {dist} page {page}: " + "; ".join(line),
@@ -328,23 +270,9 @@ def run_all(args) -> None:
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    Rows(out / CSV_NAME).close()  # the header, before the children append to the file at once
-    cmd = [sys.executable, os.path.abspath(__file__), "check", "--out", str(out)]
-    jobs = {k: subprocess.Popen(cmd + ["--kernel", k]) for k in [*args.kernels, BASELINE]}
-    for name, p in jobs.items():
-        why = ""
-        try:
-            if p.wait(timeout=max(1.0, args.check_timeout_s - (time.time() - t0))):
-                why, status = f"the check process exited with code {p.returncode}", "error"
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            why, status = f"the check did not finish in {args.check_timeout_s:.0f} s", "timeout"
-        if why:
-            rows = Rows(out / CSV_NAME)
-            rows.write(phase="check", impl=name, status=status, error=why)
-            rows.close()
-    rows = read_rows(out / CSV_NAME)
+    rows = harness.check_in_children(__file__, out, out / CSV_NAME, FIELDS,
+                                     {k: ["--kernel", k] for k in [*args.kernels, BASELINE]}, args.check_timeout_s,
+                                     t0, lambda name: dict(impl=name))
     args.kernels = [k for k in args.kernels if passed_checks(rows, k)]
     print(f"[{time.time() - t0:5.0f}s] checks passed: {args.kernels or 'none'}", flush=True)
     run(args, t0)  # (with none passed, the baselines and peers are still timed)
@@ -353,66 +281,26 @@ def run_all(args) -> None:
 # --- reading ---------------------------------------------------------------------------------------------------
 
 
-def geomean(xs) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
 def summary_lines(rows: list[dict]) -> list[str]:
     """Per (page, dist) and implementation: the geomean and worst of the shipped kernel's time over its time and of
     the best peer's (> 1: faster), the median and lowest roofline fraction and how many batches reach 0.75; then
     the checks' verdicts and every row that is not ``ok``."""
-    timed = [r for r in rows if r["phase"] == "time" and r["status"] == "ok"]
-    by_batch: dict[tuple, dict[str, dict]] = {}
-    for r in timed:
-        key = (int(r["page"]), r["dist"], int(r["batch"]), int(r["longest"]))
-        by_batch.setdefault(key, {})[r["impl"]] = r
-    lines = []
-    for page, dist in sorted({k[:2] for k in by_batch}):
-        group = {k: v for k, v in by_batch.items() if k[:2] == (page, dist)}
-        impls = sorted({i for v in group.values() for i in v})
-        lines.append(f"MQA-128 page {page} {dist} ({len(group)} batches)")
-        for impl in impls:
-            mine = [v for v in group.values() if impl in v]
-            us = [float(v[impl]["us"]) for v in mine]
-            vs_gqa = [float(v["gqa"]["us"]) / u for v, u in zip(mine, us, strict=True) if "gqa" in v]
-            best = [min(float(v[p]["us"]) for p in PEERS if p in v) / u for v, u in zip(mine, us, strict=True)
-                    if any(p in v for p in PEERS)]
-            roof = sorted(float(v[impl]["roofline"]) for v in mine)
-            parts = [f"  {impl:14s} n={len(mine)}"]
-            if vs_gqa:
-                parts.append(f"vs gqa {geomean(vs_gqa):.3f} (worst {min(vs_gqa):.3f})")
-            if best:
-                parts.append(f"vs best peer {geomean(best):.3f} (worst {min(best):.3f})")
-            parts.append(f"roofline median {roof[len(roof) // 2]:.3f}, lowest {roof[0]:.3f}, "
-                         f">= 0.75 in {sum(x >= 0.75 for x in roof)}/{len(roof)}")
-            lines.append("; ".join(parts))
-    checks = [r for r in rows if r["phase"] == "check"]
-    for impl in sorted({r["impl"] for r in checks}):
-        mine = [r for r in checks if r["impl"] == impl]
-        bad = [f"{r['case']}: {r['status']} {r['error']}".strip() for r in mine if r["status"] != "ok"]
-        errs = [float(r["rel_err"]) for r in mine if r["rel_err"] not in ("", None)]
-        worst = f", largest rel_err {max(errs):.2e}" if errs else ""
-        lines.append(f"check {impl}: {len(mine) - len(bad)}/{len(mine)} ok{worst}" + ("; " + "; ".join(bad)
-                                                                                     if bad else ""))
-    for r in rows:
-        if r["phase"] == "time" and r["status"] != "ok":
-            lines.append(f"time {r['impl']} {r['batch']}/{r['longest']}/{r['dist']}/page {r['page']}: {r['status']} "
-                         f"{r['error']}".strip())
-    return lines
+    def impl_line(impl: str, mine: list[dict]) -> str:
+        us = [float(v[impl]["us"]) for v in mine]
+        vs_gqa = [float(v["gqa"]["us"]) / u for v, u in zip(mine, us, strict=True) if "gqa" in v]
+        best = [min(float(v[p]["us"]) for p in PEERS if p in v) / u for v, u in zip(mine, us, strict=True)
+                if any(p in v for p in PEERS)]
+        roof = sorted(float(v[impl]["roofline"]) for v in mine)
+        return "; ".join([f"  {impl:14s} n={len(mine)}", *harness.ratio_texts(("gqa", vs_gqa), ("best peer", best)),
+                          f"roofline median {roof[len(roof) // 2]:.3f}, lowest {roof[0]:.3f}, "
+                          f">= 0.75 in {sum(x >= 0.75 for x in roof)}/{len(roof)}"])
+
+    return harness.summary_lines(rows, "page", lambda k, n: f"MQA-128 page {k[0]} {k[1]} ({n} batches)", impl_line,
+                                 lambda r: f"{r['batch']}/{r['longest']}/{r['dist']}/page {r['page']}")
 
 
 def main(argv=None) -> int:
-    a = parse_args(argv)
-    if a.cmd == "summary":
-        print("\n".join(summary_lines(read_rows(Path(a.csv)))))
-    elif a.cmd == "check":
-        check(a)
-    elif a.cmd == "run":
-        run(a)
-    else:
-        run_all(a)
-    return 0
+    return harness.run_command(parse_args(argv), summary_lines, check, run, run_all)
 
 
 if __name__ == "__main__":

@@ -11,4 +11,7 @@
 ``sweep``   the runner behind ``splitlab sweep``: check, time, journal, resume
 ``env``     the environment of a sweep, for its sidecar
 ``decode``  ``splitlab bench``: the one-shot benchmark against PyTorch
+``csvrows``  an A/B's CSV, written row by row and read back
+``abharness``  what the kernel A/B scripts share (``experiments/mla_ws``, ``experiments/mqa_ws``): the command
+            line, checks in child processes with a time limit, the budget, a checked and timed row, the summary
 """
