@@ -216,6 +216,31 @@ def test_the_fast_choice_is_the_built_candidates_choice(shape, batch, longest, d
     assert fast.digest == slow.digest and fast.params["modelled"] == pytest.approx(round(modelled, 2))
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([0, 1, 63, 64, 65, 500, 4096, 40000, 131072]), min_size=1, max_size=40),
+       st.sampled_from([("gqa", 32, 8), ("gqa", 128, 1), ("mla", 16, 1), ("mla", 128, 1)]))
+def test_each_candidates_floor_is_below_its_price(lens, shape):
+    """The floor ``splitlab`` orders and skips candidates by (``_uniform_shape`` / ``_balanced_shape``'s CTA count,
+    key tiles and longest CTA; ``ragged_launch_floor``) is the built tile list's and never above its price."""
+    from splitlab.planners import splitlab as rule
+
+    kind, hq, hkv = shape
+    dims = (128, 128, 16) if kind == "gqa" else (576, 512, 64)
+    lens = [1, *lens[1:]] if max(lens) == 0 else lens  # (a workload has keys; the scheduler's empty batch is uniform's)
+    w = DecodeWorkload(kind, len(lens), hq, hkv, dims[0], dims[1], max(lens), page_size=dims[2], seq_lens=tuple(lens))
+    dev = devices.get("h200")
+    c = rule.constants_for(dev, kind).constants
+    t = S.splitlab_terms(w, dev, c)
+    cands = [(S._uniform_shape(lens, n), S._uniform_tiles(lens, n, t.request_major))
+             for n in rule.split_candidates(w, c.max_splits, dev.sm_count)]
+    cands += [(S._balanced_shape(lens, b), S._balanced_tiles(lens, b)) for b in t.budgets]
+    for (shape_, rows), (tiles, rows_) in cands:
+        assert shape_ == (len(tiles), sum(tiles), max(tiles)) and rows == rows_
+        price = S._priced([x * 1.0 for x in tiles], rows, t.h, t.slots, t.rate, t.cap, t.p, dev.sm_count, c)
+        floor = S._priced(shape_, rows, t.h, t.slots, t.rate, t.cap, t.p, dev.sm_count, c)
+        assert floor <= price * (1 + S.FLOOR_MARGIN)
+
+
 def test_stream_k_is_weighed_where_the_persistent_cost_is_fitted():
     """``persistent_cost`` > 0 (the shipped MLA constants) puts stream-K at ``STREAM_K_WAVES`` among the candidates
     and prices its key tiles at that cost; 0 (GQA) leaves it out, and so does ``persistent=False`` (a plan's

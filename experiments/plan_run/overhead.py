@@ -2,12 +2,17 @@
 
     python experiments/plan_run/overhead.py overhead [--out experiments/plan_run/overhead.csv]
     python experiments/plan_run/overhead.py budget [--out experiments/plan_run/budget.csv]
+    python experiments/plan_run/overhead.py floors [--out experiments/plan_run/floors.csv]
 
 ``overhead``: microseconds of Python per call on the CPU (CPU tensors, ``TRITON_INTERPRET=1`` so the launchers take
 them; every jitted kernel's ``__getitem__`` is a no-op, so nothing is launched and what is timed is the launcher's
 own work: checks, planning, allocation, argument marshalling), in CPU time of the process, the best of 7 repeats of
 about 0.1 s. ``budget``: the modelled cost of holding splitlab's scheduler to a plan's default capacity
 (``decode_plan.BUDGET_WAVES`` / ``BUDGET_SPLITS``) against the unbounded scheduler, on the H200 preset.
+``floors``: ``schedulers.splitlab`` on the serving loop's batches (``experiments/serving_loop``: the chat profile's
+steady state, 16 and 64 slots, held to a plan's capacity), skipping the candidates whose price floor is above its
+best price (``schedulers.FLOOR_MARGIN``) against pricing every one (margin infinite): milliseconds of CPU time a
+plan (the median over the batches, the list schedules' memo cleared before each) and whether the two choose alike.
 """
 
 from __future__ import annotations
@@ -186,6 +191,38 @@ def budget(out_path: str) -> None:
     write(out_path, rows)
 
 
+def floors(out_path: str, steps: int = 30) -> None:
+    from splitlab import serving
+
+    dev = get_device("h200")
+    rows = []
+    for kind, hq, hkv, dqk, dv, page in (("gqa", 32, 8, 128, 128, 16), ("mla", 16, 1, 576, 512, 64)):
+        for slots in (16, 64):
+            server = serving.Server("chat", slots, seed=0, arrival="full", max_len=16384)
+            batches = [DecodeWorkload(kind=kind, batch=slots, num_q_heads=hq, num_kv_heads=hkv, head_dim_qk=dqk,
+                                      head_dim_v=dv, ctx_len=max(lens), page_size=page, seq_lens=tuple(lens))
+                       for lens in (list(server.step()) for _ in range(steps))]
+            cap = max(decode_plan.BUDGET_SPLITS * slots, decode_plan.BUDGET_WAVES * S.slots_per_group(batches[0], dev))
+            row = dict(family=f"{kind} {hq}/{hkv}", slots=slots, batches=steps)
+            chosen = {}
+            for label, margin in (("floors", S.FLOOR_MARGIN), ("price_all", math.inf)):
+                keep, S.FLOOR_MARGIN, ms = S.FLOOR_MARGIN, margin, []
+                try:
+                    for w in batches:
+                        rule._schedule.cache_clear()
+                        t0 = time.process_time()
+                        chosen.setdefault(label, []).append(S.splitlab(w, dev, max_ctas=cap, max_items=cap,
+                                                                       persistent=False).digest)
+                        ms.append((time.process_time() - t0) * 1e3)
+                finally:
+                    S.FLOOR_MARGIN = keep
+                row[f"{label}_ms"] = round(statistics.median(ms), 3)
+            row["same_choices"] = chosen["floors"] == chosen["price_all"]
+            rows.append(row)
+            print(row, flush=True)
+    write(out_path, rows)
+
+
 def write(path: str, rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -195,8 +232,8 @@ def write(path: str, rows: list[dict]) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("overhead", "budget"))
+    ap.add_argument("what", choices=("overhead", "budget", "floors"))
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
-    (overhead if a.what == "overhead" else budget)(a.out or os.path.join(here, f"{a.what}.csv"))
+    {"overhead": overhead, "budget": budget, "floors": floors}[a.what](a.out or os.path.join(here, f"{a.what}.csv"))

@@ -79,9 +79,10 @@ def smallest_chunk(tiles: Sequence[int], budget: int, low: int = 1) -> int:
     request; the longest is returned where nothing smaller fits)."""
     hi = max(max(tiles), low)
     lo = low
+    shifted = [max(t, 1) - 1 for t in tiles]  # cdiv(t, mid) = (t - 1) // mid + 1 for t >= 1, inlined: a plan's hot loop
     while lo < hi:
         mid = (lo + hi) // 2
-        if sum(cdiv(max(t, 1), mid) for t in tiles) > budget:
+        if sum(t // mid for t in shifted) + len(shifted) > budget:
             lo = mid + 1
         else:
             hi = mid
@@ -281,16 +282,54 @@ def slot_tiles(s: Schedule, w: object, c: object, rate: float) -> list[float]:
     return [k * t + max(n - 1, 0) * f / rate for t, n in zip(s.cta_tiles(rule.TILE_KEYS), per_cta, strict=True)]
 
 
-def _priced(busy: list[float], partial_rows: int, h: int, slots: int, rate: float, cap: float, p: float,
-            sm_count: int, c: object) -> float:
-    """``modelled_time``'s sum, given the busy slots' key tiles in issue order and the partial rows."""
+#: The relative margin by which a candidate's floor must exceed the best price for ``splitlab`` to skip pricing it.
+FLOOR_MARGIN = 1e-9
+
+
+def _priced(busy: list[float] | tuple[int, int, int], partial_rows: int, h: int, slots: int, rate: float, cap: float,
+            p: float, sm_count: int, c: object) -> float:
+    """``modelled_time``'s sum, given the busy slots' key tiles in issue order and the partial rows; given instead
+    ``(slots busy, their key tiles, the longest's)``, a floor under it (``planners.splitlab.ragged_launch_floor``
+    for the launch, the same partial terms)."""
     from splitlab.planners import splitlab as rule
 
-    launch = rule.ragged_launch_time(busy, h, 1, slots, rate, item_fixed(c), cap, request_major=True) if busy else 0.0
+    if isinstance(busy, tuple):
+        launch = rule.ragged_launch_floor(*busy, h, 1, slots, rate, item_fixed(c), cap) if busy[0] else 0.0
+    else:
+        launch = rule.ragged_launch_time(busy, h, 1, slots, rate, item_fixed(c), cap, request_major=True) if busy \
+            else 0.0
     if partial_rows:
         launch += c.partial * p * cdiv(partial_rows * h, sm_count)
         launch += c.combine + c.combine_per_split * partial_rows * h * p / sm_count
     return launch
+
+
+def _uniform_shape(lens: Sequence[int], num_splits: int, tile: int = TILE_KEYS) -> tuple[tuple[int, int, int], int]:
+    """``((CTAs, key tiles, the longest CTA's), partial rows)`` of ``_uniform_tiles(lens, num_splits, ...)`` without
+    its list (either order): a request of n keys is ``cdiv(n, tile)`` tiles (one for an empty one) in
+    ``cdiv(n, per)`` chunks of ``per`` keys."""
+    ctas = total = longest = rows = 0
+    for n in lens:
+        if not n:
+            ctas, total, longest = ctas + 1, total + 1, max(longest, 1)
+            continue
+        per = cdiv(cdiv(n, num_splits), tile) * tile
+        k, tiles = cdiv(n, per), cdiv(n, tile)
+        ctas, total, longest = ctas + k, total + tiles, max(longest, per // tile if k > 1 else tiles)
+        rows += k if k > 1 else 0
+    return (ctas, total, longest), rows
+
+
+def _balanced_shape(lens: Sequence[int], budget: int, tile: int = TILE_KEYS) -> tuple[tuple[int, int, int], int]:
+    """``_uniform_shape``'s numbers for ``_balanced_tiles(lens, budget)``."""
+    t = [cdiv(n, tile) for n in lens]
+    chunk = smallest_chunk(t, budget)
+    ctas = total = longest = rows = 0
+    for n in t:
+        k = cdiv(max(n, 1), chunk)
+        ctas, total, longest = ctas + k, total + max(n, 1), max(longest, chunk if k > 1 else max(n, 1))
+        rows += k if k > 1 else 0
+    return (ctas, total, longest), rows
 
 
 def _uniform_tiles(lens: Sequence[int], num_splits: int, request_major: bool, tile: int = TILE_KEYS
@@ -400,20 +439,31 @@ def splitlab(w: object, dev: object, constants: object = None, *, max_ctas: int 
     terms = splitlab_terms(w, dev, c)
     h, slots, rate, cap, p = terms.h, terms.slots, terms.rate, terms.cap, terms.p
     major = terms.request_major
-    specs = [("uniform", n, _uniform_tiles(lens, n, major)) for n in rule.split_candidates(w, c.max_splits,
-                                                                                         dev.sm_count)]
-    specs += [("balanced", b, _balanced_tiles(lens, b)) for b in terms.budgets]
-    best, key = None, None
-    for name, arg, (tiles, prows) in specs:
-        if (max_ctas is not None and len(tiles) > max_ctas) or (max_items is not None and len(tiles) > max_items):
+    specs = [("uniform", n, _uniform_shape(lens, n)) for n in rule.split_candidates(w, c.max_splits, dev.sm_count)]
+    specs += [("balanced", b, _balanced_shape(lens, b)) for b in terms.budgets]
+    tiles_of = {"uniform": lambda n: _uniform_tiles(lens, n, major)[0],
+                "balanced": lambda b: _balanced_tiles(lens, b)[0]}
+    # Priced in the order of a floor under each price (from its CTA count, key tiles and longest CTA alone), and only
+    # while a floor is below the best price so far (FLOOR_MARGIN absorbs rounding): a candidate left out cannot win,
+    # so the choice is the one pricing them all in order makes (the key ends with the candidate's index: ties to the
+    # first), at a fraction of the tile lists and list schedules.
+    todo = []
+    for i, (name, arg, (shape, prows)) in enumerate(specs):
+        if (max_ctas is not None and shape[0] > max_ctas) or (max_items is not None and shape[0] > max_items):
             continue
-        k = (_priced([t * 1.0 for t in tiles], prows, h, slots, rate, cap, p, dev.sm_count, c), prows, len(tiles))
+        todo.append((_priced(shape, prows, h, slots, rate, cap, p, dev.sm_count, c), i, name, arg, prows))
+    best, key = None, None
+    for low, i, name, arg, prows in sorted(todo, key=lambda t: t[:2]):
+        if key is not None and low > key[0] * (1 + FLOOR_MARGIN):
+            break
+        busy = [t * 1.0 for t in tiles_of[name](arg)]
+        k = (_priced(busy, prows, h, slots, rate, cap, p, dev.sm_count, c), prows, len(busy), i)
         if key is None or k < key:
             best, key = (name, arg), k
-    for m in STREAM_K_WAVES if persistent and persistent_cost(w, c) > 0 else ():  # priced on the built schedule,
-        sk = stream_k(lens, max(1, m * terms.base))  # after the others (candidates' order: ties to the first)
+    for j, m in enumerate(STREAM_K_WAVES if persistent and persistent_cost(w, c) > 0 else ()):  # priced on the
+        sk = stream_k(lens, max(1, m * terms.base))  # built schedule, after the others (ties to the first)
         if (max_ctas is None or sk.ctas <= max_ctas) and (max_items is None or len(sk.items) <= max_items):
-            k = (modelled_time(sk, w, dev.sm_count, c, dev.arch), sk.partial_rows, len(sk.items))
+            k = (modelled_time(sk, w, dev.sm_count, c, dev.arch), sk.partial_rows, len(sk.items), len(specs) + j)
             if key is None or k < key:
                 best, key = ("stream_k", max(1, m * terms.base)), k
     if best is None:

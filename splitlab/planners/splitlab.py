@@ -421,6 +421,21 @@ def ragged_launch_time(tiles: list[int], ctas_per_request: int, num_splits: int,
     return _schedule(tuple(durations), ctas_per_request, num_splits, slots, cap, request_major)
 
 
+def ragged_launch_floor(ctas: int, total_tiles: float, longest_tiles: float, ctas_per_request: int, num_splits: int,
+                        slots: int, rate: float, fixed: float, cap: float) -> float:
+    """A floor under ``ragged_launch_time`` for a launch of ``ctas`` CTAs (per head group and split) whose key tiles
+    sum to ``total_tiles``, the longest ``longest_tiles``, from those three numbers alone: the closed form where that
+    prices the launch, else the larger of the work spread over every slot (the resident CTAs never stream more than
+    ``slots`` tiles a unit of time together) and the longest CTA at its fastest (``1 / cap`` tiles a unit). A
+    scheduler skips pricing a candidate whose floor is above its best price so far (``schedulers.splitlab``)."""
+    durations = total_tiles * rate + ctas * fixed
+    longest = longest_tiles * rate + fixed
+    work = durations * ctas_per_request * num_splits / slots
+    if ctas_per_request * num_splits * ctas >= SCHEDULE_WAVES * slots:
+        return max(work + cap * durations / ctas / 2, cap * longest)
+    return max(work, cap * longest) if cap > 0 else work
+
+
 @lru_cache(maxsize=1 << 16)
 def _schedule(durations: tuple[float, ...], ctas_per_request: int, num_splits: int, slots: int, cap: float,
               request_major: bool) -> float:
