@@ -139,15 +139,18 @@ def test_the_cli_schedule_json_contract(capsys):
 
 def test_sparse_schedules_walk_each_tokens_top_k(capsys):
     """Sparse MLA: a token is a request, its walked top-k positions its keys (``w.lengths``: topk for every token,
-    or the drawn valid prefix); the library plans of other kinds are refused; the CLI's --json contract holds."""
+    or the drawn valid prefix); FlashMLA's sparse decode schedule is its metadata over those lengths with the sparse
+    implementation's SM parts (``planners.flashmla``: the split counts it plans); FlashInfer's is refused; the CLI's
+    --json contract holds."""
     import json
 
     from splitlab import cli
+    from splitlab.planners import flashmla as port
 
     dev = devices.get("h200")
     ragged = DecodeWorkload("sparse_mla", 8, 64, 1, 512, 512, 65536, page_size=1, topk=1024, length_dist="spread8",
                             length_seed=3)
-    assert S.names_for("sparse_mla") == ("splitlab", "uniform", "balanced", "stream_k")
+    assert S.names_for("sparse_mla") == ("splitlab", "uniform", "balanced", "stream_k", "flashmla")
     for w in (ragged, ragged.with_(length_dist="uniform")):
         for name in S.names_for("sparse_mla"):
             s = S.schedule(w, dev, name)
@@ -156,9 +159,17 @@ def test_sparse_schedules_walk_each_tokens_top_k(capsys):
         slow, _ = _slow_splitlab(w, dev)
         assert S.splitlab(w, dev, c).digest == slow.digest
     assert S.schedule(ragged.with_(length_dist="uniform"), dev, "uniform", num_splits=4).lengths == (1024,) * 8
-    for name in ("flashmla", "flashinfer"):
-        with pytest.raises(SplitlabError, match=f"scheduler '{name}' is not allowed for kind sparse_mla"):
-            S.schedule(ragged, dev, name)
+    uniform = ragged.with_(length_dist="uniform")
+    assert S.schedule(uniform, dev, "flashmla").partials == port.plan_flashmla(uniform, dev).per_request
+    parts = port.sparse_num_sm_parts(dev.sm_count, 64)
+    _, prefix = port.get_mla_metadata(port.sparse_seqlens_k(8, 1024, topk_length=ragged.lengths), parts)
+    s = S.schedule(ragged, dev, "flashmla")
+    assert s.ctas == parts and s.persistent and s.partials == tuple(port.splits_per_request(prefix))
+    with pytest.raises(SplitlabError, match="h_q=16 is not allowed") as e:
+        S.schedule(ragged.with_(num_q_heads=16), dev, "flashmla")
+    assert "\n" not in str(e.value)
+    with pytest.raises(SplitlabError, match="scheduler 'flashinfer' is not allowed for kind sparse_mla"):
+        S.schedule(ragged, dev, "flashinfer")
     argv = ["schedule", "--kind", "sparse_mla", "--batch", "8", "--topk", "1024", "--heads", "64", "--head-dim", "512",
             "--head-dim-v", "512", "--ctx", "65536", "--lengths", "spread8:3", "--scheduler", "balanced", "--json"]
     assert cli.main(argv) == 0
@@ -175,7 +186,7 @@ def test_sparse_schedules_walk_each_tokens_top_k(capsys):
     (["--kind", "gqa", "--seq-lens", "10", "--scheduler", "uniform", "--ctas", "3"], "--ctas is not allowed"),
     (["--kind", "gqa", "--seq-lens", "10", "--num-splits", "3"], "--num-splits is not allowed"),
     (["--kind", "gqa", "--batch", "1,2"], "one value each"),
-    (["--kind", "sparse_mla", "--scheduler", "flashmla"], "its sparse scheduler is not ported"),
+    (["--kind", "sparse_mla", "--heads", "16", "--scheduler", "flashmla"], "64 or 128 (FlashMLA sparse decode)"),
     (["--kind", "sparse_mla", "--scheduler", "flashinfer"], "not allowed for kind sparse_mla"),
     (["--kind", "gqa", "--scheduler", "nope"], "invalid choice"),
 ])

@@ -184,7 +184,9 @@ def test_refusals_are_one_line():
         (lambda: p.plan(LENS, indices=idx.long()), "indices"),
         (lambda: make(scheduler="uniform", num_splits=8, max_items=5).plan(LENS), "past max_items=5"),
         (lambda: make(max_ctas=2, max_batch=5), "at least max_batch"),
-        (lambda: make(scheduler="flashmla"), "not allowed for kind sparse_mla"),
+        (lambda: make(scheduler="flashmla"), r"64 or 128 \(FlashMLA sparse decode\)"),
+        (lambda: SparseMLADecodePlan(64, 576, 512, dtype=torch.float32, device="cpu", scheduler="flashmla",
+                                     use_cuda_graph=True, device_schedule=True), "with scheduler 'flashmla'"),
         (lambda: make(scheduler="flashinfer"), "not allowed for kind sparse_mla"),
         (lambda: make(use_cuda_graph=True, device_schedule=True), r"device_schedule=True\) with scheduler 'splitlab'"),
         (lambda: make(scheduler="uniform", device_schedule=True), "without use_cuda_graph"),
@@ -273,3 +275,18 @@ def test_bounded_and_timed_kernels_compile_for_sm90():
     r = compile_in_child(COMPILE)
     print(r.stdout)
     assert r.stdout.count("ok ") == 4, r.stdout
+
+
+def test_flashmla_plans_sparse_decode_as_its_library_does():
+    """``scheduler="flashmla"`` at 64 heads, D 576 / 512: the plan's schedule is ``schedulers.flashmla_schedule``'s
+    (FlashMLA's sparse decode metadata over the tokens' walked top-k), within the capacity its SM parts give."""
+    from splitlab.planners import schedulers as S
+    from splitlab.workloads import DecodeWorkload
+
+    p = SparseMLADecodePlan(64, 576, 512, dtype=torch.float32, device="cpu", scheduler="flashmla", max_batch=8,
+                            device_spec="h200")
+    lens = [2048, 0, 77, 1300, 64, 65, 2048, 1]
+    s = p.plan(lens)
+    w = DecodeWorkload("sparse_mla", 8, 64, 1, 576, 512, 65536, page_size=1, topk=2048, seq_lens=tuple(lens))
+    assert s.scheduler == "flashmla" and s.digest == S.flashmla_schedule(w, p.spec).digest
+    assert p.capacity.ctas >= s.ctas and p.capacity.items >= len(s.items)

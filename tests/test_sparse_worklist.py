@@ -25,9 +25,10 @@ from splitlab.planners import schedulers as S
 
 def schedules(lens: list[int], tile: int) -> list:
     """uniform (request-major, as the split-count grid; 3 splits and unsplit), stream-K (persistent: a slot's items
-    cross tokens) and balanced chunks, cut at ``tile`` positions."""
+    cross tokens), balanced chunks, cut at ``tile`` positions, and FlashMLA's (persistent, 32-key blocks here)."""
     return [S.uniform(lens, 3, tile=tile, request_major=True), S.uniform(lens, 1, tile=tile),
-            S.stream_k(lens, 5, tile=tile), S.by_chunk(lens, 2 * tile, align=tile)]
+            S.stream_k(lens, 5, tile=tile), S.by_chunk(lens, 2 * tile, align=tile),
+            S.flashmla(lens, 3, block_size_n=2 * tile, fixed_overhead_num_blocks=1)]
 
 
 def run(x: dict, s, dv: int, **knobs):

@@ -218,11 +218,9 @@ class _DecodePlan:
 
             self._device_kw = dict(scheduler="uniform", num_splits=self._num_splits,
                                    request_major=rule.REQUEST_MAJOR[self.kind])
-        elif self.scheduler == "flashmla":
-            from splitlab.planners.flashmla import num_sm_parts
-
-            self._device_kw = dict(scheduler="flashmla", ctas=num_sm_parts(self.spec.sm_count, self.num_heads,
-                                                                           self.num_kv_heads))
+        elif self.scheduler == "flashmla":  # its SM parts: the schedule's slots
+            self._device_kw = dict(scheduler="flashmla",
+                                   ctas=S.flashmla_schedule(self._workload((1,)), self.spec).ctas)
         elif self.scheduler == "splitlab":
             self._device_kw = dict(scheduler="splitlab")
         else:
@@ -272,9 +270,7 @@ class _DecodePlan:
         if name == "flashinfer":  # its budget: blocks_per_sm (2, schedulers.flashinfer's default) x SMs / kv heads
             c = max(batch, max(1, 2 * dev.sm_count // self.num_kv_heads))
             return c, c
-        from splitlab.planners.flashmla import num_sm_parts
-
-        parts = num_sm_parts(dev.sm_count, self.num_heads, self.num_kv_heads)
+        parts = S.flashmla_schedule(w, dev).ctas  # FlashMLA's SM parts (dense, or its sparse decode's)
         # a part's span cuts at most one request more than it holds; slots for one item a request past a capacity
         return max(parts, batch), parts + batch
 
@@ -789,7 +785,9 @@ class SparseMLADecodePlan(_DecodePlan):
     ``block_h``, ``block_k``, ``num_warps`` default as ``kernels.sparse_mla.sparse_mla_defaults``; the rest as
     ``GQADecodePlan``. ``device_schedule=True`` with ``plan_on_device(topk_lens)`` (the module docstring): schedulers
     ``balanced``, ``uniform`` (at a ``num_splits``) and ``stream_k``, the host's work list bit for bit; ``splitlab``
-    refused in one line (its device pricing is made from a dense workload's lengths)."""
+    and ``flashmla`` refused in one line (splitlab's device pricing is made from a dense workload's lengths; FlashMLA's
+    device walk is checked against its dense schedules only). ``flashmla`` on the host: FlashMLA's sparse decode
+    schedule (64 or 128 heads)."""
 
     kind = "sparse_mla"
     what = "SparseMLADecodePlan"
@@ -820,11 +818,12 @@ class SparseMLADecodePlan(_DecodePlan):
         self._meta_kw = meta
 
     def _check_device_schedule(self, on: object) -> bool:
-        """As the other plans', but for ``splitlab``: its device pricing makes its candidates from a dense
-        workload's lengths (``device_schedule.splitlab_pricing``), not a sparse one's."""
-        if on is True and self.scheduler == "splitlab":
-            raise SplitlabError(f"{self.what}(device_schedule=True) with scheduler 'splitlab'; expected balanced, "
-                                "uniform or stream_k (splitlab's device pricing is made for dense workloads)")
+        """As the other plans', but for ``splitlab`` (its device pricing makes its candidates from a dense
+        workload's lengths, ``device_schedule.splitlab_pricing``, not a sparse one's) and ``flashmla`` (its device
+        walk is checked against the dense scheduler only)."""
+        if on is True and self.scheduler in ("splitlab", "flashmla"):
+            raise SplitlabError(f"{self.what}(device_schedule=True) with scheduler {self.scheduler!r}; expected "
+                                "balanced, uniform or stream_k (the device schedulers checked for sparse workloads)")
         return super()._check_device_schedule(on)
 
     def _workload(self, lens: Sequence[int]) -> DecodeWorkload:

@@ -192,18 +192,18 @@ def stream_k(lengths: Sequence[int], ctas: int, *, tile: int = TILE_KEYS) -> Sch
 
 #: Schedulers by name (``splitlab schedule --scheduler``; ``schedule`` dispatches on it).
 NAMES = ("splitlab", "uniform", "balanced", "stream_k", "flashinfer", "flashmla")
-#: The schedulers that stand for one library's plan, the kind they plan, and why another kind is refused. FlashMLA's
-#: sparse decode schedules each token's top-k with its own metadata; that scheduler is not ported, so sparse MLA
-#: takes splitlab's schedulers only (a token is a request, its walked top-k positions its keys).
-LIBRARY_KINDS = {"flashinfer": "gqa", "flashmla": "mla"}
+#: The schedulers that stand for one library's plan, the kinds they plan, and why another kind is refused. FlashMLA
+#: schedules sparse decode as dense, each query token a request of its top-k (or valid prefix) keys, with the sparse
+#: implementation's SM parts and overhead (``flashmla_schedule``).
+LIBRARY_KINDS = {"flashinfer": ("gqa",), "flashmla": ("mla", "sparse_mla")}
 REFUSED = {"flashinfer": "FlashInfer's paged GQA decode plan",
-           "flashmla": "FlashMLA's dense MLA scheduler; its sparse scheduler is not ported"}
+           "flashmla": "FlashMLA's dense and sparse MLA decode schedulers"}
 
 
 def names_for(kind: str) -> tuple[str, ...]:
     """The schedulers (``NAMES``) that plan workloads of ``kind``: every one but the library plans of other
     kinds (``LIBRARY_KINDS``)."""
-    return tuple(n for n in NAMES if LIBRARY_KINDS.get(n, kind) == kind)
+    return tuple(n for n in NAMES if kind in LIBRARY_KINDS.get(n, (kind,)))
 
 
 # =====================================================================================================
@@ -489,7 +489,7 @@ def schedule(w: object, dev: object, name: str = "splitlab", *, num_splits: int 
              ctas: int | None = None) -> Schedule:
     """The schedule scheduler ``name`` (``NAMES``) makes for workload ``w`` on ``dev``: ``uniform`` at
     ``num_splits`` (default: the ``splitlab`` planner's split count), ``balanced`` and ``stream_k`` over ``ctas``
-    CTAs per head group (default: ``slots_per_group``), ``flashinfer`` (GQA) and ``flashmla`` (MLA) as their
+    CTAs per head group (default: ``slots_per_group``), ``flashinfer`` (GQA) and ``flashmla`` (MLA, sparse MLA) as their
     libraries plan on ``dev``'s SMs, ``splitlab`` by its cost model. A knob the scheduler does not take, or a
     family it does not cover, is one ``SplitlabError``."""
     if name not in NAMES:
@@ -517,6 +517,22 @@ def schedule(w: object, dev: object, name: str = "splitlab", *, num_splits: int 
         return balanced(lens, n) if name == "balanced" else stream_k(lens, n)
     if name == "flashinfer":
         return flashinfer(lens, page_size=w.page_size, num_kv_heads=w.num_kv_heads, sm_count=dev.sm_count)
-    from splitlab.planners.flashmla import num_sm_parts
+    return flashmla_schedule(w, dev)
 
-    return flashmla(lens, num_sm_parts(dev.sm_count, w.num_q_heads, w.num_kv_heads))
+
+def flashmla_schedule(w: object, dev: object) -> Schedule:
+    """FlashMLA's schedule of ``w`` on ``dev``: dense MLA over ``num_sm_parts(SMs, H, 1)`` parts, 64-key blocks,
+    overhead 5; sparse MLA (``kind`` ``sparse_mla``, 64 or 128 heads) as FlashMLA's sparse decode schedules it, each
+    token a request whose ``s_k`` is its walked top-k (``w.lengths``; a 0 counts one block, as upstream's 0 -> 1), over
+    the ``DecodeImplMeta`` of SM90 (or SM100 on ``sm_100`` devices): ``sms / (H / 64)`` parts, 64-key blocks, overhead
+    5. Source: deepseek-ai/FlashMLA ``csrc/api/dense_decode.h`` and ``csrc/api/sparse_decode.h`` @ 9241ae3e
+    (``planners.flashmla``)."""
+    from splitlab.planners import flashmla as port
+
+    lens = list(w.lengths)
+    if w.kind != "sparse_mla":
+        return flashmla(lens, port.num_sm_parts(dev.sm_count, w.num_q_heads, w.num_kv_heads))
+    meta = port.sparse_decode_impl_meta(dev.sm_count, w.num_q_heads, 1, w.head_dim_qk,
+                                        "sm_100" if dev.arch == "sm_100" else "sm_90")
+    return flashmla(lens, meta.num_sm_parts, block_size_n=meta.block_size_topk,
+                    fixed_overhead_num_blocks=meta.fixed_overhead_num_blocks)
