@@ -6,8 +6,8 @@ Triton a stand-in driver that only names the target (``PREAMBLE``), and ``Warmup
 launcher's ``kernel[grid](...)`` runs the whole pipeline through ptxas (bundled with the triton wheel) into
 ``compiled`` instead of launching; ``usage(kernel)`` reads its registers and stack (``REG:n STACK:m``) with the bundled
 cuobjdump (``resource_line``: the whole line), ``ptxas_log(kernel)`` what the bundled ptxas says of its PTX.
-``WS_CHECKS`` adds the checks the warp-specialized kernels' compile scripts share (``test_compile_mla_ws``,
-``test_compile_mqa_ws``)."""
+``WORKLIST`` sets up a compile script of the work-list kernels; ``WS_CHECKS`` adds the checks the warp-specialized
+kernels' compile scripts share (``test_compile_mla_ws``, ``test_compile_mqa_ws``)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,30 @@ class Warmup:
         self.kernel = kernel
     def __getitem__(self, grid):
         return lambda *a, **kw: compiled.append(self.kernel.warmup(*a, grid=grid, **kw))
+"""
+
+
+#: After ``PREAMBLE``, for a compile script of the work-list kernels (``kernels.worklist``): the partial kernels and
+#: the merge wrapped in ``Warmup``, the launchers' device checks stubbed (CPU tensors stand in; nothing is launched),
+#: the timeline's clock read on (the GPU build), and two requests of GQA 32/8 (``x``) and MLA-16 (``m``) inputs.
+WORKLIST = r"""
+import splitlab.kernels._launch as launch_common
+import splitlab.kernels.gqa as gqa
+import splitlab.kernels.timeline as timeline
+import splitlab.kernels.worklist as wl
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs
+from splitlab.planners import schedulers as S
+
+wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
+wl._mla_worklist_kernel = Warmup(wl._mla_worklist_kernel)
+wl._merge_kernel = Warmup(wl._merge_kernel)
+gqa._check_inputs = lambda *a: None
+launch_common.check_launch_device = lambda *a: None
+timeline.clock_on = lambda device: True
+
+lens = [100, 7]
+x = gqa_inputs(2, 32, 8, 128, lens, page_size=16, dtype=torch.bfloat16)
+m = mla_inputs(2, 16, 576, lens, page_size=64, dtype=torch.bfloat16)
 """
 
 

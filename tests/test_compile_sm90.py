@@ -13,7 +13,7 @@ from ptxas run again on the PTX), as the hostile-input guards once made it on MQ
 
 from __future__ import annotations
 
-from sm90 import compile_in_child
+from sm90 import WORKLIST, compile_in_child
 
 SCRIPT = r"""
 import splitlab.kernels._launch as launch_common
@@ -152,26 +152,8 @@ def test_kernels_compile_for_sm90():
     compile_in_child(SCRIPT)
 
 
-TIMELINE_SCRIPT = r"""
-import splitlab.kernels._launch as launch_common
-import splitlab.kernels.gqa as gqa
-import splitlab.kernels.timeline as timeline
-import splitlab.kernels.worklist as wl
-from splitlab.kernels.inputs import gqa_inputs, mla_inputs
-from splitlab.planners import schedulers as S
-
-wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
-wl._mla_worklist_kernel = Warmup(wl._mla_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
-gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-launch_common.check_launch_device = lambda *a: None
-timeline.clock_on = lambda device: True  # the GPU build: the clock read (CPU tensors stand in)
-
-
-lens = [100, 7]
-x = gqa_inputs(2, 32, 8, 128, lens, page_size=16, dtype=torch.bfloat16)
+TIMELINE_SCRIPT = WORKLIST + r"""
 mqa = gqa_inputs(2, 128, 1, 128, lens, page_size=16, dtype=torch.bfloat16)
-m = mla_inputs(2, 16, 576, lens, page_size=64, dtype=torch.bfloat16)
 failed = False
 for label, s in (("one item", S.uniform(lens, 4)), ("persistent", S.stream_k(lens, 3))):
     work = wl.WorkList.from_schedule(s, "cpu")

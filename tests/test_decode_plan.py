@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sm90 import WORKLIST
 from triton.runtime.jit import KernelInterface
 
 from splitlab.devices import get as get_device
@@ -301,23 +302,9 @@ def test_eager_plan_refuses_capture(monkeypatch):
     run_gqa(graph, x)
 
 
-COMPILE = r"""
-import splitlab.kernels._launch as launch_common
-import splitlab.kernels.gqa as gqa
-import splitlab.kernels.worklist as wl
+COMPILE = WORKLIST + r"""
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
-from splitlab.kernels.inputs import gqa_inputs, mla_inputs
-from splitlab.planners import schedulers as S
 
-wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
-wl._mla_worklist_kernel = Warmup(wl._mla_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
-gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-launch_common.check_launch_device = lambda *a: None
-
-lens = [100, 7]
-x = gqa_inputs(2, 32, 8, 128, lens, page_size=16, dtype=torch.bfloat16)
-m = mla_inputs(2, 16, 576, lens, page_size=64, dtype=torch.bfloat16)
 work = wl.WorkList.from_schedule(S.uniform(lens, 4), "cpu")
 launches = [
     lambda: wl.gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sm90 import WORKLIST
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch, timeline
@@ -116,24 +117,9 @@ def test_what_cannot_work_is_refused_in_one_line(monkeypatch):
     assert {k: v.data_ptr() for k, v in t.buffers.items()} == ptrs
 
 
-COMPILE = r"""
-import splitlab.kernels._launch as launch_common
-import splitlab.kernels.gqa as gqa
-import splitlab.kernels.timeline as timeline
-import splitlab.kernels.worklist as wl
+COMPILE = WORKLIST + r"""
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
-from splitlab.kernels.inputs import gqa_inputs, mla_inputs
 
-wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
-wl._mla_worklist_kernel = Warmup(wl._mla_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
-gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-launch_common.check_launch_device = lambda *a: None
-timeline.clock_on = lambda device: True  # the GPU build: the clock read (CPU tensors stand in)
-
-lens = [100, 7]
-x = gqa_inputs(2, 32, 8, 128, lens, page_size=16, dtype=torch.bfloat16)
-m = mla_inputs(2, 16, 576, lens, page_size=64, dtype=torch.bfloat16)
 kw = dict(dtype=torch.bfloat16, device="cpu", scheduler="uniform", num_splits=4, use_cuda_graph=True, max_batch=2,
           max_ctas=16, max_items=16)
 gp, mp = GQADecodePlan(32, 8, 128, 16, **kw), MLADecodePlan(16, 576, 512, 64, **kw)

@@ -23,19 +23,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 BODY = r'''
-import splitlab.kernels._launch as launch_common
-import splitlab.kernels.gqa as gqa
-import splitlab.kernels.timeline as timeline
-import splitlab.kernels.worklist as wl
-from splitlab.kernels.inputs import gqa_inputs
-from splitlab.planners import schedulers as S
-
-wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
-gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
-launch_common.check_launch_device = lambda *a: None
-timeline.clock_on = lambda device: True  # the GPU build: the clock read
-lens = [100, 7]
 x = gqa_inputs(2, 128, 1, 128, lens, page_size=16, dtype=torch.bfloat16)
 work = wl.WorkList.from_schedule(S.uniform(lens, 4), "cpu")
 for t in (None, timeline.Timelines()):
@@ -65,12 +52,12 @@ def loops(sass: str) -> tuple[list[tuple[int, int, list[str]]], int]:
 
 def main() -> int:
     sys.path.insert(0, str(REPO / "tests"))
-    from sm90 import PREAMBLE
+    from sm90 import PREAMBLE, WORKLIST
 
     with tempfile.TemporaryDirectory() as out:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        r = subprocess.run([sys.executable, "-c", f"OUT = {out!r}\n" + PREAMBLE + BODY], env=env, cwd=REPO,
+        r = subprocess.run([sys.executable, "-c", f"OUT = {out!r}\n" + PREAMBLE + WORKLIST + BODY], env=env, cwd=REPO,
                            capture_output=True, text=True, timeout=600)
         if r.returncode:
             print(r.stdout + r.stderr[-3000:])
