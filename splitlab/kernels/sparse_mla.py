@@ -85,12 +85,12 @@ from splitlab.kernels.paging import key_masks, poison
 from splitlab.kernels.timeline import Timelines
 from splitlab.kernels.worklist import (
     WorkList,
-    _record_slot,
-    _timeline_args,
     alloc_partials,
     check_worklist,
     launch_merge,
     load_item,
+    record_slot,
+    timeline_args,
 )
 from splitlab.waves import MAX_BLOCK_H, ctas, default_block_h
 from splitlab.workloads import DTYPE_BYTES, DecodeWorkload
@@ -450,7 +450,7 @@ def _sparse_mla_worklist_kernel(
                      HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_K, BLOCK_DV, BLOCK_DR, UPCAST, DOT_PRECISION,
                      ISOLATE_QK, KV_FP8, FP8_QK)
     if TIMELINE:
-        _record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+        record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
 
 
 def worklist_meta(num_heads: int, head_dim_qk: int, head_dim_v: int, dtype: torch.dtype, kv_dtype: torch.dtype, *,
@@ -523,7 +523,7 @@ def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices
     lse = _launch.alloc(T, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, Dv, q.device)
     tiles = cdiv(H, d.block_h)
-    extra = _timeline_args(timelines, work.ctas * tiles, q.device, what)
+    extra = timeline_args(timelines, work.ctas * tiles, q.device, what)
     with device_guard(q):
         _sparse_mla_worklist_kernel[(work.ctas * tiles,)](
             q, kv_cache, indices, work.items, work.cta_offsets, out, lse, po, pl,

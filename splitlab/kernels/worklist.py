@@ -429,11 +429,11 @@ def _gqa_worklist_kernel(
     if LAUNCH_DEPENDENTS == 2:
         gdc_launch_dependents()
     if TIMELINE:
-        _record_slot(timeline_ptr, pid, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
+        record_slot(timeline_ptr, pid, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
 
 
 @triton.jit
-def _record_slot(timeline_ptr, pid, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr):
+def record_slot(timeline_ptr, pid, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr):
     """A partial kernel program's record: its slot's first item and item count (8 bytes read back when
     persistent), else its own item."""
     if PERSISTENT:
@@ -489,7 +489,7 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     lse = _launch.alloc(B, Hq, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, Hq, D, q.device)
     upcast = _launch.interpret_upcast(q.dtype)
-    extra = _timeline_args(timelines, work.ctas * Hkv, q.device, "gqa_decode_scheduled")
+    extra = timeline_args(timelines, work.ctas * Hkv, q.device, "gqa_decode_scheduled")
     if launch_pdl:
         extra["LAUNCH_DEPENDENTS"] = 1 + PDL_TRIGGERS.index(pdl)
     if fused is not None:
@@ -551,7 +551,7 @@ def check_fused(fused_merge: object, counters: object, batch: int, num_kv_heads:
     return counters
 
 
-def _timeline_args(timelines: object, programs: int, device: torch.device, what: str) -> dict:
+def timeline_args(timelines: object, programs: int, device: torch.device, what: str) -> dict:
     """The partial kernel's timeline arguments (none without ``timelines``: the plain launch), or one
     ``SplitlabError`` for anything but a ``Timelines``."""
     if timelines is None:
@@ -659,7 +659,7 @@ def _mla_worklist_kernel(
                   PAGE_SIZE, HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_N, BLOCK_DV, BLOCK_DR,
                   UPCAST, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK)
     if TIMELINE:
-        _record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+        record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
 
 
 def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
@@ -693,7 +693,7 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     lse = _launch.alloc(B, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, Dv, q.device)
     tiles = -(-H // d.block_h)
-    extra = _timeline_args(timelines, work.ctas * tiles, q.device, "mla_decode_scheduled")
+    extra = timeline_args(timelines, work.ctas * tiles, q.device, "mla_decode_scheduled")
     with _launch.device_guard(q):
         _mla_worklist_kernel[(work.ctas * tiles,)](
             q, kv_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
@@ -711,4 +711,4 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     return (out, lse) if return_lse else out
 
 
-__all__ = ["WorkList", "gqa_decode_scheduled", "mla_decode_scheduled", "launch_merge"]
+__all__ = ["WorkList", "gqa_decode_scheduled", "mla_decode_scheduled", "launch_merge", "record_slot", "timeline_args"]
