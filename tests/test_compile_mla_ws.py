@@ -18,6 +18,7 @@ import splitlab.kernels._launch as launch_common
 import splitlab.kernels.mla_sm90_ws as ws
 from splitlab.kernels.inputs import mla_inputs
 from splitlab.kernels.mla import SMEM_BUDGET
+from splitlab.kernels.timeline import Timelines
 from splitlab.kernels.worklist import WorkList, alloc_partials
 from splitlab.planners import schedulers
 
@@ -25,15 +26,18 @@ ws._mla_ws_kernel = Warmup(ws._mla_ws_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 
 
-def case(variant, heads, page, dtype):  # two requests: one split in two (partial rows), one direct
+def case(variant, heads, page, dtype, bounded=False, timeline=False):  # two requests: one split in two, one direct
     lens = [300, 70]
     x = mla_inputs(2, heads, 576, lens, page_size=page, dtype=dtype)
     work = ws.check_launch(x["q"], x["kv_cache"], x["block_table"],
                            WorkList.from_schedule(schedulers.uniform(lens, 2, request_major=True), "cpu"), variant,
                            512)
     po, pl = alloc_partials(work, heads, 512, "cpu")
-    ws.launch(x["q"], x["kv_cache"], x["block_table"], work, torch.empty(2, heads, 512, dtype=dtype),
-              torch.empty(2, heads), po, pl, 0.1, variant)
+    tiles = -(-heads // 64)
+    ws.launch(x["q"], x["kv_cache"], x["block_table"], work.items, work.ctas + 2 * bounded,
+              torch.empty(2, heads, 512, dtype=dtype), torch.empty(2, heads), po, pl, 0.1, variant,
+              num_ctas=torch.tensor([work.ctas], dtype=torch.int32) if bounded else None,
+              timeline=Timelines().args("partial", (work.ctas + 2 * bounded) * tiles, "cpu") if timeline else None)
 
 
 # name, variant, heads, page, dtype; (QK m64n64k16, PV m64n256k16) wgmma in the code: recompute runs its loop body
@@ -43,11 +47,14 @@ CASES = [(f"{v} 128/576 bf16 page 64", v, 128, 64, torch.bfloat16) for v in ws.V
     ("seesaw-fine 64/576 fp16 page 128", "seesaw-fine", 64, 128, torch.float16),
     ("recompute 16/576 bf16 page 64", "recompute", 16, 64, torch.bfloat16),
 ]
+# A plan's launches: a capacity grid (BOUNDED) and a recorded timeline, at the default variant.
+EXTRA = [("seesaw 128/576 bf16 page 64, bounded + timeline", "seesaw", 128, 64, torch.bfloat16)]
 WGMMA = {"recompute": {64: 72, 256: 8}, "recompute-fine": {64: 72, 256: 8}, "seesaw": {64: 108, 256: 24},
          "seesaw-fine": {64: 108, 256: 24}}
 REGS = {ws.CONSUMER_REGS, ws.LOADER_REGS, 3 * ws.MAXNREG - ws.CONSUMER_REGS - ws.LOADER_REGS}
-sys.exit(1 if check_ws([(name, lambda a=(v, h, p, d): case(*a), REGS, WGMMA[v]) for name, v, h, p, d in CASES],
-                       SMEM_BUDGET) else 0)
+RUNS = [(name, lambda a=(v, h, p, d): case(*a), REGS, WGMMA[v]) for name, v, h, p, d in CASES] + [
+    (name, lambda a=(v, h, p, d): case(*a, bounded=True, timeline=True), REGS, WGMMA[v]) for name, v, h, p, d in EXTRA]
+sys.exit(1 if check_ws(RUNS, SMEM_BUDGET) else 0)
 """
 
 

@@ -1,6 +1,6 @@
 """What the warp-specialized MLA work-list launcher (``kernels.mla_sm90_ws``) takes and what it refuses, in one
 ``SplitlabError`` line each, checked on the CPU without launching (its kernel compiles in
-``test_compile_mla_ws.py`` and runs only on an sm_90 GPU); and that no default path dispatches to it yet."""
+``test_compile_mla_ws.py`` and runs only on an sm_90 GPU); and where the work-list launchers run it (``use_ws``)."""
 
 from __future__ import annotations
 
@@ -101,11 +101,68 @@ def test_reads_q_as_rows_copying_it_where_its_strides_are_not_rows(off_interpret
     assert q_desc.base is not heads_major and torch.equal(q_desc.base, x["q"]) and q_desc.strides == [576, 1]
 
 
-def test_no_default_path_takes_it():
-    # Without a GPU A/B the launchers keep their kernels: neither the split-count nor the work-list launcher
-    # names this module.
-    for launcher in (mla.mla_decode, worklist.mla_decode_scheduled):
-        assert "mla_sm90_ws" not in inspect.getsource(launcher)
+@pytest.fixture
+def on_sm90(off_interpreter, monkeypatch):
+    """``use_ws`` as on an sm_90 GPU (a CUDA device naming capability 9.0; nothing is launched)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+
+CUDA = torch.device("cuda", 0)
+TILE64 = (64, 64, 8, 2)  # the tl tile's default at 40 heads and more (mla.mla_defaults)
+
+
+def _tile(heads):
+    d = mla.mla_defaults(heads, 576, "bf16", head_dim_v=512)
+    return d.block_h, d.block_n, d.num_warps, d.num_stages
+
+
+def _use(dtype=torch.bfloat16, kv=None, dqk=576, dv=512, tile=TILE64, page=64, device=CUDA, persistent=False,
+         align=64):
+    return mla_sm90_ws.use_ws(dtype, kv or dtype, dqk, dv, tile, page, device, persistent, align)
+
+
+def test_the_work_list_launchers_take_it_where_in_scope(on_sm90):
+    assert _use() and _use(torch.float16, page=128)
+    assert _tile(40) == _tile(128) == TILE64  # 40 heads and more
+    for heads in (16, 32):  # the 16- and 32-row tl tiles keep their kernel
+        assert not _use(tile=_tile(heads))
+    assert not _use(kv=_launch.FP8_KV_DTYPE)
+    assert not _use(torch.float32)
+    assert not _use(dqk=512, dv=448)
+    assert not _use(page=32)
+    assert not _use(persistent=True)
+    assert not _use(align=16)
+    assert not _use(device=torch.device("cpu"))
+
+
+def test_nor_off_sm90_nor_disabled(on_sm90, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert not _use()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(mla_sm90_ws, "ENABLED", False)
+    assert not _use()
+
+
+def test_under_the_interpreter_never():
+    if not _launch.INTERPRET:
+        pytest.skip("the suite runs kernels under the interpreter; here it does not")
+    assert not _use()
+
+
+def test_a_cache_it_cannot_read_as_rows_keeps_the_tl_tile():
+    kv = _inputs()["kv_cache"]
+    assert mla_sm90_ws.cache_ok(kv)
+    spread = torch.zeros(kv.shape[0], kv.shape[1] + 1, 576, dtype=kv.dtype)[:, :-1]  # padding after each page
+    assert not mla_sm90_ws.cache_ok(spread)
+    assert not mla_sm90_ws.cache_ok(kv[:0])
+
+
+def test_both_work_list_launchers_dispatch_by_the_same_rule():
+    from splitlab.kernels import decode_plan
+
+    for launcher in (worklist.mla_decode_scheduled, decode_plan.MLADecodePlan.__init__):
+        assert "use_ws(" in inspect.getsource(launcher)
+    assert "use_ws(" not in inspect.getsource(mla.mla_decode)  # the split-count launcher keeps its kernels
 
 
 @pytest.mark.parametrize("keys", [1, 64, 100, 128, 200, 320])

@@ -80,6 +80,7 @@ from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.kernels import _launch
 from splitlab.kernels import device_schedule as _ds
+from splitlab.kernels import mla_sm90_ws as ws
 from splitlab.kernels import worklist as _wl
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -91,6 +92,7 @@ from splitlab.kernels._launch import (
     check_pow2,
     check_spans,
 )
+from splitlab.kernels.bound_launch import BoundLaunch
 from splitlab.kernels.combine import combine_tile
 from splitlab.kernels.timeline import Timelines
 from splitlab.planners import schedulers as S
@@ -101,6 +103,9 @@ __all__ = ["GQADecodePlan", "MLADecodePlan", "SparseMLADecodePlan", "Capacity", 
 
 #: Schedulers whose schedules may run several items a slot (the persistent kernel variant, fixed when a plan is made).
 PERSISTENT_SCHEDULERS = ("stream_k", "flashmla")
+#: Off: run() launches through Triton's own path every call (A/B runs: experiments/plan_run/launch_probe.py);
+#: on, through ``kernels.bound_launch`` (Triton's binding once per specialization).
+BOUND_LAUNCH = True
 #: The merge tile of a plan made on the device (which never sees a request's row count): rows a chunk. With the
 #: tile sized for a request's worst case (64 rows a chunk), MLA-128's device plan ran 42 us a layer slower than the
 #: host plan of the same work list (H200, experiments/plan_run/gpu.py, 16 requests of 8K keys).
@@ -191,6 +196,8 @@ class _DecodePlan:
                 self._want[k] = check_int(f"max_{k}", v)
         self.capacity: Capacity | None = None
         self._planned: _Planned | None = None
+        self._bound_partial: BoundLaunch | None = None  # run()'s launches (_launch_partial, _merge)
+        self._bound_merges: dict[tuple, BoundLaunch] = {}
         if max_batch is not None:
             self._allocate(self._want["batch"])
 
@@ -550,10 +557,18 @@ class _DecodePlan:
         return out, lse
 
     def _merge(self, p: _Planned, out: torch.Tensor, lse: torch.Tensor, timeline: dict) -> None:
-        if p.merge:
-            _wl._merge_kernel[p.merge_grid](
-                self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
-                *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride(), **p.merge_meta, **timeline)
+        if not p.merge:
+            return
+        args = (self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
+                *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride())
+        if timeline or not BOUND_LAUNCH:
+            _wl._merge_kernel[p.merge_grid](*args, **p.merge_meta, **timeline)
+            return
+        key = tuple(p.merge_meta.values())
+        bound = self._bound_merges.get(key)
+        if bound is None:
+            bound = self._bound_merges[key] = BoundLaunch(_wl._merge_kernel, **p.merge_meta)
+        bound.launch(p.merge_grid, *args)
 
     def _timelines(self, p: _Planned, timelines: object, q: torch.Tensor) -> tuple[dict, dict]:
         """The partial kernel's and the merge's timeline arguments (``kernels.timeline``; none without
@@ -579,6 +594,17 @@ class _DecodePlan:
 
     def _guard(self):
         return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
+
+    def _launch_partial(self, fn, grid: tuple[int], args: tuple, part: dict) -> None:
+        """The partial kernel ``fn`` at the plan's meta-parameters: through its ``BoundLaunch`` (made at the first
+        run, after the capacity fixed ``_bounded``), or Triton's own path with timelines (their arguments change
+        per call) or ``BOUND_LAUNCH`` off."""
+        if part or not BOUND_LAUNCH:
+            fn[grid](*args, **self._meta_kw, **self._bounded, **part)
+            return
+        if self._bound_partial is None:
+            self._bound_partial = BoundLaunch(fn, **self._meta_kw, **self._bounded)
+        self._bound_partial.launch(grid, *args)
 
 
 # =====================================================================================================
@@ -661,13 +687,12 @@ class GQADecodePlan(_DecodePlan):
         out, lse = self._outputs(p, out, lse, return_lse)
         with self._guard():
             part, merge = self._timelines(p, timelines, q)
-            _wl._gqa_worklist_kernel[p.grid](
+            self._launch_partial(_wl._gqa_worklist_kernel, p.grid, (
                 q, k_cache, v_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
                 self._qk_scale, self.num_kv_heads, self._group, k_cache.shape[0],
                 block_table.shape[1] * self.page_size,
                 *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
-                *out.stride(), *lse.stride(), *self._po_strides, *self._pl_strides,
-                **self._meta_kw, **self._bounded, **part)
+                *out.stride(), *lse.stride(), *self._po_strides, *self._pl_strides), part)
             self._merge(p, out, lse, merge)
         return (out, lse) if return_lse else out
 
@@ -729,6 +754,9 @@ class MLADecodePlan(_DecodePlan):
                          max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
                          num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
                          device_schedule=device_schedule)
+        # FlashMLA's schedule in Gluon where in scope (worklist.mla_decode_scheduled's rule), else the tl tile.
+        self._ws = ws.use_ws(dtype, kv_dtype, Dqk, Dv, (d.block_h, d.block_n, warps, stages), self.page_size,
+                             self.device, self.persistent, d.block_n)
         block_dv, block_dr = mla.padded_dims(Dqk, Dv)
         self._meta_kw = dict(
             PAGE_SIZE=self.page_size, HEAD_DIM_V=Dv, HEAD_DIM_R=Dqk - Dv, BLOCK_H=d.block_h, BLOCK_N=d.block_n,
@@ -756,13 +784,18 @@ class MLADecodePlan(_DecodePlan):
         num_pages = kv_cache.shape[0]
         with self._guard():
             part, merge = self._timelines(p, timelines, q)
-            _wl._mla_worklist_kernel[p.grid](
+            if self._ws and ws.cache_ok(kv_cache):
+                ws.launch(q, kv_cache, block_table, self._items, p.grid[0] // self.groups, out, lse, self._po,
+                          self._pl, self._qk_scale, ws.DEFAULT_VARIANT,
+                          num_ctas=self._num_ctas if self.use_cuda_graph else None, timeline=part or None)
+                self._merge(p, out, lse, merge)
+                return (out, lse) if return_lse else out
+            self._launch_partial(_wl._mla_worklist_kernel, p.grid, (
                 q, kv_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
                 self.num_heads, self.groups, self._qk_scale, self._kv_scale, num_pages,
                 block_table.shape[1] * self.page_size if num_pages else 0,
                 *q.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(), *lse.stride(),
-                *self._po_strides, *self._pl_strides,
-                **self._meta_kw, **self._bounded, **part)
+                *self._po_strides, *self._pl_strides), part)
             self._merge(p, out, lse, merge)
         return (out, lse) if return_lse else out
 
@@ -879,11 +912,10 @@ class SparseMLADecodePlan(_DecodePlan):
 
         with self._guard():
             part, merge = self._timelines(p, timelines, q)
-            _sparse_mla_worklist_kernel[p.grid](
+            self._launch_partial(_sparse_mla_worklist_kernel, p.grid, (
                 q, kv_cache, indices, self._items, self._cta_offsets, out, lse, self._po, self._pl,
                 self.num_heads, self.groups, self._qk_scale, self._kv_scale, kv_cache.shape[0], indices.shape[1],
                 *q.stride(), *kv_cache.stride(), *indices.stride(), *out.stride(), *lse.stride(),
-                *self._po_strides, *self._pl_strides,
-                **self._meta_kw, **self._bounded, **part)
+                *self._po_strides, *self._pl_strides), part)
             self._merge(p, out, lse, merge)
         return (out, lse) if return_lse else out

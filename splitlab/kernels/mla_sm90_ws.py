@@ -65,7 +65,16 @@ import torch
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch as launch_common
 from splitlab.kernels.mla_sm90 import BLOCK_H, BLOCK_N, HAVE_GLUON
-from splitlab.kernels.worklist import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
+from splitlab.kernels.timeline import FIELDS, Timelines
+from splitlab.kernels.worklist import (
+    LN2,
+    LOG2E,
+    WorkList,
+    alloc_partials,
+    check_worklist,
+    launch_merge,
+    timeline_args,
+)
 
 if HAVE_GLUON:
     from triton.experimental import gluon
@@ -101,6 +110,7 @@ if HAVE_GLUON:
     _NV = gl.constexpr(HEAD_DIM_V // PIECE)  # pieces of V: 8
     _NP = gl.constexpr(PIECES)
     _SCAN = gl.constexpr(SCAN)
+    _RECORD = gl.constexpr(len(FIELDS))
     _LN2 = gl.constexpr(LN2.value)
     _BH = gl.constexpr(BLOCK_H)
     _BN = gl.constexpr(BLOCK_N)
@@ -494,17 +504,42 @@ if HAVE_GLUON:
     # --- partitions -----------------------------------------------------------------------------------------------
 
     @gluon.jit
-    def _part_consumer0(smem, bars, item, geo, outs, SEESAW: gl.constexpr, FINE: gl.constexpr,
-                        PAGE_SIZE: gl.constexpr):
-        """The default partition (4 warps): output columns [0, 256) and the lse."""
+    def _now_ns(j):
+        """``%globaltimer`` (ns; ``j``, any int32 scalar, only anchors the asm)."""
+        return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [j], dtype=gl.int64, is_pure=False,
+                                         pack=1)
+
+    @gluon.jit
+    def _smid(j):
+        """The SM the program runs on (PTX ``%smid``)."""
+        return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [j], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _part_consumer0(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
+                        PAGE_SIZE: gl.constexpr, TIMELINE: gl.constexpr):
+        """The default partition (4 warps): output columns [0, 256) and the lse. ``TIMELINE``: the program's record
+        (``kernels.timeline``: 64 bytes, the start stored at once, the rest after this half's last store)."""
+        timeline_ptr, pid, it, head_tile = rec
+        if TIMELINE:
+            gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, _now_ns(pid))
         if SEESAW:
             _seesaw_consumer0(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
         else:
             _recompute(smem, bars, item, geo, outs, 0, True, FINE, PAGE_SIZE)
+        if TIMELINE:
+            end = _now_ns(pid)
+            base = timeline_ptr + pid.to(gl.int64) * _RECORD
+            gl.store(base, pid.to(gl.int64))
+            gl.store(base + 1, _smid(pid).to(gl.int64))
+            gl.store(base + 3, end)
+            gl.store(base + 4, it.to(gl.int64))
+            gl.store(base + 5, head_tile.to(gl.int64))
+            gl.store(base + 6, it.to(gl.int64))
+            gl.store(base + 7, (it * 0 + 1).to(gl.int64))  # one item a program
 
     @gluon.jit
-    def _part_consumer1(smem, bars, item, geo, outs, SEESAW: gl.constexpr, FINE: gl.constexpr,
-                        PAGE_SIZE: gl.constexpr):
+    def _part_consumer1(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
+                        PAGE_SIZE: gl.constexpr, TIMELINE: gl.constexpr):
         """A worker partition (4 warps): output columns [256, 512)."""
         if SEESAW:
             _seesaw_consumer1(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
@@ -512,7 +547,8 @@ if HAVE_GLUON:
             _recompute(smem, bars, item, geo, outs, _HALF, False, FINE, PAGE_SIZE)
 
     @gluon.jit
-    def _part_load(smem, bars, item, geo, outs, SEESAW: gl.constexpr, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr):
+    def _part_load(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
+                   PAGE_SIZE: gl.constexpr, TIMELINE: gl.constexpr):
         """The producer (1 warp): Q's nine pieces (64 x 576 x 2 bytes), then every block of the item into buffer
         t % 2 once both consumers released block t - 2 (64 x 576 x 2 bytes and its 4-byte table entry)."""
         q_v, q_r, kv_v, kv_r, red = smem
@@ -544,13 +580,19 @@ if HAVE_GLUON:
         lse_stride_b, lse_stride_h,
         po_stride_r, po_stride_h, po_stride_d,
         pl_stride_r, pl_stride_h,
-        PAGE_SIZE: gl.constexpr, SEESAW: gl.constexpr, FINE: gl.constexpr, num_warps: gl.constexpr,
+        num_ctas_ptr, timeline_ptr,
+        PAGE_SIZE: gl.constexpr, SEESAW: gl.constexpr, FINE: gl.constexpr, BOUNDED: gl.constexpr,
+        TIMELINE: gl.constexpr, num_warps: gl.constexpr,
     ):
         # One program per (work item, head tile), head tile fastest: the head tiles of an item share its blocks
-        # through L2.
+        # through L2. BOUNDED: a grid sized to a plan's capacity (kernels.decode_plan, CUDA graphs), the programs
+        # past the plan's slot count exit at once.
         pid = gl.program_id(0)
         head_tile = pid % num_head_tiles
         it = pid // num_head_tiles
+        if BOUNDED:
+            if it >= gl.load(num_ctas_ptr):
+                return
         b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
         n_tiles = gl.cdiv(end - start, _BN)
         dtype: gl.constexpr = q_desc.dtype
@@ -591,9 +633,43 @@ if HAVE_GLUON:
                 lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h)
         # (The constexprs go into each tuple as it is written: a tuple assigned to a name first turns them into
         # runtime values.)
-        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, SEESAW, FINE, PAGE_SIZE)),
-                            (_part_consumer1, (smem, bars, item, geo, outs, SEESAW, FINE, PAGE_SIZE)),
-                            (_part_load, (smem, bars, item, geo, outs, SEESAW, FINE, PAGE_SIZE))], _WARPS, _REGS)
+        rec = (timeline_ptr, pid, it, head_tile)
+        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE)),
+                            (_part_consumer1, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE)),
+                            (_part_load, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE))],
+                           _WARPS, _REGS)
+
+
+#: Off: the work-list launchers run the tl tile everywhere (A/B runs; tests/gpu compares the two).
+ENABLED = True
+#: The variant the work-list launchers run: the seesaw carries the gain, the 64 x 64 pieces add nothing (H200,
+#: experiments/mla_ws).
+DEFAULT_VARIANT = "seesaw"
+
+
+def use_ws(q_dtype: torch.dtype, kv_dtype: torch.dtype, head_dim_qk: int, head_dim_v: int, tile: tuple[int, ...],
+           page_size: int, device: torch.device, persistent: bool, align: int) -> bool:
+    """Whether the work-list launchers (``worklist.mla_decode_scheduled``, ``decode_plan.MLADecodePlan``) run this
+    kernel (``DEFAULT_VARIANT``) instead of the tl tile: ``ENABLED``, Gluon, not the interpreter, an sm_90 GPU, a
+    16-bit q and cache of one dtype, Dqk 576 / Dv 512, the tl tile's 64-row default (``tile`` = (block_h, block_n,
+    num_warps, num_stages) as ``mla_sm90.in_scope`` takes it: 40 heads and more), pages of a multiple of 64 keys,
+    and a schedule of one item a slot aligned to 64 keys. A call's cache must also be one TMA tensor of rows
+    (``cache_ok``)."""
+    from splitlab.kernels import mla_sm90
+
+    if not (ENABLED and HAVE_GLUON) or launch_common.INTERPRET or device.type != "cuda":
+        return False
+    return (mla_sm90.in_scope(q_dtype, kv_dtype, head_dim_qk, head_dim_v, *tile)
+            and (head_dim_qk, head_dim_v) == (HEAD_DIM_QK, HEAD_DIM_V) and page_size % BLOCK_N == 0
+            and not persistent and align % BLOCK_N == 0 and torch.cuda.get_device_capability(device)[0] == 9)
+
+
+def cache_ok(kv_cache: torch.Tensor) -> bool:
+    """Whether ``kv_cache`` (``[num_pages >= 1, page_size, 576]``) reads as one 2-D TMA tensor of fewer than 2^31
+    rows (``check_launch``'s cache scope, as a test: the launchers run the tl tile on any other cache)."""
+    num_pages, page_size, _ = kv_cache.shape
+    return (num_pages >= 1 and num_pages * page_size < 2**31 and kv_cache.stride(0) == page_size * kv_cache.stride(1)
+            and _tma_rows(kv_cache, kv_cache.stride(1)))
 
 
 def _tma_rows(t: torch.Tensor, row_stride: int) -> bool:
@@ -628,11 +704,11 @@ def check_launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Ten
     if page_size % BLOCK_N or num_pages < 1:
         raise SplitlabError(f"mla_decode_ws: kv_cache has {num_pages} pages of {page_size}; expected at least one "
                             f"page, of a multiple of {BLOCK_N} keys")
-    if not _tma_rows(kv_cache, kv_cache.stride(1)) or kv_cache.stride(0) != page_size * kv_cache.stride(1):
-        raise SplitlabError(f"mla_decode_ws: kv_cache strides {tuple(kv_cache.stride())} are not allowed; expected "
-                            "pages of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     if num_pages * page_size >= 2**31:
         raise SplitlabError(f"mla_decode_ws: kv_cache holds {num_pages * page_size} rows; expected fewer than 2^31")
+    if not cache_ok(kv_cache):
+        raise SplitlabError(f"mla_decode_ws: kv_cache strides {tuple(kv_cache.stride())} are not allowed; expected "
+                            "pages of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mla_decode_ws")
     if work.schedule.persistent or work.schedule.align % BLOCK_N:
         kind = "a persistent schedule" if work.schedule.persistent else "a schedule"
@@ -643,7 +719,7 @@ def check_launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Ten
 
 def mla_decode_ws(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
                   variant: str = "seesaw-fine", head_dim_v: int = HEAD_DIM_V, sm_scale: float | None = None,
-                  return_lse: bool = False):
+                  return_lse: bool = False, timelines: Timelines | None = None):
     """Absorbed MLA decode over a work list on this module's kernel (``variant`` of ``VARIANTS``):
     ``worklist.mla_decode_scheduled``'s inputs and outputs within the scope of the module docstring."""
     work = check_launch(q, kv_cache, block_table, work, variant, head_dim_v)
@@ -653,8 +729,9 @@ def mla_decode_ws(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Te
     lse = launch_common.alloc(B, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, head_dim_v, q.device)
     with launch_common.device_guard(q):
-        launch(q, kv_cache, block_table, work, out, lse, po, pl, scale * LOG2E, variant)
-        launch_merge(work, po, pl, out, lse)
+        launch(q, kv_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E, variant,
+               timeline=timeline_args(timelines, work.ctas * -(-H // BLOCK_H), q.device, "mla_decode_ws"))
+        launch_merge(work, po, pl, out, lse, timelines)
     return (out, lse) if return_lse else out
 
 
@@ -672,20 +749,26 @@ def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
     return q_desc, kv_desc
 
 
-def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, out: torch.Tensor,
-           lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor, qk_scale: float, variant: str) -> None:
-    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2)."""
+def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, items: torch.Tensor, slots: int,
+           out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor, qk_scale: float, variant: str,
+           *, num_ctas: torch.Tensor | None = None, timeline: dict | None = None) -> None:
+    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2): ``slots`` CTA slots
+    of the work list ``items`` (one item a slot), each head tile a program. ``num_ctas``: a device int32 holding the
+    plan's slot count, ``slots`` then a capacity (programs past the count exit); ``timeline``: the timeline arguments
+    of ``kernels.timeline.Timelines.args`` (each program's record)."""
     seesaw, fine = VARIANTS[variant]
     B, H, _ = q.shape
     num_pages, page_size, _ = kv_cache.shape
     tiles = -(-H // BLOCK_H)
     q_desc, kv_desc = descriptors(q, kv_cache)
-    _mla_ws_kernel[(work.ctas * tiles,)](
-        q_desc, kv_desc, block_table, work.items, out, lse, po, pl,
+    _mla_ws_kernel[(slots * tiles,)](
+        q_desc, kv_desc, block_table, items, out, lse, po, pl,
         H, tiles, qk_scale, num_pages, block_table.shape[1] * page_size,
         *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
-        PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, num_warps=NUM_WARPS, maxnreg=MAXNREG,
+        num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items,
+        PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, BOUNDED=num_ctas is not None, TIMELINE=bool(timeline),
+        num_warps=NUM_WARPS, maxnreg=MAXNREG,
     )
 
 
-__all__ = ["VARIANTS", "check_launch", "launch", "mla_decode_ws"]
+__all__ = ["DEFAULT_VARIANT", "ENABLED", "VARIANTS", "cache_ok", "check_launch", "launch", "mla_decode_ws", "use_ws"]

@@ -667,10 +667,12 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
                          num_warps: int | None = None, num_stages: int | None = None,
                          sm_scale: float | None = None, kv_scale: float | None = None, return_lse: bool = False,
                          timelines: Timelines | None = None):
-    """Absorbed MLA decode over a schedule's work list: ``kernels.mla.mla_decode``'s inputs and outputs (the tl
-    tile; the Gluon tile does not take work lists yet), the split of the keys taken from ``work``; ``timelines`` as
-    ``gqa_decode_scheduled``'s."""
+    """Absorbed MLA decode over a schedule's work list: ``kernels.mla.mla_decode``'s inputs and outputs, the split
+    of the keys taken from ``work``; ``timelines`` as ``gqa_decode_scheduled``'s. The kernel: the warp-specialized
+    Gluon kernel (``mla_sm90_ws``, FlashMLA's schedule) where ``mla_sm90_ws.use_ws`` and ``cache_ok`` say so (an
+    sm_90 GPU, 16-bit, 40 heads and more at the default tile, one item a slot), else the tl tile."""
     from splitlab.kernels import mla
+    from splitlab.kernels import mla_sm90_ws as ws
 
     q, kv_scale = mla.check_inputs(q, kv_cache, block_table, kv_scale=kv_scale)
     B, H, Dqk = q.shape
@@ -694,6 +696,13 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     po, pl = alloc_partials(work, H, Dv, q.device)
     tiles = -(-H // d.block_h)
     extra = timeline_args(timelines, work.ctas * tiles, q.device, "mla_decode_scheduled")
+    if ws.use_ws(q.dtype, kv_cache.dtype, Dqk, Dv, (d.block_h, d.block_n, nw, ns), page_size, q.device,
+                 work.schedule.persistent, work.schedule.align) and ws.cache_ok(kv_cache):
+        with _launch.device_guard(q):
+            ws.launch(q, kv_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E,
+                      ws.DEFAULT_VARIANT, timeline=extra or None)
+            launch_merge(work, po, pl, out, lse, timelines)
+        return (out, lse) if return_lse else out
     with _launch.device_guard(q):
         _mla_worklist_kernel[(work.ctas * tiles,)](
             q, kv_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,

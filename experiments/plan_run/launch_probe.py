@@ -1,0 +1,147 @@
+"""Where a ``run()`` call's host time goes on a GPU: Triton's launch path piece by piece (one H200).
+
+    python experiments/plan_run/launch_probe.py --out OUT
+
+For GQA 32/8/128 (page 16) and MLA-128 (576/512, page 64), a plan of one short request (so that the GPU is never
+the bottleneck: wall time per call is the host's), the host time per call (``time.perf_counter`` over ``--calls``
+back-to-back calls, then one sync; best of 3) of:
+
+* ``run``: ``plan.run(out=out, check=False)`` (the partial kernel and, where split, the merge), through
+  ``kernels.bound_launch`` (the default); ``run-triton``: the same with ``decode_plan.BOUND_LAUNCH`` off (Triton's
+  own launch path every call);
+* ``bound``: the partial kernel alone through a ``BoundLaunch``;
+* ``jit``: the partial kernel launched as ``run`` launches it (``kernel[grid](...)``, Triton's whole path);
+* ``bind``: Triton's binding and cache lookup alone (``kernel.run(..., warmup=True)``: no launch);
+* ``direct``: the compiled kernel's launcher called with its arguments already bound (``CompiledKernel.run``);
+* ``direct+args``: the same, the argument list rebuilt each call from the call's tensors (what a cached launch
+  would do).
+
+Writes OUT/launch_probe.csv. The outputs of ``direct`` and ``bound`` are compared with ``jit``'s (equal to the
+bit: ``direct_equal``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from splitlab.bench.csvrows import write_rows
+from splitlab.kernels import decode_plan
+from splitlab.kernels import worklist as _wl
+from splitlab.kernels.bound_launch import BoundLaunch
+from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
+from splitlab.kernels.inputs import gqa_inputs, mla_inputs
+
+
+def host_us(fn, calls: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        dt = time.perf_counter() - t
+        torch.cuda.synchronize()
+        best = min(best, dt / calls * 1e6)
+    return best
+
+
+def partial_call(plan, family: str, q, caches, bt, out, lse):
+    """The partial kernel's (function, grid, args, kwargs) exactly as ``plan.run`` passes them."""
+    p = plan._planned
+    if family == "gqa":
+        k, v = caches
+        args = (q, k, v, bt, plan._items, plan._cta_offsets, out, lse, plan._po, plan._pl, plan._qk_scale,
+                plan.num_kv_heads, plan._group, k.shape[0], bt.shape[1] * plan.page_size, *q.stride(), *k.stride(),
+                *v.stride(), *bt.stride(), *out.stride(), *lse.stride(), *plan._po_strides, *plan._pl_strides)
+        return _wl._gqa_worklist_kernel, p.grid, args, {**plan._meta_kw, **plan._bounded}
+    (kv,) = caches
+    args = (q, kv, bt, plan._items, plan._cta_offsets, out, lse, plan._po, plan._pl, plan.num_heads, plan.groups,
+            plan._qk_scale, plan._kv_scale, kv.shape[0], bt.shape[1] * plan.page_size, *q.stride(), *kv.stride(),
+            *bt.stride(), *out.stride(), *lse.stride(), *plan._po_strides, *plan._pl_strides)
+    return _wl._mla_worklist_kernel, p.grid, args, {**plan._meta_kw, **plan._bounded}
+
+
+def probe(family: str, calls: int) -> list[dict]:
+    dev = torch.device("cuda")
+    if family == "gqa":
+        plan = GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device=dev, scheduler="uniform", num_splits=2)
+        d = gqa_inputs(1, 32, 8, 128, 64, page_size=16, dtype=torch.bfloat16, device=dev)
+        q, k, v, bt, lens = d["q"], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"]
+        caches = (k, v)
+        run = lambda: plan.run(q, k, v, bt, out=out, check=False)  # noqa: E731
+    else:
+        plan = MLADecodePlan(128, 576, 512, 64, dtype=torch.bfloat16, device=dev, scheduler="uniform", num_splits=2)
+        d = mla_inputs(1, 128, 576, 128, page_size=64, dtype=torch.bfloat16, device=dev)
+        q, kv, bt, lens = d["q"], d["kv_cache"], d["block_table"], d["seq_lens"]
+        caches = (kv,)
+        run = lambda: plan.run(q, kv, bt, out=out, check=False)  # noqa: E731
+    plan.plan([int(x) for x in lens.tolist()])
+    out = torch.empty(q.shape[0], q.shape[1], plan.head_dim_v, dtype=q.dtype, device=dev)
+    lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=dev)
+    fn, grid, args, kw = partial_call(plan, family, q, caches, bt, out, lse)
+    compiled = fn[grid](*args, **kw)
+    torch.cuda.synchronize()
+    ref = out.clone()
+    bound = fn.signature.bind(*args, **kw)
+    bound.apply_defaults()
+    values = list(bound.arguments.values())
+    g = tuple(grid) + (1,) * (3 - len(grid))
+
+    def direct(vals=values):
+        stream = torch.cuda.current_stream().cuda_stream
+        compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None, *vals)
+
+    def direct_args():
+        fn2, _, a, k2 = partial_call(plan, family, q, caches, bt, out, lse)
+        direct(list(a) + [k2[n] if n in k2 else values[i] for i, n in enumerate(fn.arg_names) if i >= len(a)])
+
+    out.fill_(float("nan"))
+    direct()
+    torch.cuda.synchronize()
+    same = bool(torch.equal(out, ref))
+    rows = []
+    bound = BoundLaunch(fn, **kw)
+    pieces = {"run": run, "run-triton": run, "jit": lambda: fn[grid](*args, **kw),
+              "bind": lambda: fn.run(*args, grid=grid, warmup=True, **kw), "direct": direct, "direct+args": direct_args,
+              "bound": lambda: bound.launch(grid, *args)}
+    out.fill_(float("nan"))
+    bound.launch(grid, *args)
+    bound.launch(grid, *args)
+    torch.cuda.synchronize()
+    same = same and bound.hits == 1 and bool(torch.equal(out, ref))
+    outs = []
+    for on in (False, True):  # run() through Triton and through BoundLaunch: the same bits
+        decode_plan.BOUND_LAUNCH = on
+        for _ in range(2):
+            out.fill_(float("nan"))
+            run()
+        torch.cuda.synchronize()
+        outs.append(out.clone())
+    same = same and bool(torch.equal(outs[0], outs[1])) and plan._bound_partial.hits > 0
+    for name, f in pieces.items():
+        decode_plan.BOUND_LAUNCH = name != "run-triton"
+        f()
+        rows.append(dict(family=family, piece=name, host_us=round(host_us(f, calls), 2), args=len(values),
+                         direct_equal=same, torch=torch.__version__, triton=triton.__version__,
+                         gpu=torch.cuda.get_device_name()))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--calls", type=int, default=2000)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = probe("gqa", a.calls) + probe("mla", a.calls)
+    write_rows(a.out / "launch_probe.csv", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""A jitted kernel launched through its compiled binary's launcher, without Triton's per-call argument binding.
+
+``kernel[grid](*args, **meta)`` binds every argument on every call (a specialization of each, a cache key, the
+defaults, a check of the globals) before the driver call. A decode plan (``kernels.decode_plan``) launches the same
+kernels with the same meta-parameters once per layer, so ``BoundLaunch`` pays that once per *specialization*: the
+first call of each goes through Triton (compiling where needed, and launching), and later calls with arguments of
+the same specialization call the compiled kernel's launcher (``CompiledKernel.run``) with the arguments in the
+kernel's parameter order. What it costs per call, and what it saves, is measured on the H200 by
+``experiments/plan_run/launch_probe.py``.
+
+The specialization (``spec_key``) is at least as fine as Triton's own (``triton.runtime.jit``'s binder: a tensor's
+dtype and 16-byte alignment; an int's value 1, its divisibility by 16 and its integer width), so two calls of one key
+always run the binary Triton itself would pick. Triton's path is kept, every call, under the interpreter, with a
+launch hook installed (a profiler: ``triton.knobs.runtime.launch_enter_hook``), and for arguments of any other type
+(``spec_key`` returns None).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from splitlab.kernels._launch import INTERPRET
+
+try:
+    from triton import knobs
+except ImportError:  # pragma: no cover - a triton without knobs: Triton's path every call
+    knobs = None
+
+_I32 = (-(2**31), 2**31)
+_U64 = 2**63
+
+
+def _hooked(hook: object) -> bool:
+    """Whether a launch hook is installed: a callable (triton 3.4-3.5), or a chain with calls (3.6's ``HookChain``,
+    never None)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _int_key(v: int) -> tuple:
+    width = 0 if _I32[0] <= v < _I32[1] else (1 if -_U64 <= v < _U64 else 2)
+    return (v == 1, v % 16 == 0, width)
+
+
+def spec_key(args: tuple) -> tuple | None:
+    """Each positional argument's specialization class (None: an argument this module does not classify)."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif isinstance(a, bool):
+            key.append(("b", a))
+        elif isinstance(a, int):
+            key.append(_int_key(a))
+        elif isinstance(a, float):
+            key.append("f")
+        elif a is None:
+            key.append(None)
+        else:
+            return None
+    return tuple(key)
+
+
+class BoundLaunch:
+    """``fn`` (a ``triton.jit`` function) with its keyword arguments ``meta`` (constexprs, options, the kernel's
+    defaulted parameters) fixed; ``launch(grid, *args)`` launches it on the current stream with ``args`` as its
+    leading positional parameters (the module docstring). ``hits`` counts the calls that bypassed Triton's binding
+    (for tests)."""
+
+    def __init__(self, fn: Any, **meta: Any) -> None:
+        self.fn, self.meta = fn, meta
+        self._compiled: dict[tuple, tuple[Any, list]] = {}
+        self.hits = 0
+
+    def _tail(self, n_args: int) -> list:
+        params = self.fn.signature.parameters
+        return [self.meta[name] if name in self.meta else params[name].default for name in self.fn.arg_names[n_args:]]
+
+    def launch(self, grid: tuple[int, ...], *args: Any) -> None:
+        hooked = knobs is None or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
+        key = None if INTERPRET or hooked else spec_key(args)
+        hit = None if key is None else self._compiled.get((len(grid), key))
+        if hit is None:
+            compiled = self.fn[grid](*args, **self.meta)
+            if key is not None and hasattr(compiled, "run"):
+                self._compiled[(len(grid), key)] = (compiled, self._tail(len(args)))
+            return
+        compiled, tail = hit
+        g = (*grid, 1, 1)
+        stream = torch.cuda.current_stream().cuda_stream
+        compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None, *args,
+                     *tail)
+        self.hits += 1
+
+
+__all__ = ["BoundLaunch", "spec_key"]
