@@ -171,6 +171,24 @@ def test_indices_are_checked_over_the_walked_prefix_only():
     assert torch.isnan(out[1]).all() and rel_err(out[0], ref[0]) <= TOLERANCE[torch.float32]
 
 
+def test_a_ragged_walk_builds_nothing_on_the_host_unless_it_checks(monkeypatch):
+    # Under a CUDA graph capture (and with validate=False) the walked positions are neither built nor checked: their
+    # build copies the lengths to the device, which a capture refuses (the H200 A/B's ragged top-k batches).
+    import splitlab.kernels.sparse_mla as smla
+
+    x = sparse_mla_inputs(2, 4, 48, 20, num_slots=30, dtype=torch.float32, seed=42)
+    work = WorkList.from_schedule(S.uniform([20, 10], 1), "cpu")
+    ref = reference.sparse_mla_decode(**dict(x, indices=walked_indices(x["indices"], (20, 10))), head_dim_v=32)
+
+    def refuse(*a):
+        raise AssertionError("walked_indices built")
+    monkeypatch.setattr(smla, "walked_indices", refuse)
+    out = sparse_mla_decode_scheduled(**x, work=work, head_dim_v=32, validate=False)
+    monkeypatch.setattr(smla, "capturing", lambda t: True)
+    out2 = sparse_mla_decode_scheduled(**x, work=work, head_dim_v=32)
+    assert rel_err(out, ref) <= TOLERANCE[torch.float32] and torch.equal(out, out2)
+
+
 def test_refusals_are_one_line():
     x = sparse_mla_inputs(2, 4, 48, 20, num_slots=30, dtype=torch.float32)
     cases = [

@@ -87,7 +87,7 @@ def probe(family: str, calls: int) -> list[dict]:
     compiled = fn[grid](*args, **kw)
     torch.cuda.synchronize()
     ref = out.clone()
-    bound = fn.signature.bind(*args, **kw)
+    bound = fn.signature.bind(*args, **{k: v for k, v in kw.items() if k in fn.arg_names})
     bound.apply_defaults()
     values = list(bound.arguments.values())
     g = tuple(grid) + (1,) * (3 - len(grid))

@@ -43,6 +43,8 @@ CLASSES = {("gqa", False): ("persistent", ("32/8", "64/8")), ("gqa", True): ("pe
 RUNS = {"fit": ("ragged_ab.csv", 0, ("spread16", "longtail", "uniform")),
         "confirm": ("confirm_ab.csv", 1000, ("spread16", "longtail", "bimodal", "uniform"))}
 NEAR_TIE = 1.002
+#: The peers' implementations in the runs; the best of them per batch is kept under the key PEER.
+PEERS, PEER = ("flashinfer", "flashinfer-fa3", "flashmla"), "best-peer"
 
 
 def batches(study: str, run: str):
@@ -54,23 +56,41 @@ def batches(study: str, run: str):
 
     file, offset, dists = RUNS[run]
     df = pd.read_csv(catalog.bench(study).path / file, dtype={"shape": str})
-    df = df[(df["status"] == "ok") & df["impl"].str.startswith(("wl-", "cand-"))]
-    groups = {k: g.groupby("schedule_hash")["us"].min().to_dict()
-              for k, g in df.groupby(["family", "shape", "batch", "longest", "dist"])}
+    df = df[df["status"] == "ok"]
+    keys = ["family", "shape", "batch", "longest", "dist"]
+    peers = df[df["impl"].isin(PEERS)].groupby(keys)["us"].min().to_dict()
+    df = df[df["impl"].str.startswith(("wl-", "cand-"))]
+    groups = {k: g.groupby("schedule_hash")["us"].min().to_dict() for k, g in df.groupby(keys)}
     for family in ("gqa", "mla"):
         for shape, dist, w in workloads_for(family, False, offset, dists):
-            meas = groups.get((family, shape, w.batch, w.ctx_len, dist))
-            if meas:
-                yield family, shape, dist, w, meas
+            k = (family, shape, w.batch, w.ctx_len, dist)
+            if groups.get(k):
+                yield family, shape, dist, w, groups[k] | {PEER: peers.get(k, float("nan"))}
+
+
+def chosen_us(meas: dict, w, c, dev) -> tuple[float, float]:
+    """The measured time of the schedule splitlab's scheduler picks under ``c`` (the batch's worst where it was not
+    timed) and the batch's best measured schedule."""
+    from splitlab.planners import schedulers as S
+
+    times = {k: v for k, v in meas.items() if k != PEER}
+    return times.get(S.splitlab(w, dev, c).digest, max(times.values())), min(times.values())
 
 
 def regrets(data, c, dev) -> list[float]:
-    from splitlab.planners import schedulers as S
-
     out = []
     for _, _, _, w, meas in data:
-        s = S.splitlab(w, dev, c)
-        out.append(meas.get(s.digest, max(meas.values())) / min(meas.values()))
+        us, best = chosen_us(meas, w, c, dev)
+        out.append(us / best)
+    return out
+
+
+def peer_speed(data, c, dev) -> list[float]:
+    """The best peer's time over the chosen schedule's, per ragged batch (> 1: splitlab faster)."""
+    out = []
+    for _, _, dist, w, meas in data:
+        if dist != "uniform":
+            out.append(meas[PEER] / chosen_us(meas, w, c, dev)[0])
     return out
 
 
@@ -114,6 +134,8 @@ def main(argv=None) -> int:
     runs = {run: list(batches(a.study, run)) for run in RUNS}
     rows, chosen = [], {}
     for kind, shapes in FAMILIES.items():
+        if not any(d[0] == kind for d in runs["fit"]):  # a study of one family (h200-schedules-v7: MLA)
+            continue
         zero = replace(rule.constants_for(dev, kind).constants, item_fixed=0.0, persistent=0.0, persistent_wide=0.0)
         fixed = _pass(runs, shapes, zero, "item_fixed", FIXED_GRID, dev, dict(kind=kind, pass_=1), rows)
         chosen[(kind, "item_fixed")] = fixed
@@ -128,6 +150,15 @@ def main(argv=None) -> int:
         df.round(5).to_csv(Path(a.out) / "refit.csv", index=False)
     for (kind, field), v in chosen.items():
         print(f"{kind}: {field} = {v:g}")
+    for kind, shapes in FAMILIES.items():
+        if (kind, "item_fixed") not in chosen:
+            continue
+        c = replace(rule.constants_for(dev, kind).constants, **{f: v for (k, f), v in chosen.items() if k == kind})
+        for shape in shapes:
+            sp = peer_speed([d for d in runs["confirm"] if d[1] == shape], c, dev)
+            if sp:
+                print(f"{shape}: the chosen schedules on the confirm run's ragged batches, best peer's time over "
+                      f"theirs: geomean {gm(sp):.3f}, worst {min(sp):.3f} ({len(sp)} batches)")
     final = df[(df["pass"] == 2) & df["chosen"]]
     before = df[(df["pass"] == 1) & (df["value"] == 0)]
     with pd.option_context("display.width", 160):

@@ -515,8 +515,11 @@ def sparse_mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, indices
     want = validate_setting(validate)
     if want:
         no_validation_under_capture(q, what)
-    walked = walked_indices(indices, work.schedule.lengths)
+    # The walked positions are built only to check them (a ragged top-k's build copies the lengths to the device,
+    # which a CUDA graph capture refuses).
+    walked = None
     if want or (want is None and not capturing(q)):
+        walked = walked_indices(indices, work.schedule.lengths)
         check_indices(walked, num_slots)
 
     out = _launch.alloc(T, H, Dv, dtype=q.dtype, device=q.device)
