@@ -6,7 +6,8 @@ everything that depends on the lengths, once per batch: it validates them, asks 
 (``planners.schedulers``) for the batch's work items and writes the work list into device buffers allocated once, at
 the first plan, with a fixed capacity. ``run(...)``, once per layer, only launches: the partial kernel and the merge,
 with no host sync, no Python planning and no re-validation (a few shape / dtype / device comparisons of host-visible
-metadata, or none with ``check=False``).
+metadata, or none with ``check=False``), through ``kernels.bound_launch`` (Triton's argument binding once per
+specialization, not once per call).
 
     p = GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cuda", max_batch=64)
     p.plan(seq_lens)                       # host lengths (list of ints); once per batch
@@ -719,7 +720,8 @@ def _latent_scales(dtype: torch.dtype, kv_dtype: torch.dtype | None, kv_scale: f
 
 class MLADecodePlan(_DecodePlan):
     """Absorbed MLA decode over a paged latent cache, planned once per batch, run once per layer (the module
-    docstring; ``kernels.worklist.mla_decode_scheduled``'s kernel, the tl tile).
+    docstring; ``kernels.worklist.mla_decode_scheduled``'s kernels: FlashMLA's schedule in Gluon where
+    ``mla_sm90_ws.use_ws`` says so at the plan and ``cache_ok`` at the run, else the tl tile).
 
     Shapes fixed by the plan: ``num_heads`` query heads, latent rows of ``head_dim_qk`` (K) whose first
     ``head_dim_v`` columns are V, ``page_size``-key pages, ``dtype`` (q and out) and ``kv_dtype`` (the cache: q's

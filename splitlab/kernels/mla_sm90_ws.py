@@ -1,8 +1,10 @@
 """Absorbed MLA decode on a work list, in Gluon for Hopper (sm_90a), with FlashMLA's schedule: two consumer
 warpgroups that split the 64 x 512 output, a producer warp that streams the latent cache as TMA pieces.
 
-Not yet dispatched to: ``mla.mla_decode`` and ``worklist.mla_decode_scheduled`` run the kernels they ran before.
-This module is the candidate of an H200 A/B (``experiments/mla_ws/``): compiled for sm_90a here, never run yet.
+The work-list launchers' 64-row tile (kernel version 7): ``worklist.mla_decode_scheduled`` and
+``decode_plan.MLADecodePlan`` run ``DEFAULT_VARIANT`` where ``use_ws`` and ``cache_ok`` say so; the split-count
+``mla.mla_decode`` keeps ``mla_sm90``'s tile. The variants were measured against that tile and FlashMLA on the H200
+(``experiments/mla_ws/``): the seesaw carries the gain.
 
 The rule it ports. FlashMLA's dense decode kernel (deepseek-ai/FlashMLA, ``docs/20250422-new-kernel-deep-dive.md``:
 read for the schedule, no code taken) holds the 64-row head tile's 64 x 512 fp32 output in two warpgroups, 64 x 256
@@ -56,6 +58,10 @@ page size a multiple of 64, at least one page, cache rows of contiguous elements
 pages of ``page_size`` rows back to back (the cache read as one 2-D TMA tensor of rows), fewer than 2^31 rows; any
 head count (64-row tiles; q read as rows of ``[B * H, 576]``, copied contiguous where its strides are not that);
 a non-persistent schedule aligned to 64 keys; an sm_90 GPU with triton 3.6's Gluon, not the interpreter.
+
+A plan's launches: ``BOUNDED`` (a grid of a capacity's slots, ``num_ctas`` on the device: programs past the plan's
+count exit before they allocate anything) and ``TIMELINE`` (consumer 0 writes the program's ``kernels.timeline``
+record: its start at once, the rest after its half of the output).
 """
 
 from __future__ import annotations
