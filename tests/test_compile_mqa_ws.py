@@ -20,6 +20,7 @@ import splitlab.kernels.mla_sm90_ws as mla_ws
 import splitlab.kernels.mqa_sm90_ws as ws
 from splitlab.kernels.inputs import gqa_inputs
 from splitlab.kernels.mla import SMEM_BUDGET
+from splitlab.kernels.timeline import Timelines
 from splitlab.kernels.worklist import WorkList, alloc_partials
 from splitlab.planners import schedulers
 
@@ -27,23 +28,26 @@ ws._mqa_ws_kernel = Warmup(ws._mqa_ws_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 
 
-def case(heads, page, dtype, stages):  # two requests: one split in two (partial rows), one direct
+def case(heads, page, dtype, stages, plan=False):  # two requests: one split in two (partial rows), one direct
     lens = [300, 70]
     x = gqa_inputs(2, heads, 1, 128, lens, page_size=page, dtype=dtype)
     work = ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
                            WorkList.from_schedule(schedulers.uniform(lens, 2), "cpu"), stages)
     po, pl = alloc_partials(work, heads, 128, "cpu")
-    ws.launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work, torch.empty(2, heads, 128, dtype=dtype),
-              torch.empty(2, heads), po, pl, 0.1, stages)
+    slots = work.ctas + 2 * plan  # a plan's launch: a capacity grid (BOUNDED) with a recorded timeline
+    ws.launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work.items, slots,
+              torch.empty(2, heads, 128, dtype=dtype), torch.empty(2, heads), po, pl, 0.1, stages,
+              num_ctas=torch.tensor([work.ctas], dtype=torch.int32) if plan else None,
+              timeline=Timelines().args("partial", slots, "cpu") if plan else None)
 
 
 CASES = [(h, p, d, 2) for h in (128, 64) for p in (16, 64) for d in (torch.bfloat16, torch.float16)] + [
     (128, 32, torch.bfloat16, 2), (128, 128, torch.bfloat16, 2), (128, 16, torch.bfloat16, 3),
-    (128, 64, torch.float16, 3), (64, 16, torch.bfloat16, 3)]
+    (128, 64, torch.float16, 3), (64, 16, torch.bfloat16, 3), (128, 16, torch.bfloat16, 2, True)]
 
 
-def name(heads, page, dtype, stages):
-    return f"MQA-{heads} page {page} {str(dtype)[6:]} stages {stages}"
+def name(heads, page, dtype, stages, plan=False):
+    return f"MQA-{heads} page {page} {str(dtype)[6:]} stages {stages}" + (", bounded + timeline" if plan else "")
 
 
 # One consumer body a warpgroup that runs one (64 heads: consumer 0 only): QK as two m64n64k16 chains of 4 (k = 128),

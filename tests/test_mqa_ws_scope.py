@@ -1,7 +1,7 @@
 """What the warp-specialized MQA work-list launcher (``kernels.mqa_sm90_ws``) takes and what it refuses, in one
 ``SplitlabError`` line each, checked on the CPU without launching (its kernel compiles in ``test_compile_mqa_ws.py``
-and runs only on an sm_90 GPU); its TMA descriptors; the box rule of its producer, replayed in Python; and that no
-default path dispatches to it yet."""
+and runs only on an sm_90 GPU); its TMA descriptors; the box rule of its producer, replayed in Python; and where the
+work-list launchers run it (``use_ws``)."""
 
 from __future__ import annotations
 
@@ -146,8 +146,42 @@ def test_every_box_lies_in_one_page_and_covers_the_item(page, splits, tile):
         assert set(range(start, end)) <= covered
 
 
-def test_no_default_path_takes_it():
-    # Without a GPU A/B the launchers keep their kernels: neither the split-count nor the work-list launcher
-    # names this module.
-    for launcher in (gqa.gqa_decode, worklist.gqa_decode_scheduled):
-        assert "mqa_sm90_ws" not in inspect.getsource(launcher)
+def test_both_work_list_launchers_dispatch_by_the_same_rule():
+    from splitlab.kernels import decode_plan
+
+    for launcher in (worklist.gqa_decode_scheduled, decode_plan.GQADecodePlan.__init__):
+        assert "use_ws(" in inspect.getsource(launcher)
+    assert "mqa_sm90_ws" not in inspect.getsource(gqa.gqa_decode)  # the split-count launcher keeps its kernels
+
+
+CUDA = torch.device("cuda", 0)
+
+
+def _use(dtype=torch.bfloat16, heads=128, kv=1, dim=128, tile=None, page=16, device=CUDA, persistent=False,
+         align=64):
+    if tile is None:
+        d = gqa.default_knobs(heads, dim, "bf16")
+        tile = (d["block_n"], d["num_warps"], d["num_stages"])
+    return mqa_sm90_ws.use_ws(dtype, heads, kv, dim, tile, page, device, persistent, align)
+
+
+def test_the_work_list_launchers_take_it_where_in_scope(monkeypatch):
+    monkeypatch.setattr(_launch, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert _use() and _use(heads=64) and _use(torch.float16, page=64) and _use(page=32) and _use(page=128)
+    assert not _use(heads=32) and not _use(kv=2) and not _use(dim=64) and not _use(torch.float32)
+    assert not _use(page=48) and not _use(page=8)
+    assert not _use(tile=(32, 8, 3))  # an explicit tile other than the default keeps the tl tile
+    assert not _use(persistent=True) and not _use(align=8)
+    assert not _use(device=torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert not _use()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(mqa_sm90_ws, "ENABLED", False)
+    assert not _use()
+
+
+def test_never_under_the_interpreter():
+    if not _launch.INTERPRET:
+        pytest.skip("the suite runs kernels under the interpreter; here it does not")
+    assert not _use()

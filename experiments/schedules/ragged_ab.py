@@ -189,6 +189,9 @@ def run(args) -> None:
                 f"best-sched {best_sched} best-peer {best_peer}")
 
     cases = workloads_for(args.family, args.quick, args.seed_offset, tuple(args.dists.split(",")))
+    if args.shapes:  # a subset of the family's shapes (a re-sweep of the shapes a kernel change touched)
+        keep = set(args.shapes.split(","))
+        cases = [c for c in cases if c[0] in keep]
     run_cases(Path(args.out), "ragged_ab.csv", f"env-{args.family}.json", cases, args.budget_s,
               family=args.family, longest_of=lambda w: w.ctx_len, reference_of=reference_of, impls_of=every_impl,
               progress=progress)
@@ -344,6 +347,7 @@ def main(argv=None) -> int:
     r.add_argument("--quick", action="store_true")
     r.add_argument("--seed-offset", type=int, default=0, help="added to every batch's length seed (fresh batches)")
     r.add_argument("--dists", default="spread16,longtail,uniform", help="length distributions, comma-separated")
+    r.add_argument("--shapes", default="", help="the family's shapes to run (SHAPES labels, comma-separated; all)")
     c = sub.add_parser("flashmla-check")
     c.add_argument("--out", required=True)
     c.add_argument("--fmla", required=True)

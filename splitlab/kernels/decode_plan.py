@@ -82,6 +82,7 @@ from splitlab.intmath import cdiv, next_power_of_two
 from splitlab.kernels import _launch
 from splitlab.kernels import device_schedule as _ds
 from splitlab.kernels import mla_sm90_ws as ws
+from splitlab.kernels import mqa_sm90_ws as mqa_ws
 from splitlab.kernels import worklist as _wl
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -654,6 +655,10 @@ class GQADecodePlan(_DecodePlan):
                          num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
                          device_schedule=device_schedule)
         self._group = hq // hkv
+        # MQA's Gluon tile where in scope (worklist.gqa_decode_scheduled's rule), else the tl tile.
+        self._ws = mqa_ws.use_ws(dtype, hq, hkv, D, (self.block_n, warps, stages), self.page_size, self.device,
+                                 self.persistent, self.block_n if self.page_size % self.block_n == 0 else
+                                 self.page_size)
         self._meta_kw = dict(
             PAGE_SIZE=self.page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(self._group)),
             BLOCK_N=self.block_n, BLOCK_D=max(16, next_power_of_two(D)), UPCAST=upcast,
@@ -688,6 +693,13 @@ class GQADecodePlan(_DecodePlan):
         out, lse = self._outputs(p, out, lse, return_lse)
         with self._guard():
             part, merge = self._timelines(p, timelines, q)
+            if self._ws and (p.schedule is None or p.schedule.align % mqa_ws.box_rows(self.page_size) == 0) \
+                    and mqa_ws.cache_ok(k_cache, v_cache):
+                mqa_ws.launch(q, k_cache, v_cache, block_table, self._items, p.grid[0], out, lse, self._po, self._pl,
+                              self._qk_scale, num_ctas=self._num_ctas if self.use_cuda_graph else None,
+                              timeline=part or None)
+                self._merge(p, out, lse, merge)
+                return (out, lse) if return_lse else out
             self._launch_partial(_wl._gqa_worklist_kernel, p.grid, (
                 q, k_cache, v_cache, block_table, self._items, self._cta_offsets, out, lse, self._po, self._pl,
                 self._qk_scale, self.num_kv_heads, self._group, k_cache.shape[0],

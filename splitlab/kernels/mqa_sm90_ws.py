@@ -2,8 +2,10 @@
 (sm_90a): one CTA holds every query head of its item, two consumer warpgroups of 64 heads share each K and V tile
 that a producer warp streams into shared memory by TMA.
 
-Not yet dispatched to: ``gqa.gqa_decode`` and ``worklist.gqa_decode_scheduled`` run the kernels they ran before.
-This module is the candidate of an H200 A/B (``experiments/mqa_ws/``): compiled for sm_90a here, never run yet.
+The work-list launchers' MQA tile (kernel version 7): ``worklist.gqa_decode_scheduled`` and
+``decode_plan.GQADecodePlan`` run it where ``use_ws`` and ``cache_ok`` say so; the split-count ``gqa.gqa_decode``
+keeps its tile. Measured on the H200 against that tile and the peers in ``experiments/mqa_ws/`` (1.12-1.16x the tl
+work-list tile).
 
 Why: 128 query heads on one kv head is MLA's shape at D = 128. The tl work-list tile holds the
 group in one program whose ``tl.dot`` pipeline serialises QK, softmax and PV; here the machinery of
@@ -45,6 +47,9 @@ page_size, 1, 128]`` of one 16-bit dtype; page size 16, 32 or a multiple of 64; 
 16-byte aligned, pages back to back (one 2-D TMA tensor of rows), fewer than 2^31 rows; q read as rows of
 ``[B * H, 128]`` (copied contiguous where its strides are not that); a non-persistent schedule whose items start at
 multiples of ``BOX``; an sm_90 GPU with triton 3.6's Gluon, not the interpreter.
+
+A plan's launches, as ``mla_sm90_ws``'s: ``BOUNDED`` (a capacity grid; programs past the plan's slot count exit at
+once) and ``TIMELINE`` (consumer 0 writes the program's ``kernels.timeline`` record).
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from splitlab.kernels.mla_sm90_ws import _load_item, _pages_bad
+    from splitlab.kernels.mla_sm90_ws import _RECORD, _load_item, _now_ns, _pages_bad, _smid
 
 HEAD_DIM = 128
 HEADS = (64, 128)  # the query-head counts it takes: one or two consumer warpgroups
@@ -233,21 +238,35 @@ if HAVE_GLUON:
         _epilogue(acc, m_i, l_i, outs, b, row, W * _BH, o_s.index(W))
 
     @gluon.jit
-    def _part_consumer0(smem, bars, item, geo, outs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                        BOX: gl.constexpr):
-        """The default partition (4 warps): heads [0, 64)."""
+    def _part_consumer0(smem, bars, item, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                        BOX: gl.constexpr, TIMELINE: gl.constexpr):
+        """The default partition (4 warps): heads [0, 64); with ``TIMELINE`` the program's record (its start at
+        once, the rest after its rows)."""
+        timeline_ptr, it = rec
+        if TIMELINE:
+            gl.store(timeline_ptr + it.to(gl.int64) * _RECORD + 2, _now_ns(it))
         _consumer(smem, bars, item, geo, outs, 0, PAGE_SIZE)
+        if TIMELINE:
+            end = _now_ns(it)
+            base = timeline_ptr + it.to(gl.int64) * _RECORD
+            gl.store(base, it.to(gl.int64))
+            gl.store(base + 1, _smid(it).to(gl.int64))
+            gl.store(base + 3, end)
+            gl.store(base + 4, it.to(gl.int64))
+            gl.store(base + 5, (it * 0).to(gl.int64))  # the one kv head
+            gl.store(base + 6, it.to(gl.int64))
+            gl.store(base + 7, (it * 0 + 1).to(gl.int64))  # one item a program
 
     @gluon.jit
-    def _part_consumer1(smem, bars, item, geo, outs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                        BOX: gl.constexpr):
+    def _part_consumer1(smem, bars, item, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                        BOX: gl.constexpr, TIMELINE: gl.constexpr):
         """A worker partition (4 warps): heads [64, 128), idle with 64 heads."""
         if NCONS == 2:
             _consumer(smem, bars, item, geo, outs, 1, PAGE_SIZE)
 
     @gluon.jit
     def _part_load(smem, bars, item, geo, outs, descs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                   BOX: gl.constexpr):
+                   BOX: gl.constexpr, TIMELINE: gl.constexpr):
         """The producer (1 warp): Q (NCONS x 64 x 128 x elt bytes), then every tile's K and V (64 x 128 x elt
         each, and their page entries) into buffer ``t % stages`` once the consumers released that buffer's last."""
         q_s, k_s, v_s, o_s = smem
@@ -280,11 +299,16 @@ if HAVE_GLUON:
         lse_stride_b, lse_stride_h,
         po_stride_r, po_stride_h, po_stride_d,
         pl_stride_r, pl_stride_h,
+        num_ctas_ptr, timeline_ptr,
         NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
-        num_warps: gl.constexpr,
+        BOUNDED: gl.constexpr, TIMELINE: gl.constexpr, num_warps: gl.constexpr,
     ):
-        # One program per work item (every head of the one kv head).
+        # One program per work item (every head of the one kv head); BOUNDED: a capacity grid, the programs past the
+        # plan's slot count exit at once.
         it = gl.program_id(0)
+        if BOUNDED:
+            if it >= gl.load(num_ctas_ptr):
+                return
         b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
         n_tiles = gl.cdiv(end - start, _BN)
         dtype: gl.constexpr = q_desc.dtype
@@ -315,10 +339,42 @@ if HAVE_GLUON:
         outs = (out_ptr, lse_ptr, po_ptr, pl_ptr, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
                 lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h)
         descs = (q_desc, k_desc, v_desc, b.to(gl.int32) * num_heads)
-        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, NCONS, PAGE_SIZE, BOX)),
-                            (_part_consumer1, (smem, bars, item, geo, outs, NCONS, PAGE_SIZE, BOX)),
-                            (_part_load, (smem, bars, item, geo, outs, descs, NCONS, PAGE_SIZE, BOX))],
+        rec = (timeline_ptr, it)
+        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, rec, NCONS, PAGE_SIZE, BOX, TIMELINE)),
+                            (_part_consumer1, (smem, bars, item, geo, outs, rec, NCONS, PAGE_SIZE, BOX, TIMELINE)),
+                            (_part_load, (smem, bars, item, geo, outs, descs, NCONS, PAGE_SIZE, BOX, TIMELINE))],
                            _WARPS, _REGS)
+
+
+#: Off: the work-list launchers run the tl tile everywhere (A/B runs; tests/gpu compares the two).
+ENABLED = True
+
+
+def use_ws(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, tile: tuple[int, int, int],
+           page_size: int, device: torch.device, persistent: bool, align: int) -> bool:
+    """Whether the work-list launchers (``worklist.gqa_decode_scheduled``, ``decode_plan.GQADecodePlan``) run this
+    kernel instead of the tl tile: ``ENABLED``, Gluon, not the interpreter, an sm_90 GPU, a 16-bit dtype, 64 or 128
+    query heads on one kv head of dim 128 at the tl tile's default (``tile`` = (block_n, num_warps, num_stages) as
+    ``gqa.default_knobs`` gives them), page 16, 32 or a multiple of 64, a schedule of one item a slot whose items
+    start at multiples of a box. A call's caches must also read as TMA tensors of rows (``cache_ok``)."""
+    from splitlab.kernels import gqa
+
+    if not (ENABLED and HAVE_GLUON) or launch_common.INTERPRET or device.type != "cuda":
+        return False
+    if dtype not in (torch.bfloat16, torch.float16) or kv_heads != 1 or heads not in HEADS or head_dim != HEAD_DIM:
+        return False
+    d = gqa.default_knobs(heads, head_dim, launch_common.TORCH_DTYPE_NAMES[dtype])
+    page_ok = page_size in (16, 32) or page_size % BLOCK_N == 0
+    return (page_ok and tile == (d["block_n"], d["num_warps"], d["num_stages"]) and not persistent
+            and align % box_rows(page_size) == 0 and torch.cuda.get_device_capability(device)[0] == 9)
+
+
+def cache_ok(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether both caches (``[num_pages >= 1, page_size, 1, 128]``) read as 2-D TMA tensors of fewer than 2^31
+    rows (``check_launch``'s cache scope, as a test: the launchers run the tl tile on any other cache)."""
+    num_pages, page_size = k_cache.shape[:2]
+    return num_pages >= 1 and num_pages * page_size < 2**31 and all(
+        c.stride(0) == page_size * c.stride(1) and _tma_rows(c, c.stride(1)) for c in (k_cache, v_cache))
 
 
 def box_rows(page_size: int) -> int:
@@ -351,13 +407,13 @@ def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     if page_size % (MIN_PAGE if page_size < BLOCK_N else BLOCK_N) or BLOCK_N % box_rows(page_size):
         raise SplitlabError(f"mqa_decode_ws: page_size={page_size} is not allowed; expected 16, 32 or a multiple "
                             f"of {BLOCK_N}")
-    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if not _tma_rows(c, c.stride(1)) or c.stride(0) != page_size * c.stride(1):
-            raise SplitlabError(f"mqa_decode_ws: {name} strides {tuple(c.stride())} are not allowed; expected pages "
-                                "of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     if num_pages * page_size >= 2**31:
         raise SplitlabError(f"mqa_decode_ws: the caches hold {num_pages * page_size} rows; expected fewer than "
                             "2^31")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not cache_ok(c, c):
+            raise SplitlabError(f"mqa_decode_ws: {name} strides {tuple(c.stride())} are not allowed; expected pages "
+                                "of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mqa_decode_ws")
     box = box_rows(page_size)
     if work.schedule.persistent or work.schedule.align % box:
@@ -378,7 +434,7 @@ def mqa_decode_ws(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     lse = launch_common.alloc(B, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, D, q.device)
     with launch_common.device_guard(q):
-        launch(q, k_cache, v_cache, block_table, work, out, lse, po, pl, scale * LOG2E, stages)
+        launch(q, k_cache, v_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E, stages)
         launch_merge(work, po, pl, out, lse)
     return (out, lse) if return_lse else out
 
@@ -401,19 +457,23 @@ def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
 
 
 def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-           work: WorkList, out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor,
-           qk_scale: float, stages: int = STAGES) -> None:
-    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2)."""
+           items: torch.Tensor, slots: int, out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor,
+           qk_scale: float, stages: int = STAGES, *, num_ctas: torch.Tensor | None = None,
+           timeline: dict | None = None) -> None:
+    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2): ``slots`` CTA slots
+    of the work list ``items``; ``num_ctas`` and ``timeline`` as ``mla_sm90_ws.launch`` takes them."""
     B, H, _ = q.shape
     num_pages, page_size = k_cache.shape[:2]
     q_desc, k_desc, v_desc = descriptors(q, k_cache, v_cache)
-    _mqa_ws_kernel[(work.ctas,)](
-        q_desc, k_desc, v_desc, block_table, work.items, out, lse, po, pl,
+    _mqa_ws_kernel[(slots,)](
+        q_desc, k_desc, v_desc, block_table, items, out, lse, po, pl,
         H, qk_scale, num_pages, block_table.shape[1] * page_size,
         *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
-        NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages, num_warps=NUM_WARPS,
-        maxnreg=MAXNREG,
+        num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items,
+        NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages,
+        BOUNDED=num_ctas is not None, TIMELINE=bool(timeline), num_warps=NUM_WARPS, maxnreg=MAXNREG,
     )
 
 
-__all__ = ["HEADS", "STAGE_CHOICES", "box_rows", "check_launch", "launch", "mqa_decode_ws"]
+__all__ = ["ENABLED", "HEADS", "STAGE_CHOICES", "box_rows", "cache_ok", "check_launch", "launch", "mqa_decode_ws",
+           "use_ws"]

@@ -453,7 +453,10 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     """Paged GQA decode over a schedule's work list (``WorkList.from_schedule``): ``kernels.gqa.gqa_decode``'s
     inputs and outputs, the split of the keys taken from ``work`` instead of a split count. The request lengths are
     the schedule's (the keys its items cover); ``seq_lens`` is not read. ``timelines`` (``kernels.timeline``): each
-    program of both kernels records its SM, start, end and work there (the plain launch without it).
+    program of both kernels records its SM, start, end and work there (the plain launch without it). The partial
+    kernel: the warp-specialized Gluon MQA kernel (``mqa_sm90_ws``) where ``mqa_sm90_ws.use_ws`` and ``cache_ok`` say
+    so (an sm_90 GPU, 16-bit, 64 or 128 heads on one kv head of dim 128, the default tile, one item a slot, neither
+    variant below), else the tl tile.
 
     Two variants for short launches (``experiments/short_launch``), the plain launch without either:
 
@@ -468,6 +471,7 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
       zeroed buffer a call.
     """
     from splitlab.kernels import gqa
+    from splitlab.kernels import mqa_sm90_ws as mqa_ws
 
     gqa._check_inputs(q, k_cache, v_cache, block_table)
     B, Hq, D = q.shape
@@ -494,6 +498,14 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         extra["LAUNCH_DEPENDENTS"] = 1 + PDL_TRIGGERS.index(pdl)
     if fused is not None:
         extra.update(offsets_ptr=work.partial_offsets, counters_ptr=fused, FUSED=True)
+    elif not launch_pdl and mqa_ws.use_ws(q.dtype, Hq, Hkv, D, (block_n, num_warps, num_stages), page_size,
+                                          q.device, work.schedule.persistent, work.schedule.align) \
+            and mqa_ws.cache_ok(k_cache, v_cache):
+        with _launch.device_guard(q):
+            mqa_ws.launch(q, k_cache, v_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E,
+                          timeline=extra or None)
+            launch_merge(work, po, pl, out, lse, timelines)
+        return (out, lse) if return_lse else out
     with _launch.device_guard(q):
         _gqa_worklist_kernel[(work.ctas * Hkv,)](
             q, k_cache, v_cache, block_table, work.items, work.cta_offsets, out, lse, po, pl,
