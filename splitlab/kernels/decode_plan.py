@@ -83,6 +83,7 @@ from splitlab.kernels import _launch
 from splitlab.kernels import device_schedule as _ds
 from splitlab.kernels import mla_sm90_ws as ws
 from splitlab.kernels import mqa_sm90_ws as mqa_ws
+from splitlab.kernels import workitems as _wi
 from splitlab.kernels import worklist as _wl
 from splitlab.kernels._launch import (
     FLOAT_DTYPES,
@@ -564,12 +565,12 @@ class _DecodePlan:
         args = (self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
                 *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride())
         if timeline or not BOUND_LAUNCH:
-            _wl._merge_kernel[p.merge_grid](*args, **p.merge_meta, **timeline)
+            _wi._merge_kernel[p.merge_grid](*args, **p.merge_meta, **timeline)
             return
         key = tuple(p.merge_meta.values())
         bound = self._bound_merges.get(key)
         if bound is None:
-            bound = self._bound_merges[key] = BoundLaunch(_wl._merge_kernel, **p.merge_meta)
+            bound = self._bound_merges[key] = BoundLaunch(_wi._merge_kernel, **p.merge_meta)
         bound.launch(p.merge_grid, *args)
 
     def _timelines(self, p: _Planned, timelines: object, q: torch.Tensor) -> tuple[dict, dict]:

@@ -49,7 +49,7 @@ zeroes them in the V columns it multiplies before its P V GEMM (a NaN there woul
 warpgroup's QK may read those rows meanwhile, whose scores are masked. The work list is ``kernels.worklist``'s
 (``WorkList``; one item per program: the program of CTA slot c runs item c, for each 64-row head tile, head tile
 fastest); an item of a request with one item writes its output row and lse directly, any other its partial row
-(fp32), which ``worklist.launch_merge`` merges. As the work-list kernels: an item outside ``[0, max_keys]`` or a
+(fp32), which ``workitems.launch_merge`` merges. As the work-list kernels: an item outside ``[0, max_keys]`` or a
 block-table entry outside the cache makes its row NaN (a TMA box outside the cache reads zeros, never memory outside
 it); an empty request writes zeros and lse -inf.
 
@@ -72,7 +72,7 @@ from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch as launch_common
 from splitlab.kernels.mla_sm90 import BLOCK_H, BLOCK_N, HAVE_GLUON
 from splitlab.kernels.timeline import FIELDS, Timelines
-from splitlab.kernels.worklist import (
+from splitlab.kernels.workitems import (
     LN2,
     LOG2E,
     WorkList,
@@ -131,7 +131,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_item(items_ptr, it, max_keys):
-        """``worklist.load_item`` (the work list's 16-byte rows, the same rule) for Gluon: ``(request (int64),
+        """``workitems.load_item`` (the work list's 16-byte rows, the same rule) for Gluon: ``(request (int64),
         key_begin, key_end, partial row, bad)``; a range outside ``[0, max_keys]`` or reversed reads nothing and
         is ``bad``."""
         base = items_ptr + it.to(gl.int64) * 4

@@ -68,7 +68,7 @@ from splitlab.kernels.mla_sm90_ws import (
     NUM_WARPS,
     _tma_rows,
 )
-from splitlab.kernels.worklist import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
+from splitlab.kernels.workitems import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
 
 if HAVE_GLUON:
     from triton.experimental import gluon
