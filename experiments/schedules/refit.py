@@ -133,14 +133,16 @@ def main(argv=None) -> int:
     dev = devices.get(a.device)
     runs = {run: list(batches(a.study, run)) for run in RUNS}
     rows, chosen = [], {}
-    for kind, shapes in FAMILIES.items():
-        if not any(d[0] == kind for d in runs["fit"]):  # a study of one family (h200-schedules-v7: MLA)
+    present = {d[1] for d in runs["fit"]}  # a study may hold some shapes only (h200-schedules-v7: MLA and MQA-128)
+    for kind, every_shape in FAMILIES.items():
+        shapes = tuple(sh for sh in every_shape if sh in present)
+        if not shapes:
             continue
         zero = replace(rule.constants_for(dev, kind).constants, item_fixed=0.0, persistent=0.0, persistent_wide=0.0)
         fixed = _pass(runs, shapes, zero, "item_fixed", FIXED_GRID, dev, dict(kind=kind, pass_=1), rows)
         chosen[(kind, "item_fixed")] = fixed
         for (k, _), (field, cls) in CLASSES.items():
-            if k == kind:
+            if k == kind and any(sh in present for sh in cls):
                 chosen[(kind, field)] = _pass(runs, cls, replace(zero, item_fixed=fixed), field, GRID, dev,
                                               dict(kind=kind, pass_=2), rows)
     df = pd.DataFrame(rows).rename(columns={"pass_": "pass"})
@@ -151,6 +153,7 @@ def main(argv=None) -> int:
     for (kind, field), v in chosen.items():
         print(f"{kind}: {field} = {v:g}")
     for kind, shapes in FAMILIES.items():
+        shapes = tuple(sh for sh in shapes if sh in present)
         if (kind, "item_fixed") not in chosen:
             continue
         c = replace(rule.constants_for(dev, kind).constants, **{f: v for (k, f), v in chosen.items() if k == kind})
