@@ -10,7 +10,7 @@ import torch
 from sm90 import compile_in_child
 
 from splitlab.errors import SplitlabError
-from splitlab.kernels import reference, worklist
+from splitlab.kernels import reference, workitems, worklist
 from splitlab.kernels.accuracy import assert_matches_reference, assert_same_nonfinite
 from splitlab.kernels.inputs import gqa_inputs, poison_unread_pages_, set_key_
 from splitlab.kernels.worklist import WorkList, gqa_decode_scheduled
@@ -107,8 +107,8 @@ def test_plain_launch_passes_no_variant_argument_and_pdl_is_the_plain_launch_her
     """The plain launch passes none of the variants' arguments (its compiled code is the one before they existed);
     under the interpreter ``pdl=`` runs those same launches, bit for bit."""
     seen: list = []
-    for name in ("_gqa_worklist_kernel", "_merge_kernel"):
-        monkeypatch.setattr(worklist, name, _Spy(getattr(worklist, name), seen))
+    for mod, name in ((worklist, "_gqa_worklist_kernel"), (workitems, "_merge_kernel")):
+        monkeypatch.setattr(mod, name, _Spy(getattr(mod, name), seen))
     lens = [100, 40, 0]
     x = gqa_inputs(3, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=2)
     work = WorkList.from_schedule(S.uniform(lens, 3), "cpu")
@@ -156,7 +156,8 @@ from splitlab.kernels.inputs import gqa_inputs
 from splitlab.planners import schedulers as S
 
 wl._gqa_worklist_kernel = Warmup(wl._gqa_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
+import splitlab.kernels.workitems as wi
+wi._merge_kernel = Warmup(wi._merge_kernel)
 gqa._check_inputs = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 launch_common.check_launch_device = lambda *a: None
 launch_common.INTERPRET = False  # the GPU build (check_pdl)

@@ -226,7 +226,8 @@ from splitlab.kernels.inputs import sparse_mla_inputs
 from splitlab.planners import schedulers as S
 
 smla._sparse_mla_worklist_kernel = Warmup(smla._sparse_mla_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
+import splitlab.kernels.workitems as wi
+wi._merge_kernel = Warmup(wi._merge_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 launch_common.check_indices = lambda *a: None
 timeline.clock_on = lambda device: True  # the GPU build: the clock read (CPU tensors stand in)

@@ -221,7 +221,8 @@ from splitlab.kernels.inputs import sparse_mla_inputs
 from splitlab.planners import schedulers as S
 
 smla._sparse_mla_worklist_kernel = Warmup(smla._sparse_mla_worklist_kernel)
-wl._merge_kernel = Warmup(wl._merge_kernel)
+import splitlab.kernels.workitems as wi
+wi._merge_kernel = Warmup(wi._merge_kernel)
 comb._combine_kernel = Warmup(comb._combine_kernel)
 launch_common.check_launch_device = lambda *a: None  # CPU tensors stand in for GPU ones; nothing is launched
 SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block

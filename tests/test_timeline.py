@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from splitlab.errors import SplitlabError
-from splitlab.kernels import timeline, worklist
+from splitlab.kernels import timeline, workitems, worklist
 from splitlab.kernels.inputs import gqa_inputs, mla_inputs
 from splitlab.kernels.worklist import WorkList, gqa_decode_scheduled, mla_decode_scheduled
 from splitlab.planners import schedulers as S
@@ -85,8 +85,8 @@ class _Spy:
 
 def test_the_plain_launch_passes_no_timeline_argument(monkeypatch):
     seen: list = []
-    for name in ("_gqa_worklist_kernel", "_merge_kernel"):
-        monkeypatch.setattr(worklist, name, _Spy(getattr(worklist, name), seen))
+    for mod, name in ((worklist, "_gqa_worklist_kernel"), (workitems, "_merge_kernel")):
+        monkeypatch.setattr(mod, name, _Spy(getattr(mod, name), seen))
     lens = [100, 40]
     x = gqa_inputs(2, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=2)
     work = WorkList.from_schedule(S.uniform(lens, 2), "cpu")
