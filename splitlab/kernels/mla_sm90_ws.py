@@ -521,27 +521,38 @@ if HAVE_GLUON:
         return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [j], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def start_record(timeline_ptr, pid):
+        """A program's ``start_ns`` (``kernels.timeline``'s record), stored at once."""
+        gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, _now_ns(pid))
+
+    @gluon.jit
+    def end_record(timeline_ptr, pid, it, group):
+        """The rest of a one-item program's record (``kernels.timeline.FIELDS``): its end and SM, slot and item
+        ``it``, head group ``group``, one item."""
+        end = _now_ns(pid)
+        base = timeline_ptr + pid.to(gl.int64) * _RECORD
+        gl.store(base, pid.to(gl.int64))
+        gl.store(base + 1, _smid(pid).to(gl.int64))
+        gl.store(base + 3, end)
+        gl.store(base + 4, it.to(gl.int64))
+        gl.store(base + 5, group.to(gl.int64))
+        gl.store(base + 6, it.to(gl.int64))
+        gl.store(base + 7, (it * 0 + 1).to(gl.int64))
+
+    @gluon.jit
     def _part_consumer0(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
                         PAGE_SIZE: gl.constexpr, TIMELINE: gl.constexpr):
         """The default partition (4 warps): output columns [0, 256) and the lse. ``TIMELINE``: the program's record
         (``kernels.timeline``: 64 bytes, the start stored at once, the rest after this half's last store)."""
         timeline_ptr, pid, it, head_tile = rec
         if TIMELINE:
-            gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, _now_ns(pid))
+            start_record(timeline_ptr, pid)
         if SEESAW:
             _seesaw_consumer0(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
         else:
             _recompute(smem, bars, item, geo, outs, 0, True, FINE, PAGE_SIZE)
         if TIMELINE:
-            end = _now_ns(pid)
-            base = timeline_ptr + pid.to(gl.int64) * _RECORD
-            gl.store(base, pid.to(gl.int64))
-            gl.store(base + 1, _smid(pid).to(gl.int64))
-            gl.store(base + 3, end)
-            gl.store(base + 4, it.to(gl.int64))
-            gl.store(base + 5, head_tile.to(gl.int64))
-            gl.store(base + 6, it.to(gl.int64))
-            gl.store(base + 7, (it * 0 + 1).to(gl.int64))  # one item a program
+            end_record(timeline_ptr, pid, it, head_tile)
 
     @gluon.jit
     def _part_consumer1(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,

@@ -82,7 +82,7 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from splitlab.kernels.mla_sm90_ws import _RECORD, _load_item, _now_ns, _pages_bad, _smid
+    from splitlab.kernels.mla_sm90_ws import _load_item, _pages_bad, end_record, start_record
 
 HEAD_DIM = 128
 HEADS = (64, 128)  # the query-head counts it takes: one or two consumer warpgroups
@@ -244,18 +244,10 @@ if HAVE_GLUON:
         once, the rest after its rows)."""
         timeline_ptr, it = rec
         if TIMELINE:
-            gl.store(timeline_ptr + it.to(gl.int64) * _RECORD + 2, _now_ns(it))
+            start_record(timeline_ptr, it)
         _consumer(smem, bars, item, geo, outs, 0, PAGE_SIZE)
         if TIMELINE:
-            end = _now_ns(it)
-            base = timeline_ptr + it.to(gl.int64) * _RECORD
-            gl.store(base, it.to(gl.int64))
-            gl.store(base + 1, _smid(it).to(gl.int64))
-            gl.store(base + 3, end)
-            gl.store(base + 4, it.to(gl.int64))
-            gl.store(base + 5, (it * 0).to(gl.int64))  # the one kv head
-            gl.store(base + 6, it.to(gl.int64))
-            gl.store(base + 7, (it * 0 + 1).to(gl.int64))  # one item a program
+            end_record(timeline_ptr, it, it, it * 0)  # head group: the one kv head
 
     @gluon.jit
     def _part_consumer1(smem, bars, item, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,

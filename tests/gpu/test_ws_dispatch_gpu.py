@@ -44,6 +44,37 @@ def _work(heads, lens):
     return WorkList.from_schedule(S.splitlab(w, devices.get("h200"), persistent=False), "cuda")
 
 
+def replay_plan(p, args, out, lse, graph: bool, steps, ref_of) -> None:
+    """Plan ``p`` for each batch of lengths in ``steps`` and run it (eager, or one CUDA graph captured at the first
+    batch and replayed), the outputs NaN-filled before each run and checked against ``ref_of(lens)``."""
+    p.plan(steps[0])
+    if graph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            p.run(*args, out=out, lse=lse)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            p.run(*args, out=out, lse=lse)
+    for lens in steps:
+        p.plan(lens)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        if graph:
+            g.replay()
+        else:
+            p.run(*args, out=out, lse=lse)
+        torch.cuda.synchronize()
+        ref, ref_lse = ref_of(lens)
+        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
+
+
+def random_steps(rng, batch: int, longest: int, n: int = 5) -> list[list[int]]:
+    """``LENS`` then ``n`` batches of random lengths (0, 1, 65 or drawn up to ``longest``)."""
+    return [LENS] + [[rng.choice([0, 1, 65, rng.randint(1, longest)]) for _ in range(batch)] for _ in range(n)]
+
+
 @pytest.mark.parametrize("heads", [40, 64, 128])
 def test_the_scheduled_launcher_runs_it_and_matches_fp64(heads, monkeypatch):
     x = mla_inputs(len(LENS), heads, 576, LENS, page_size=64, dtype=torch.bfloat16, device="cuda", seed=heads)
@@ -78,29 +109,8 @@ def test_a_plan_runs_it_eager_and_replayed(graph):
     assert p._ws
     out = torch.empty(B, heads, 512, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
-    args = (x["q"], x["kv_cache"], x["block_table"])
-    p.plan(LENS)
-    if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            p.run(*args, out=out, lse=lse)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            p.run(*args, out=out, lse=lse)
-    for step in range(6):
-        lens = LENS if step == 0 else [rng.choice([0, 1, 65, rng.randint(1, 9000)]) for _ in range(B)]
-        p.plan(lens)
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        if graph:
-            g.replay()
-        else:
-            p.run(*args, out=out, lse=lse)
-        torch.cuda.synchronize()
-        ref, ref_lse = _ref(x, lens)
-        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
+    replay_plan(p, (x["q"], x["kv_cache"], x["block_table"]), out, lse, graph, random_steps(rng, B, 9000),
+                lambda lens: _ref(x, lens))
 
 
 # --- MQA (kernels.mqa_sm90_ws) -----------------------------------------------------------------------------------
@@ -144,26 +154,5 @@ def test_an_mqa_plan_runs_it_eager_and_replayed(graph):
     assert p._ws
     out = torch.empty(B, heads, 128, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
-    args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
-    p.plan(LENS)
-    if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            p.run(*args, out=out, lse=lse)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            p.run(*args, out=out, lse=lse)
-    for step in range(6):
-        lens = LENS if step == 0 else [rng.choice([0, 1, 65, rng.randint(1, 9000)]) for _ in range(B)]
-        p.plan(lens)
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        if graph:
-            g.replay()
-        else:
-            p.run(*args, out=out, lse=lse)
-        torch.cuda.synchronize()
-        ref, ref_lse = _gqa_ref(x, lens)
-        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
+    replay_plan(p, (x["q"], x["k_cache"], x["v_cache"], x["block_table"]), out, lse, graph,
+                random_steps(rng, B, 9000), lambda lens: _gqa_ref(x, lens))
