@@ -616,7 +616,9 @@ class _DecodePlan:
 
 
 class GQADecodePlan(_DecodePlan):
-    """Paged GQA/MHA/MQA decode planned once per batch, run once per layer (the module docstring).
+    """Paged GQA/MHA/MQA decode planned once per batch, run once per layer (the module docstring;
+    ``kernels.worklist.gqa_decode_scheduled``'s kernels: the Gluon MQA kernel where ``mqa_sm90_ws.use_ws`` says so at
+    the plan and ``cache_ok`` at the run, else the tl tile).
 
     Shapes fixed by the plan: ``num_q_heads`` query heads over ``num_kv_heads`` kv heads of ``head_dim``, caches of
     ``page_size``-key pages, ``dtype`` (q, caches and out), on ``device``. ``scheduler``: a name of
