@@ -253,9 +253,10 @@ def test_each_candidates_floor_is_below_its_price(lens, shape):
 
 
 def test_stream_k_is_weighed_where_the_persistent_cost_is_fitted():
-    """``persistent_cost`` > 0 (the shipped MLA constants) puts stream-K at ``STREAM_K_WAVES`` among the candidates
-    and prices its key tiles at that cost; 0 (GQA) leaves it out, and so does ``persistent=False`` (a plan's
-    one-item kernel): the choice is then the best of the others."""
+    """``persistent_cost`` > 0 (the shipped MLA constants for the narrow tiles) puts stream-K at ``STREAM_K_WAVES``
+    among the candidates and prices its key tiles at that cost; 0 (GQA; MLA's wide tile, whose seesaw kernel runs one
+    item a slot) leaves it out, and so does ``persistent=False`` (a plan's one-item kernel): the choice is then the
+    best of the others."""
     from dataclasses import replace
 
     from splitlab.planners import splitlab as rule
@@ -264,7 +265,8 @@ def test_stream_k_is_weighed_where_the_persistent_cost_is_fitted():
     w = DecodeWorkload("mla", 64, 16, 1, 576, 512, 32768, page_size=64, length_dist="longtail", length_seed=3)
     c = rule.constants_for(dev, "mla").constants
     assert S.persistent_cost(w, c) == c.persistent > 0
-    assert S.persistent_cost(w.with_(num_q_heads=128), c) == c.persistent_wide > 0
+    assert S.persistent_cost(w.with_(num_q_heads=128), c) == c.persistent_wide == 0
+    assert "stream_k" not in {s.scheduler for s in S.candidates(w.with_(num_q_heads=128), dev.sm_count, c)}
     assert S.persistent_cost(w.with_(kind="gqa", num_q_heads=32, num_kv_heads=8, head_dim_qk=128, head_dim_v=128,
                                      page_size=16), rule.constants_for(dev, "gqa").constants) == 0
     names = [s.scheduler for s in S.candidates(w, dev.sm_count, c)]
