@@ -43,12 +43,13 @@ CLASSES = {("gqa", False): ("persistent", ("32/8", "64/8")), ("gqa", True): ("pe
 RUNS = {"fit": ("ragged_ab.csv", 0, ("spread16", "longtail", "uniform")),
         "confirm": ("confirm_ab.csv", 1000, ("spread16", "longtail", "bimodal", "uniform"))}
 NEAR_TIE = 1.002
-#: The peers' implementations in the runs; the best of them per batch is kept under the key PEER.
-PEERS, PEER = ("flashinfer", "flashinfer-fa3", "flashmla"), "best-peer"
+#: The peers' implementations in the runs (the best of them per batch is what a schedule is scored against).
+PEERS = ("flashinfer", "flashinfer-fa3", "flashmla")
 
 
 def batches(study: str, run: str):
-    """(family, shape, dist, workload, {schedule hash: measured us}) of every batch of one run of the study."""
+    """(family, shape, dist, workload, {schedule hash: measured us}, the best peer's us) of every batch of one run of
+    the study."""
     import pandas as pd
     from ragged_ab import workloads_for
 
@@ -65,7 +66,7 @@ def batches(study: str, run: str):
         for shape, dist, w in workloads_for(family, False, offset, dists):
             k = (family, shape, w.batch, w.ctx_len, dist)
             if groups.get(k):
-                yield family, shape, dist, w, groups[k] | {PEER: peers.get(k, float("nan"))}
+                yield family, shape, dist, w, groups[k], peers.get(k, float("nan"))
 
 
 def chosen_us(meas: dict, w, c, dev) -> tuple[float, float]:
@@ -73,13 +74,12 @@ def chosen_us(meas: dict, w, c, dev) -> tuple[float, float]:
     timed) and the batch's best measured schedule."""
     from splitlab.planners import schedulers as S
 
-    times = {k: v for k, v in meas.items() if k != PEER}
-    return times.get(S.splitlab(w, dev, c).digest, max(times.values())), min(times.values())
+    return meas.get(S.splitlab(w, dev, c).digest, max(meas.values())), min(meas.values())
 
 
 def regrets(data, c, dev) -> list[float]:
     out = []
-    for _, _, _, w, meas in data:
+    for _, _, _, w, meas, _ in data:
         us, best = chosen_us(meas, w, c, dev)
         out.append(us / best)
     return out
@@ -88,9 +88,9 @@ def regrets(data, c, dev) -> list[float]:
 def peer_speed(data, c, dev) -> list[float]:
     """The best peer's time over the chosen schedule's, per ragged batch (> 1: splitlab faster)."""
     out = []
-    for _, _, dist, w, meas in data:
+    for _, _, dist, w, meas, peer in data:
         if dist != "uniform":
-            out.append(meas[PEER] / chosen_us(meas, w, c, dev)[0])
+            out.append(peer / chosen_us(meas, w, c, dev)[0])
     return out
 
 
