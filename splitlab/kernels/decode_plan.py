@@ -658,10 +658,10 @@ class GQADecodePlan(_DecodePlan):
                          num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
                          device_schedule=device_schedule)
         self._group = hq // hkv
-        # MQA's Gluon tile where in scope (worklist.gqa_decode_scheduled's rule), else the tl tile.
+        # MQA's Gluon tile where in scope (worklist.gqa_decode_scheduled's rule), else the tl tile; each plan's
+        # alignment is asked at run() (a page of 16 or 32 keys leaves it to the scheduler, not to _check_align).
         self._ws = mqa_ws.use_ws(dtype, hq, hkv, D, (self.block_n, warps, stages), self.page_size, self.device,
-                                 self.persistent, self.block_n if self.page_size % self.block_n == 0 else
-                                 self.page_size)
+                                 self.persistent, mqa_ws.box_rows(self.page_size))
         self._meta_kw = dict(
             PAGE_SIZE=self.page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(self._group)),
             BLOCK_N=self.block_n, BLOCK_D=max(16, next_power_of_two(D)), UPCAST=upcast,

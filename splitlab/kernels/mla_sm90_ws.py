@@ -682,9 +682,10 @@ def use_ws(q_dtype: torch.dtype, kv_dtype: torch.dtype, head_dim_qk: int, head_d
 
 
 def cache_ok(kv_cache: torch.Tensor) -> bool:
-    """Whether ``kv_cache`` (``[num_pages >= 1, page_size, 576]``) reads as one 2-D TMA tensor of fewer than 2^31
-    rows (``check_launch``'s cache scope, as a test: the launchers run the tl tile on any other cache)."""
-    num_pages, page_size, _ = kv_cache.shape
+    """Whether a paged cache (``[num_pages >= 1, page_size, ...]``, the rows' elements contiguous) reads as one 2-D
+    TMA tensor of fewer than 2^31 rows (``check_launch``'s cache scope, as a test: the launchers run the tl tile on
+    any other cache; ``mqa_sm90_ws`` asks it of each of its caches)."""
+    num_pages, page_size = kv_cache.shape[:2]
     return (num_pages >= 1 and num_pages * page_size < 2**31 and kv_cache.stride(0) == page_size * kv_cache.stride(1)
             and _tma_rows(kv_cache, kv_cache.stride(1)))
 

@@ -68,6 +68,7 @@ from splitlab.kernels.mla_sm90_ws import (
     NUM_WARPS,
     _tma_rows,
 )
+from splitlab.kernels.mla_sm90_ws import cache_ok as rows_ok  # the paged-cache rule, asked of each cache
 from splitlab.kernels.workitems import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
 
 if HAVE_GLUON:
@@ -363,10 +364,9 @@ def use_ws(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, tile: t
 
 def cache_ok(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Whether both caches (``[num_pages >= 1, page_size, 1, 128]``) read as 2-D TMA tensors of fewer than 2^31
-    rows (``check_launch``'s cache scope, as a test: the launchers run the tl tile on any other cache)."""
-    num_pages, page_size = k_cache.shape[:2]
-    return num_pages >= 1 and num_pages * page_size < 2**31 and all(
-        c.stride(0) == page_size * c.stride(1) and _tma_rows(c, c.stride(1)) for c in (k_cache, v_cache))
+    rows (``mla_sm90_ws.cache_ok`` of each: ``check_launch``'s cache scope, as a test; the launchers run the tl tile
+    on any other caches)."""
+    return rows_ok(k_cache) and rows_ok(v_cache)
 
 
 def box_rows(page_size: int) -> int:
@@ -403,7 +403,7 @@ def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         raise SplitlabError(f"mqa_decode_ws: the caches hold {num_pages * page_size} rows; expected fewer than "
                             "2^31")
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if not cache_ok(c, c):
+        if not rows_ok(c):
             raise SplitlabError(f"mqa_decode_ws: {name} strides {tuple(c.stride())} are not allowed; expected pages "
                                 "of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mqa_decode_ws")
