@@ -7,7 +7,8 @@ launcher's ``kernel[grid](...)`` runs the whole pipeline through ptxas (bundled 
 ``compiled`` instead of launching; ``usage(kernel)`` reads its registers and stack (``REG:n STACK:m``) with the bundled
 cuobjdump (``resource_line``: the whole line), ``ptxas_log(kernel)`` what the bundled ptxas says of its PTX.
 ``WORKLIST`` sets up a compile script of the work-list kernels; ``WS_CHECKS`` adds the checks the warp-specialized
-kernels' compile scripts share (``test_compile_mla_ws``, ``test_compile_mqa_ws``)."""
+kernels' compile scripts share (``test_compile_mla_ws``, ``test_compile_mqa_ws``); ``assert_gated_to_sm90`` the check
+their scope tests share of where the work-list launchers run them."""
 
 from __future__ import annotations
 
@@ -138,6 +139,30 @@ def check_ws(cases, smem_budget, serialised=r"C7515"):  # cases: (name, compile 
         print(f"ok {name}: shared {k.metadata.shared} B; setmaxnreg {sorted(set(regs))}; {usage}")
     return failed
 """
+
+
+def assert_gated_to_sm90(module, use, monkeypatch) -> None:
+    """A Gluon kernel module's dispatch rule (``use()``: its ``use_ws`` at a call in scope) says yes on an sm_90 GPU
+    outside the interpreter, and no off sm_90 (capability 10.0), with ``module.ENABLED`` off, or under the
+    interpreter: the GPU and the interpreter stood in for by ``monkeypatch``, nothing launched."""
+    import torch
+
+    import splitlab.kernels._launch as launch_common
+
+    def capability(major):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
+
+    monkeypatch.setattr(launch_common, "INTERPRET", False)
+    capability(9)
+    assert use()
+    capability(10)
+    assert not use()
+    capability(9)
+    monkeypatch.setattr(module, "ENABLED", False)
+    assert not use()
+    monkeypatch.setattr(module, "ENABLED", True)
+    monkeypatch.setattr(launch_common, "INTERPRET", True)
+    assert not use()
 
 
 def compile_in_child(body: str) -> subprocess.CompletedProcess:

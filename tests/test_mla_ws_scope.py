@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from sm90 import assert_gated_to_sm90
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch, mla, mla_sm90_ws, worklist
@@ -135,18 +136,8 @@ def test_the_work_list_launchers_take_it_where_in_scope(on_sm90):
     assert not _use(device=torch.device("cpu"))
 
 
-def test_nor_off_sm90_nor_disabled(on_sm90, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
-    assert not _use()
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(mla_sm90_ws, "ENABLED", False)
-    assert not _use()
-
-
-def test_under_the_interpreter_never():
-    if not _launch.INTERPRET:
-        pytest.skip("the suite runs kernels under the interpreter; here it does not")
-    assert not _use()
+def test_only_on_sm90_enabled_and_off_the_interpreter(monkeypatch):
+    assert_gated_to_sm90(mla_sm90_ws, _use, monkeypatch)
 
 
 def test_a_cache_it_cannot_read_as_rows_keeps_the_tl_tile():

@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 import torch
+from sm90 import assert_gated_to_sm90
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch, gqa, mqa_sm90_ws, worklist
@@ -174,14 +175,7 @@ def test_the_work_list_launchers_take_it_where_in_scope(monkeypatch):
     assert not _use(tile=(32, 8, 3))  # an explicit tile other than the default keeps the tl tile
     assert not _use(persistent=True) and not _use(align=8)
     assert not _use(device=torch.device("cpu"))
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
-    assert not _use()
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(mqa_sm90_ws, "ENABLED", False)
-    assert not _use()
 
 
-def test_never_under_the_interpreter():
-    if not _launch.INTERPRET:
-        pytest.skip("the suite runs kernels under the interpreter; here it does not")
-    assert not _use()
+def test_only_on_sm90_enabled_and_off_the_interpreter(monkeypatch):
+    assert_gated_to_sm90(mqa_sm90_ws, _use, monkeypatch)
