@@ -105,6 +105,34 @@ def test_mla_run_matches_reference(allocs, graph, scheduler):
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
 
 
+def test_pdl_plans_run_the_plain_launches_here(launches):
+    """``pdl=True`` (programmatic dependent launch of the merge after the tl tile) is a GPU launch option: under the
+    interpreter a pdl plan launches exactly what the plain plan launches (worklist.check_pdl), GQA and MLA, eager and
+    graph; a non-bool is refused in one line. What it adds to the compiled code: test_pdl_plans_compile_for_sm90."""
+    lens = [130, 0, 17, 64]
+    x, _, _ = gqa_case(lens, seed=2)
+    xm = mla_inputs(4, 16, 96, lens, page_size=64, dtype=torch.float32, seed=2)
+    for graph in (False, True):
+        seen = []
+        for pdl in (False, True):
+            gp = GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="uniform", num_splits=3,
+                               use_cuda_graph=graph, pdl=pdl)
+            mp = MLADecodePlan(16, 96, 64, 64, dtype=torch.float32, device="cpu", scheduler="uniform",
+                               num_splits=3, use_cuda_graph=graph, pdl=pdl)
+            assert gp.pdl is False and mp.pdl is False
+            gp.plan(lens)
+            mp.plan(lens)
+            launches.clear()
+            run_gqa(gp, x)
+            mp.run(xm["q"], xm["kv_cache"], xm["block_table"])
+            seen.append([(k, g, sorted(kw)) for k, g, _, kw in launches])
+        assert seen[0] == seen[1] and len(seen[0]) == 4
+    for bad_pdl in (1, "start", None):
+        with pytest.raises(SplitlabError, match=f"pdl={bad_pdl!r} is not allowed") as e:
+            GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", pdl=bad_pdl)
+        one_line(e)
+
+
 def test_plan_equals_the_launchers():
     """A plan of scheduler uniform at S splits gives gqa_decode's result at num_splits=S (same math, the keys cut
     at other tiles), and mla_decode_scheduled's on the same schedule exactly."""
@@ -333,6 +361,53 @@ for plain, bounded in ((parts[0], parts[2]), (parts[1], parts[3])):
 """
 
 
+PDL_COMPILE = WORKLIST + r"""
+from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
+
+launch_common.INTERPRET = False  # the GPU build (worklist.check_pdl)
+failed = []
+for graph in (False, True):
+    runs = {}
+    for pdl in (False, True):
+        gp = GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cpu", scheduler="uniform", num_splits=4,
+                           use_cuda_graph=graph, max_batch=2, max_ctas=16, max_items=16, pdl=pdl)
+        mp = MLADecodePlan(16, 576, 512, 64, dtype=torch.bfloat16, device="cpu", scheduler="uniform",
+                           num_splits=4, use_cuda_graph=graph, max_batch=2, max_ctas=16, max_items=16, pdl=pdl)
+        gp.plan(lens)
+        mp.plan(lens)
+        for name, launch in (("gqa", lambda: gp.run(x["q"], x["k_cache"], x["v_cache"], x["block_table"])),
+                             ("mla", lambda: mp.run(m["q"], m["kv_cache"], m["block_table"]))):
+            n0 = len(compiled)
+            launch()
+            runs[name, pdl] = compiled[n0:]
+    for name in ("gqa", "mla"):
+        (plain_p, plain_m), (part, merge) = runs[name, False], runs[name, True]
+        if any("griddepcontrol" in k.asm["ptx"] or k.metadata.launch_pdl for k in (plain_p, plain_m)):
+            failed.append(f"PLAIN {name} graph={graph}: griddepcontrol or launch_pdl in the plain build")
+        pp, mp_ = part.asm["ptx"], merge.asm["ptx"]
+        if pp.count("griddepcontrol.launch_dependents") != 1 or "griddepcontrol.wait" in pp \
+                or part.metadata.launch_pdl:
+            failed.append(f"PDL {name} graph={graph}: the partial kernel's trigger")
+        if mp_.count("griddepcontrol.wait") != 1 or not merge.metadata.launch_pdl:
+            failed.append(f"PDL {name} graph={graph}: the merge's wait / launch_pdl")
+        if (usage(plain_p), plain_p.metadata.shared) != (usage(part), part.metadata.shared):
+            failed.append(f"USAGE {name} graph={graph}: plain {usage(plain_p)}, pdl {usage(part)}")
+        print(f"ok {name} graph={graph}: {usage(part)}")
+print("\n".join(failed))
+sys.exit(1 if failed else 0)
+"""
+
+
+def test_pdl_plans_compile_for_sm90():
+    """sm_90a, GQA and MLA plans (tl tiles), eager and capacity grids: ``pdl=True`` adds one
+    ``griddepcontrol.launch_dependents`` to the partial kernel (the registers and shared memory of the plain build)
+    and one ``griddepcontrol.wait`` to the merge, launched with ``launch_pdl``; the plain plan's kernels hold
+    neither."""
+    from sm90 import compile_in_child
+
+    print(compile_in_child(PDL_COMPILE).stdout)
+
+
 def test_bounded_kernels_compile_for_sm90():
     """The capacity-grid (BOUNDED) work-list kernels compile for sm_90 (an early return is not what the interpreter
     checks) with the registers, stack and shared memory of the launchers' kernels (tests/sm90.py's
@@ -340,3 +415,15 @@ def test_bounded_kernels_compile_for_sm90():
     from sm90 import compile_in_child
 
     compile_in_child(COMPILE)
+
+
+def test_plan_on_device_refuses_a_strided_view():
+    """The schedule kernel reads seq_lens densely: a column of a wider tensor is refused in one line, not read as
+    the wrong lengths."""
+    lens = torch.tensor([[130, 9999], [5, 9999]], dtype=torch.int32)
+    p = GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="balanced", ctas=4, max_batch=2,
+                      use_cuda_graph=True, device_schedule=True)
+    with pytest.raises(SplitlabError, match=r"contiguous 1-D int32 tensor on cpu .* stride \(2,\)") as e:
+        p.plan_on_device(lens[:, 0])
+    one_line(e)
+    p.plan_on_device(lens[:, 0].contiguous())

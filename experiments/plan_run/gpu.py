@@ -6,7 +6,9 @@ lengths and padding, each output checked against fp64 and the work list against 
 
     python experiments/plan_run/gpu.py --out OUT [--replays 100] [--device-replays 1000] [--only device]
 
-Writes OUT/plan_run_gpu.csv (one row per call kind and shape), OUT/replays.csv (one row per replayed batch) and
+The default launchers' call is timed on both paths: the split-count path and through a cached plan scheduled on
+the device (``kernels.default_call``, eager and in a graph). Writes OUT/plan_run_gpu.csv (one row per call kind and
+shape), OUT/replays.csv (one row per replayed batch) and
 OUT/device_schedule.csv (one row per shape and scheduler).
 """
 
@@ -20,12 +22,13 @@ from pathlib import Path
 import torch
 
 from splitlab.bench.csvrows import write_rows
-from splitlab.kernels import gqa, reference
+from splitlab.kernels import default_call, gqa, mla, reference
 from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
 from splitlab.kernels.inputs import gqa_inputs, mla_inputs
 
 SHAPES = [(32, 8, 8, 4096), (32, 8, 64, 4096)]  # (query heads, kv heads, batch, keys): the issue's GQA rows
+MLA_SHAPE = (128, 16, 8192)  # (heads, batch, keys): its MLA row
 
 
 def eager_us(fn, calls: int = 200) -> float:
@@ -62,7 +65,49 @@ def graph_us(fn, replays: int = 50) -> float:
 
 
 def overhead(out: Path) -> None:
-    write_rows(out / "plan_run_gpu.csv", [row for shape in SHAPES for row in one_shape(*shape)])
+    rows = [row for shape in SHAPES for row in one_shape(*shape)]
+    write_rows(out / "plan_run_gpu.csv", rows + mla_shape(*MLA_SHAPE))
+
+
+def timed(name: str, fn, ref, graph: bool, **row) -> dict:
+    """One row: ``fn``'s error against ``ref``, its eager wall time a call and, with ``graph``, its graph replay."""
+    row = dict(row, call=name, rel_err=f"{rel_err(fn(), ref):.2e}", eager_us=round(eager_us(fn), 1))
+    if graph:
+        row["graph_us"] = round(graph_us(fn), 1)
+    print(row, flush=True)
+    return row
+
+
+def via_plan(fn):
+    """``fn`` with the launchers' default call through a cached plan (``kernels.default_call``)."""
+    def call():
+        default_call.VIA_PLAN = True
+        try:
+            return fn()
+        finally:
+            default_call.VIA_PLAN = None
+
+    return call
+
+
+def mla_shape(h: int, b: int, n: int) -> list[dict]:
+    """The issue's MLA row: the default call (split count, and through a plan), ``plan.run()`` eager and in a
+    graph."""
+    x = mla_inputs(b, h, 576, n, page_size=64, device="cuda", draw_on="device")
+    p = MLADecodePlan(h, 576, 512, 64, dtype=torch.bfloat16, device="cuda", max_batch=b)
+    p.plan([n] * b)
+    g = MLADecodePlan(h, 576, 512, 64, dtype=torch.bfloat16, device="cuda", max_batch=b, use_cuda_graph=True)
+    g.plan([n] * b)
+    o = torch.empty(b, h, 512, dtype=torch.bfloat16, device="cuda")
+    args = (x["q"], x["kv_cache"], x["block_table"])
+    ref = reference.mla_decode(**x, head_dim_v=512)
+    shape = dict(shape=f"mla-{h}", batch=b, keys=n)
+    return [timed("default mla_decode()", lambda: mla.mla_decode(**x, head_dim_v=512), ref, False, **shape),
+            timed("default mla_decode() via plan", via_plan(lambda: mla.mla_decode(**x, head_dim_v=512)), ref, True,
+                  **shape),
+            timed("plan.run()", lambda: p.run(*args), ref, False, **shape),
+            dict(timed("plan.run(out=, check=False)", lambda: p.run(*args, out=o, check=False), ref, False, **shape),
+                 graph_us=round(graph_us(lambda: g.run(*args, out=o, check=False)), 1))]
 
 
 def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
@@ -71,23 +116,27 @@ def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
     lens = [n] * b
     p = GQADecodePlan(hq, hkv, 128, 16, dtype=torch.bfloat16, device="cuda", max_batch=b)
     p.plan(lens)
+    pdl = GQADecodePlan(hq, hkv, 128, 16, dtype=torch.bfloat16, device="cuda", max_batch=b, pdl=True)
+    pdl.plan(lens)
     o = torch.empty_like(x["q"])
     s = gqa.gqa_launch_facts(gqa_workload(hq, hkv, b, n)).num_splits
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
     calls = {"default gqa_decode()": lambda: gqa.gqa_decode(**x),
+             "default gqa_decode() via plan": via_plan(lambda: gqa.gqa_decode(**x)),
              f"gqa_decode(num_splits={s})": lambda: gqa.gqa_decode(**x, num_splits=s),
              "plan.run()": lambda: p.run(*args),
-             "plan.run(out=, check=False)": lambda: p.run(*args, out=o, check=False)}
+             "plan.run(out=, check=False)": lambda: p.run(*args, out=o, check=False),
+             "plan.run(out=, check=False) pdl": lambda: pdl.run(*args, out=o, check=False)}
     ref = reference.gqa_decode(**x)
     for name, fn in calls.items():
         err = rel_err(fn(), ref)
         row = dict(shape=f"{hq}/{hkv}", batch=b, keys=n, call=name, rel_err=f"{err:.2e}",
                    eager_us=round(eager_us(fn), 1))
-        if name.startswith("gqa_decode(num_splits"):
+        if name.startswith("gqa_decode(num_splits") or name.endswith("via plan"):
             row["graph_us"] = round(graph_us(fn), 1)
         if name.startswith("plan.run(out"):
             g = GQADecodePlan(hq, hkv, 128, 16, dtype=torch.bfloat16, device="cuda", max_batch=b,
-                              use_cuda_graph=True)
+                              use_cuda_graph=True, pdl=name.endswith("pdl"))
             g.plan(lens)
             row["graph_us"] = round(graph_us(lambda g=g: g.run(*args, out=o, check=False)), 1)
         rows.append(row)

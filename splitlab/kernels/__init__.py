@@ -8,6 +8,7 @@ request attends in its output as the reference does, and checks the values it re
 lengths, sparse indices -- under one switch, ``validate=`` / ``SPLITLAB_VALIDATE`` (``splitlab.kernels._launch``).
 """
 
+from splitlab.kernels import default_call  # noqa: F401  (installs the default call through a plan: _launch)
 from splitlab.kernels.gqa import gqa_decode, gqa_launch_facts
 from splitlab.kernels.mla import mla_decode, mla_launch_facts
 from splitlab.kernels.sparse_mla import sparse_mla_decode, sparse_mla_launch_facts

@@ -387,6 +387,17 @@ def alloc(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 #: The environment switch: ``1`` validates, ``0`` does not, unset (or empty) leaves each launcher its default.
 VALIDATE_ENV = "SPLITLAB_VALIDATE"
 
+#: ``kernels.default_call`` (the default call through a cached plan), installed there when the package imports it:
+#: it sits above the launchers (its plans run kernels that import theirs), so they reach it through here.
+_planned_default = None
+
+
+def planned_default():
+    """``kernels.default_call`` where its switch is on (``default_call.via_plan``), else None: what the launchers'
+    ``num_splits=None`` asks before its own path."""
+    m = _planned_default
+    return m if m is not None and m.via_plan() else None
+
 
 def validate_setting(validate: object) -> bool | None:
     """The validation asked for: the ``validate`` argument when not None, else ``SPLITLAB_VALIDATE`` (``1`` /

@@ -54,6 +54,14 @@ per batch size, at its first ``plan_on_device`` (outside a capture). The host ne
 capacity smaller than ``capacity_bound`` every row is NaN and ``status`` (a device int32) is 1. ``plan()`` still works
 on such a plan.
 
+Programmatic dependent launch (``pdl=True``, GQA and MLA). The merge is launched with programmatic dependent
+launch after the tl tile, which lets it launch at each program's start (``worklist``'s ``LAUNCH_DEPENDENTS=1``): its
+launch and prologue overlap the partial kernel's tail, its programs wait for the partial kernel's end before they
+read a partial row (``workitems._merge_kernel``'s ``WAIT_PRIOR``), and program (0, 0) always waits, so the merge
+never ends before the partial kernel. Nothing changes after a Gluon tile or under Triton's interpreter. On the
+H200 this trigger ran the work-list launch 1.04-1.05x faster at 1-4K keys (``experiments/short_launch``); what it
+does to an eager ``run()`` is ``experiments/plan_run``'s question.
+
 Host to device. ``plan()`` writes the work list in one copy: from a pinned staging buffer without a stream sync on
 a GPU (two staging buffers in turn, each reused only after its previous copy's event has completed, so a plan made
 while the GPU still runs the last step does not stall the host), a plain copy on the CPU. ``plan()`` and ``run()``
@@ -166,7 +174,7 @@ class _DecodePlan:
                  dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device | str, groups: int,
                  scheduler: str, max_batch: int | None, max_items: int | None, max_ctas: int | None,
                  max_partial_rows: int | None, num_splits: int | None, ctas: int | None, use_cuda_graph: bool,
-                 device_spec: object, device_schedule: bool = False) -> None:
+                 device_spec: object, device_schedule: bool = False, pdl: bool = False) -> None:
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError) as e:
@@ -176,6 +184,11 @@ class _DecodePlan:
         _launch.check_launch_device("device", torch.empty(0, device=dev))
         if not isinstance(use_cuda_graph, bool):
             raise bad("use_cuda_graph", use_cuda_graph, "True or False")
+        if not isinstance(pdl, bool):
+            raise bad("pdl", pdl, "True or False")
+        # The merge launched with programmatic dependent launch after the tl tile (worklist.check_pdl: not under
+        # the interpreter, which runs the same launches without it).
+        self.pdl = _wl.check_pdl("start" if pdl else None, False, self.what)
         self.num_heads, self.num_kv_heads = heads, kv_heads
         self.head_dim_qk, self.head_dim_v = head_dim_qk, head_dim_v
         self.page_size = check_int("page_size", page_size)
@@ -376,17 +389,21 @@ class _DecodePlan:
         tensor on the plan's device (padded slots 0), its length the batch. Launches the schedule kernel
         (``kernels.device_schedule``) into the plan's work-list buffers: capturable, so a CUDA graph holds it before
         ``run()``'s kernels and each replay recomputes the schedule for the lengths the tensor then holds (the same
-        tensor, the same batch). Checks only host-visible metadata; the buffers are allocated at the first plan (pass
-        ``max_batch``, or make the first call outside a capture). A schedule past the capacity (only where
+        tensor, the same batch); a strided view is refused (copy it with ``.contiguous()``). Checks only host-visible
+        metadata; the buffers are allocated at the first plan (pass ``max_batch``, or make the first call outside a
+        capture). A schedule past the capacity (only where
         capacities below ``capacity_bound`` were given) makes every row NaN and ``status`` 1; lengths past the block
         table make their request NaN (``run()`` cannot check them)."""
         if not self.device_schedule:
             raise SplitlabError(f"{self.what}.plan_on_device without device_schedule=True; expected the plan made "
                                 "with device_schedule=True (or plan(seq_lens) on the host)")
         if not isinstance(seq_lens, torch.Tensor) or seq_lens.dim() != 1 or seq_lens.dtype != torch.int32 \
-                or seq_lens.device != self.device or seq_lens.shape[0] < 1:
-            raise SplitlabError(f"{self.what}.plan_on_device: seq_lens must be a non-empty 1-D int32 tensor on "
-                                f"{self.device}; got {getattr(seq_lens, 'shape', type(seq_lens).__name__)}")
+                or seq_lens.device != self.device or seq_lens.shape[0] < 1 or not seq_lens.is_contiguous():
+            got = getattr(seq_lens, "shape", type(seq_lens).__name__)
+            if isinstance(seq_lens, torch.Tensor):
+                got = f"{seq_lens.dtype} {list(got)} on {seq_lens.device}, stride {seq_lens.stride()}"
+            raise SplitlabError(f"{self.what}.plan_on_device: seq_lens must be a non-empty contiguous 1-D int32 "
+                                f"tensor on {self.device} (the schedule kernel reads it densely); got {got}")
         B = seq_lens.shape[0]
         if self.capacity is None:
             self._allocate(B)
@@ -559,18 +576,22 @@ class _DecodePlan:
                 else p.lse_scratch
         return out, lse
 
-    def _merge(self, p: _Planned, out: torch.Tensor, lse: torch.Tensor, timeline: dict) -> None:
+    def _merge(self, p: _Planned, out: torch.Tensor, lse: torch.Tensor, timeline: dict, pdl: bool = False) -> None:
+        """The merge launch; ``pdl`` (after the tl tile of a ``pdl`` plan, which lets it launch at its programs'
+        start): with programmatic dependent launch, its programs waiting for the partial kernel
+        (``workitems._merge_kernel``'s ``WAIT_PRIOR``)."""
         if not p.merge:
             return
         args = (self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
                 *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride())
+        meta = dict(p.merge_meta, WAIT_PRIOR=True, launch_pdl=True) if pdl else p.merge_meta
         if timeline or not BOUND_LAUNCH:
-            _wi._merge_kernel[p.merge_grid](*args, **p.merge_meta, **timeline)
+            _wi._merge_kernel[p.merge_grid](*args, **meta, **timeline)
             return
-        key = tuple(p.merge_meta.values())
+        key = tuple(meta.items())
         bound = self._bound_merges.get(key)
         if bound is None:
-            bound = self._bound_merges[key] = BoundLaunch(_wi._merge_kernel, **p.merge_meta)
+            bound = self._bound_merges[key] = BoundLaunch(_wi._merge_kernel, **meta)
         bound.launch(p.merge_grid, *args)
 
     def _timelines(self, p: _Planned, timelines: object, q: torch.Tensor) -> tuple[dict, dict]:
@@ -627,7 +648,7 @@ class GQADecodePlan(_DecodePlan):
     the CPU). Capacities ``max_batch``, ``max_ctas``, ``max_items``, ``max_partial_rows`` and ``use_cuda_graph``: the
     module docstring. Tiles ``block_n``, ``num_warps``, ``num_stages`` default as ``kernels.gqa.default_knobs``;
     ``sm_scale`` (default ``1/sqrt(head_dim)``) as ``gqa_decode`` takes it. ``device_schedule``: the schedule computed
-    on the device by ``plan_on_device`` (the module docstring)."""
+    on the device by ``plan_on_device``, ``pdl`` the merge's programmatic dependent launch (the module docstring)."""
 
     kind = "gqa"
     what = "GQADecodePlan"
@@ -637,7 +658,8 @@ class GQADecodePlan(_DecodePlan):
                  max_items: int | None = None, max_ctas: int | None = None, max_partial_rows: int | None = None,
                  num_splits: int | None = None, ctas: int | None = None, use_cuda_graph: bool = False,
                  device_spec: object = None, block_n: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, sm_scale: float | None = None, device_schedule: bool = False) -> None:
+                 num_stages: int | None = None, sm_scale: float | None = None, device_schedule: bool = False,
+                 pdl: bool = False) -> None:
         from splitlab.kernels import gqa
 
         hq, hkv = check_int("num_q_heads", num_q_heads), check_int("num_kv_heads", num_kv_heads)
@@ -656,7 +678,7 @@ class GQADecodePlan(_DecodePlan):
                          kv_dtype=dtype, device=device, groups=hkv, scheduler=scheduler, max_batch=max_batch,
                          max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
                          num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
-                         device_schedule=device_schedule)
+                         device_schedule=device_schedule, pdl=pdl)
         self._group = hq // hkv
         # MQA's Gluon tile where in scope (worklist.gqa_decode_scheduled's rule), else the tl tile; each plan's
         # alignment is asked at run() (a page of 16 or 32 keys leaves it to the scheduler, not to _check_align).
@@ -666,7 +688,7 @@ class GQADecodePlan(_DecodePlan):
             PAGE_SIZE=self.page_size, HEAD_DIM=D, BLOCK_G=max(16, next_power_of_two(self._group)),
             BLOCK_N=self.block_n, BLOCK_D=max(16, next_power_of_two(D)), UPCAST=upcast,
             DOT_PRECISION="ieee" if upcast or dtype == torch.float32 else None, PERSISTENT=self.persistent,
-            num_warps=warps, num_stages=stages)
+            num_warps=warps, num_stages=stages, **_pdl_trigger(self.pdl))
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, *,
             out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
@@ -709,8 +731,14 @@ class GQADecodePlan(_DecodePlan):
                 block_table.shape[1] * self.page_size,
                 *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_table.stride(),
                 *out.stride(), *lse.stride(), *self._po_strides, *self._pl_strides), part)
-            self._merge(p, out, lse, merge)
+            self._merge(p, out, lse, merge, self.pdl)
         return (out, lse) if return_lse else out
+
+
+def _pdl_trigger(pdl: bool) -> dict:
+    """The work-list tl kernels' constexpr under a ``pdl`` plan: let the merge launch at each program's start (the
+    trigger that paid on the H200: ``experiments/short_launch``)."""
+    return dict(LAUNCH_DEPENDENTS=1) if pdl else {}
 
 
 def _latent_scales(dtype: torch.dtype, kv_dtype: torch.dtype | None, kv_scale: float | None,
@@ -729,7 +757,7 @@ def _latent_scales(dtype: torch.dtype, kv_dtype: torch.dtype | None, kv_scale: f
 
 
 # =====================================================================================================
-# MLA (the tl tile: the Gluon tile takes no work list yet)
+# MLA (the tl tile, or FlashMLA's schedule in Gluon: mla_sm90_ws)
 # =====================================================================================================
 
 
@@ -753,7 +781,8 @@ class MLADecodePlan(_DecodePlan):
                  max_ctas: int | None = None, max_partial_rows: int | None = None, num_splits: int | None = None,
                  ctas: int | None = None, use_cuda_graph: bool = False, device_spec: object = None,
                  block_n: int | None = None, block_h: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, sm_scale: float | None = None, device_schedule: bool = False) -> None:
+                 num_stages: int | None = None, sm_scale: float | None = None, device_schedule: bool = False,
+                 pdl: bool = False) -> None:
         from splitlab.kernels import mla
 
         H, Dqk = check_int("num_heads", num_heads), check_int("head_dim_qk", head_dim_qk)
@@ -770,7 +799,7 @@ class MLADecodePlan(_DecodePlan):
                          kv_dtype=kv_dtype, device=device, groups=tiles, scheduler=scheduler, max_batch=max_batch,
                          max_items=max_items, max_ctas=max_ctas, max_partial_rows=max_partial_rows,
                          num_splits=num_splits, ctas=ctas, use_cuda_graph=use_cuda_graph, device_spec=device_spec,
-                         device_schedule=device_schedule)
+                         device_schedule=device_schedule, pdl=pdl)
         # FlashMLA's schedule in Gluon where in scope (worklist.mla_decode_scheduled's rule), else the tl tile.
         self._ws = ws.use_ws(dtype, kv_dtype, Dqk, Dv, (d.block_h, d.block_n, warps, stages), self.page_size,
                              self.device, self.persistent, d.block_n)
@@ -780,7 +809,7 @@ class MLADecodePlan(_DecodePlan):
             BLOCK_DV=block_dv, BLOCK_DR=max(block_dr, mla.MIN_DOT), UPCAST=_launch.interpret_upcast(dtype),
             DOT_PRECISION=_launch.dot_input_precision(dtype), ISOLATE_QK=mla.isolate_qk(d.block_h, warps, dtype),
             KV_FP8=kv_dtype == FP8_KV_DTYPE, FP8_QK=mla.fp8_qk_on(kv_dtype, d.block_h), PERSISTENT=self.persistent,
-            num_warps=warps, num_stages=stages)
+            num_warps=warps, num_stages=stages, **_pdl_trigger(self.pdl))
 
     def run(self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, *,
             out: torch.Tensor | None = None, lse: torch.Tensor | None = None, return_lse: bool = False,
@@ -813,7 +842,7 @@ class MLADecodePlan(_DecodePlan):
                 block_table.shape[1] * self.page_size if num_pages else 0,
                 *q.stride(), *kv_cache.stride(), *block_table.stride(), *out.stride(), *lse.stride(),
                 *self._po_strides, *self._pl_strides), part)
-            self._merge(p, out, lse, merge)
+            self._merge(p, out, lse, merge, self.pdl)
         return (out, lse) if return_lse else out
 
 

@@ -315,6 +315,20 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     scale = resolve_sm_scale(sm_scale, D)
     want = validate_setting(validate)
 
+    def request(r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # validation's error path
+        n = int(seq_lens[r])
+        return (q[r].reshape(Hkv, Hq // Hkv, D), gather_keys(k_cache, block_table[r], n, page_size),
+                gather_keys(v_cache, block_table[r], n, page_size))
+
+    planned = _launch.planned_default() if num_splits is None and B else None
+    if planned is not None:  # a cached plan, scheduled on the device: no sync (kernels.default_call)
+        check_paged_launch(q, "gqa_decode", block_table, seq_lens, num_pages, page_size, planning=False, want=want)
+        out, lse = planned.gqa(q, k_cache, v_cache, block_table, seq_lens, block_n=block_n, num_warps=num_warps,
+                               num_stages=num_stages, sm_scale=sm_scale)
+        if want:
+            check_result("gqa_decode", out, lse, seq_lens > 0, request, scale)
+        return (out, lse) if return_lse else out
+
     dtype = TORCH_DTYPE_NAMES[q.dtype]
     # With num_splits=None, the one host sync: every request's length for the planner, and the checks.
     lens = check_paged_launch(q, "gqa_decode", block_table, seq_lens, num_pages, page_size,
@@ -369,10 +383,5 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
         out = _launch.alloc(B, Hq, D, dtype=q.dtype, device=q.device)
         launch_combine(dst, dst_lse, out, lse)
     if want:  # asked for: a row that overflowed fp32 where the reference is finite is refused (_launch.check_result)
-        def request(r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            n = int(seq_lens[r])
-            return (q[r].reshape(Hkv, group, D), gather_keys(k_cache, block_table[r], n, page_size),
-                    gather_keys(v_cache, block_table[r], n, page_size))
-
         check_result("gqa_decode", out, lse, seq_lens > 0, request, scale)
     return (out, lse) if return_lse else out

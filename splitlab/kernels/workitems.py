@@ -109,9 +109,11 @@ def _merge_kernel(
     # One program per (request, head, BLOCK_D columns). Bytes: n * (BLOCK_D + 1) * 4 read, BLOCK_D * elt + 4
     # written, for a request of n > 0 partial rows; nothing for one written directly by its item (n = 0).
     # TIMELINE: 64 bytes more a program, its record (kernels.timeline). WAIT_PRIOR (launched with programmatic
-    # dependent launch, launch_merge's pdl): the offsets (the work list, which the partial kernel never writes) are
-    # read before griddepcontrol.wait, the partial rows after it, when the partial kernel has completed and its
-    # stores are visible; a program without partial rows exits without waiting.
+    # dependent launch, launch_merge's pdl, a plan's): the offsets (the work list, which the partial kernel never
+    # writes) are read before griddepcontrol.wait, the partial rows after it, when the partial kernel has completed
+    # and its stores are visible; a program without partial rows exits without waiting, but for program (0, 0),
+    # which always waits: the merge then never ends before the partial kernel (whose direct writes what the stream
+    # runs next reads), even when a plan's capacity launch has no partial rows at all.
     pid = tl.program_id(0)
     if TIMELINE:
         tlog.start_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), CLOCK)
@@ -119,11 +121,12 @@ def _merge_kernel(
     head = pid % num_heads
     first = tl.load(offsets_ptr + b)
     n = tl.load(offsets_ptr + b + 1) - first
+    if WAIT_PRIOR:
+        if (n > 0) | (pid + tl.program_id(1) == 0):
+            gdc_wait()
     if n > 0:
         offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
         mask_d = offs_d < head_dim_v
-        if WAIT_PRIOR:
-            gdc_wait()
         po_base = po_ptr + first.to(tl.int64) * po_stride_r + head * po_stride_h
         pl_base = plse_ptr + first.to(tl.int64) * pl_stride_r + head * pl_stride_h
         out, lse = merge_splits(po_base, pl_base, po_stride_r, po_stride_d, pl_stride_r, n, offs_d, mask_d,
@@ -143,9 +146,9 @@ def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.
     """Merge each split request's partial rows into its ``out`` / ``lse`` row (no checks: the launchers' buffers);
     with ``timelines``, each program's record into its ``merge`` buffer (``kernels.timeline``). ``pdl``: launched
     with programmatic dependent launch (``check_pdl``'s answer: a GPU and a triton that has it), its programs
-    waiting for the partial kernel before they read a partial row; the plain launch without it. A launch here has
-    partial rows, so at least one program waits: the merge's end implies the partial kernel's end (and its direct
-    writes' visibility) for whatever the stream runs next, as in the plain order."""
+    waiting for the partial kernel before they read a partial row; the plain launch without it. Program (0, 0) waits
+    too: the merge's end implies the partial kernel's end (and its direct writes' visibility) for whatever the
+    stream runs next, as in the plain order."""
     if work.partial_rows == 0:
         return
     heads, dv = po.shape[1], po.shape[2]

@@ -237,11 +237,11 @@ def _gqa_worklist_kernel(
     # the schedule is uniform's). A non-persistent slot runs the item of its own index (no loop around the key
     # loop: the loop nest cost the 8-warp MQA-128 tile ~10% on the H200). TIMELINE: each program writes its
     # record (64 bytes; kernels.timeline), the clock read at its start and after its last store.
-    # LAUNCH_DEPENDENTS (gqa_decode_scheduled's pdl): 1 lets the merge launch (griddepcontrol.launch_dependents)
-    # at the program's start, 2 after its last item; the merge waits for this grid's end before it reads a row, so
-    # where the trigger sits moves only when the merge's programs take their SMs. FUSED: the last item of a
-    # request to finish merges its rows (_arrive_and_merge; offsets_ptr: the work list's partial offsets,
-    # counters_ptr: int32 [batch, num_kv_heads], zeros before and after a launch).
+    # LAUNCH_DEPENDENTS (gqa_decode_scheduled's pdl, a plan's): 1 lets the merge launch
+    # (griddepcontrol.launch_dependents) at the program's start, 2 after its last item; the merge waits for this
+    # grid's end before it reads a row, so where the trigger sits moves only when the merge's programs take their
+    # SMs. FUSED: the last item of a request to finish merges its rows (_arrive_and_merge; offsets_ptr: the work
+    # list's partial offsets, counters_ptr: int32 [batch, num_kv_heads], zeros before and after a launch).
     if LAUNCH_DEPENDENTS == 1:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -481,9 +481,12 @@ def _mla_worklist_kernel(
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, ISOLATE_QK: tl.constexpr, KV_FP8: tl.constexpr,
     FP8_QK: tl.constexpr, PERSISTENT: tl.constexpr, num_ctas_ptr=None, BOUNDED: tl.constexpr = False,
     timeline_ptr=None, TIMELINE: tl.constexpr = False, CLOCK: tl.constexpr = True,
+    LAUNCH_DEPENDENTS: tl.constexpr = 0,
 ):
-    # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2. TIMELINE: as
-    # _gqa_worklist_kernel's.
+    # 1-D grid, head tile fastest: the head tiles of one slot share its latent tiles through L2. TIMELINE and
+    # LAUNCH_DEPENDENTS (a plan's pdl): as _gqa_worklist_kernel's.
+    if LAUNCH_DEPENDENTS == 1:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     head_tile = pid % num_head_tiles
     cta = pid // num_head_tiles
@@ -512,6 +515,8 @@ def _mla_worklist_kernel(
                   lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h,
                   PAGE_SIZE, HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_N, BLOCK_DV, BLOCK_DR,
                   UPCAST, DOT_PRECISION, ISOLATE_QK, KV_FP8, FP8_QK)
+    if LAUNCH_DEPENDENTS == 2:
+        gdc_launch_dependents()
     if TIMELINE:
         record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
 
