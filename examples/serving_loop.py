@@ -41,6 +41,7 @@ class Config:
     kind: str = "gqa"
     plan: str = "device"  # device: plan_on_device inside the graph; host: plan(lens) before each replay
     scheduler: str | None = None  # default: balanced on the device, splitlab on the host
+    pdl: bool = False  # the plans' merge by programmatic dependent launch (decode_plan's pdl)
     layers: int = 4
     steps: int = 64
     slots: int = 64
@@ -71,7 +72,7 @@ class Cache:
     def plan(self, c: Config, batch: int, device: torch.device, dtype: torch.dtype):
         sched = c.scheduler or ("balanced" if c.plan == "device" else "splitlab")
         kw = dict(dtype=dtype, device=device, scheduler=sched, max_batch=batch, use_cuda_graph=True,
-                  device_schedule=c.plan == "device")
+                  device_schedule=c.plan == "device", pdl=c.pdl)
         if self.kind == "gqa":
             return GQADecodePlan(self.hq, self.hkv, self.dqk, self.page, **kw)
         return MLADecodePlan(self.hq, self.dqk, self.dv, self.page, **kw)
@@ -186,6 +187,7 @@ def parse(argv: list[str] | None) -> Config:
     ap.add_argument("--kind", choices=("gqa", "mla"), default="gqa")
     ap.add_argument("--plan", choices=("device", "host"), default="device")
     ap.add_argument("--scheduler", default=None, help="a planners.schedulers name (device: balanced, stream_k)")
+    ap.add_argument("--pdl", action="store_true", help="the merge by programmatic dependent launch (a GPU's)")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--steps", type=int)
     ap.add_argument("--slots", type=int)
@@ -201,7 +203,7 @@ def parse(argv: list[str] | None) -> Config:
     defaults = dict(layers=2 if small else 4, steps=6 if small else 64, slots=4 if small else 64,
                     scale=0.02 if small else 1.0, max_len=96 if small else 16384)
     got = {k: getattr(a, k) for k in defaults}
-    return Config(kind=a.kind, plan=a.plan, scheduler=a.scheduler, profile=a.profile, arrival=a.arrival,
+    return Config(kind=a.kind, plan=a.plan, scheduler=a.scheduler, pdl=a.pdl, profile=a.profile, arrival=a.arrival,
                   rate=a.rate, seed=a.seed, interpret=a.interpret,
                   **{k: defaults[k] if v is None else v for k, v in got.items()})
 

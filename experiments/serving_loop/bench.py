@@ -38,7 +38,7 @@ from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.workloads import DecodeWorkload
 
 REPO = Path(__file__).resolve().parents[2]
-SPLITLAB = ("splitlab-device", "splitlab-host")
+SPLITLAB = ("splitlab-device", "splitlab-host", "splitlab-device-pdl")  # -pdl: the plans' pdl=True
 PEERS = {"gqa": ("flashinfer",), "mla": ("flashmla", "flashinfer-fa3")}
 
 
@@ -94,9 +94,11 @@ class Splitlab(Graphed):
 
     def __init__(self, name: str, loop, c, cache, src, device, dtype) -> None:
         super().__init__(name, device.type == "cuda")
-        plan = "device" if name == "splitlab-device" else "host"
-        self.bucket = src if src.c.plan == plan else loop.Bucket(loop.Config(**{**c.__dict__, "plan": plan}), cache,
-                                                                 src.size, device, dtype)
+        plan = "device" if name.startswith("splitlab-device") else "host"
+        pdl = name.endswith("-pdl")
+        same = src.c.plan == plan and src.c.pdl == pdl
+        self.bucket = src if same else loop.Bucket(loop.Config(**{**c.__dict__, "plan": plan, "pdl": pdl}), cache,
+                                                   src.size, device, dtype)
         b = self.bucket
         b.lens, b.table, b.q = src.lens, src.table, src.q  # the same inputs (the graph holds their addresses)
         self.host = plan == "host"
