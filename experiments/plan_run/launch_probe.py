@@ -16,6 +16,11 @@ back-to-back calls, then one sync; best of 3) of:
 * ``direct+args``: the same, the argument list rebuilt each call from the call's tensors (what a cached launch
   would do).
 
+For MLA-128, whose ``run`` takes the Gluon seesaw kernel (``kernels.mla_sm90_ws``), also the pieces of that launch:
+``ws-descriptors`` (the two TMA descriptors' Python objects, ``mla_sm90_ws.descriptors``), ``ws-tensordesc`` (the
+launcher's encoding of both into CUtensorMaps, ``make_tensordesc_arg``, every call) and ``ws-launch``
+(``mla_sm90_ws.launch``: descriptors, Gluon's binding and the launch).
+
 Writes OUT/launch_probe.csv. The outputs of ``direct`` and ``bound`` are compared with ``jit``'s (equal to the
 bit: ``direct_equal``).
 """
@@ -123,6 +128,11 @@ def probe(family: str, calls: int) -> list[dict]:
         torch.cuda.synchronize()
         outs.append(out.clone())
     same = same and bool(torch.equal(outs[0], outs[1])) and plan._bound_partial.hits > 0
+    if family == "mla" and plan._ws:
+        try:
+            pieces.update(gluon_pieces(plan, q, kv, bt, out, lse))
+        except Exception as e:  # a probe of Triton's internals: the other pieces still count
+            print(f"gluon pieces: {type(e).__name__}: {e}", flush=True)
     for name, f in pieces.items():
         decode_plan.BOUND_LAUNCH = name != "run-triton"
         f()
@@ -131,6 +141,29 @@ def probe(family: str, calls: int) -> list[dict]:
                          gpu=torch.cuda.get_device_name()))
         print(rows[-1], flush=True)
     return rows
+
+
+def gluon_pieces(plan, q, kv, bt, out, lse) -> dict:
+    """The Gluon seesaw launch of ``plan.run`` in pieces (the module docstring)."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    from splitlab.kernels import mla_sm90_ws as ws
+
+    slots = plan._planned.grid[0] // plan.groups
+
+    def launch():
+        ws.launch(q, kv, bt, plan._items, slots, out, lse, plan._po, plan._pl, plan._qk_scale, ws.DEFAULT_VARIANT)
+
+    launch()
+    torch.cuda.synchronize()
+    kernel = next(iter(ws._mla_ws_kernel.device_caches[torch.cuda.current_device()][0].values()))
+    meta = kernel.metadata.tensordesc_meta
+
+    def encode():
+        for d, m in zip(ws.descriptors(q, kv), meta, strict=True):
+            make_tensordesc_arg(d, m)
+
+    return {"ws-descriptors": lambda: ws.descriptors(q, kv), "ws-tensordesc": encode, "ws-launch": launch}
 
 
 def main(argv: list[str] | None = None) -> None:
