@@ -19,8 +19,9 @@ True``) turns it on.
 
 The cache: at most ``CACHE_PLANS`` plans, least recently used dropped first, keyed by everything a plan fixes (the
 family, heads, head dims, page size, dtypes, device, batch size, tile knobs, scales). A plan holds its capacity's
-work-list and partial buffers (for a batch of B requests about ``BUDGET_SPLITS`` x B partial rows of heads x head
-dim fp32), so a server with many batch sizes wants buckets, or its own plans.
+work-list and fp32 partial buffers (``decode_plan``'s default capacity on the H200: GQA 32/8/128 6-8 MiB at 1-64
+requests, 32 MiB at 256; MLA-128 576/512 132 MiB at 1-64, 513 MiB at 256), so a server with many batch sizes
+wants buckets, or its own plans.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from splitlab.kernels import _launch
 VIA_PLAN: bool | None = None
 ENV = "SPLITLAB_DEFAULT_PLAN"
 #: Plans kept, least recently used dropped first.
-CACHE_PLANS = 8
+CACHE_PLANS = 4
 
 _plans: OrderedDict[tuple, object] = OrderedDict()
 
