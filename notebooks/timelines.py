@@ -18,10 +18,12 @@
 # programs on the SMs as it prices them (`planners.timeline`). Above: one point's programs, one row per SM, the
 # model's placement above the GPU's. Below: the gap ledger across shapes (`splitlab.ledger`): the measured time
 # minus the floor, split into launch and fixed cost, idle SMs (waves and tail imbalance), the merge, streaming
-# below the peak inside busy CTAs, bytes the floor does not count, and what is left unexplained. Where no measured
-# timeline set is in the catalog (`experiments/timelines/collect.py` writes one on the H200), the page draws the
-# model's timelines and the model's shares only, and says so. Given `sweep` (a folder recorded with `splitlab sweep
-# --timelines`, `splitlab.sweep_timelines`) and `point`, the Gantt charts are that point's.
+# below the peak inside busy CTAs, bytes the floor does not count, what recording the timeline changed (the plain
+# build's time against the instrumented one's), the CUDA-graph replay's own fixed cost shared by the calls of a
+# timing, and what is left unexplained. Where no measured timeline set is in the catalog
+# (`experiments/timelines/collect.py` writes one on the H200), the page draws the model's timelines and the model's
+# shares only, and says so. Given `sweep` (a folder recorded with `splitlab sweep --timelines`,
+# `splitlab.sweep_timelines`) and `point`, the Gantt charts are that point's.
 
 # %% tags=["parameters"]
 data: str = "h200"  # the report's result set; this page draws its own shapes (the device below)
@@ -196,16 +198,23 @@ notebook.show_figure(fig, "gantt", table)
 
 # %% [markdown]
 # **The ledger across shapes.** Measured: each point's gap to the floor in its parts, as fractions of the measured
-# time (`splitlab.ledger`; the floor is the rest of the bar to 1). Without a measured set, the model's own shares
-# of its time: the launch's busy SM-time, its idle SM-time (waves and tail imbalance: the time an SM has no program
-# resident, averaged over the SMs), and the partial writes and merge after it.
+# time (`splitlab.ledger`; the floor is the rest of the bar to 1; `recording` is below 0 where recording slowed the
+# launch, `below_peak` where busy SMs streamed at the peak while others idled, and `idle` then counts SM-time that
+# cost no time). Without a measured set, the model's own shares of its time: the launch's busy SM-time, its idle
+# SM-time (waves and tail imbalance: the time an SM has no program resident, averaged over the SMs), and the partial
+# writes and merge after it.
 
 # %%
-PART_COLORS = dict(zip(ledger.PARTS, ["0.45", "C1", "C4", "C0", "C2", "C3"], strict=True))
+PART_COLORS = dict(zip(ledger.PARTS, ["0.45", "C1", "C4", "C0", "C2", "C8", "C7", "C3"], strict=True))
 if not points.empty:
     t = points.assign(label=points["shape"] + " B" + points["batch"].astype(str) + " "
                       + (points["longest"] // 1024).astype(str) + "K " + points["dist"] + " " + points["scheduler"])
-    shares = pd.DataFrame({p: t[f"{p}_us"] / t["measured_us"] for p in ledger.PARTS})
+    older = [p for p in ledger.PARTS if f"{p}_us" not in t]  # a set written before these parts: 0, said so
+    if older:
+        display(Markdown(f"{source} has no {', '.join(older)} part (written before the ledger had them): drawn as 0, "
+                         "their time is in `unexplained`."))
+    shares = pd.DataFrame({p: t[f"{p}_us"] / t["measured_us"] if p not in older else 0.0 for p in ledger.PARTS},
+                          index=t.index)
     shares.insert(0, "floor", t["floor_us"] / t["measured_us"])
     shares.index = t["label"]
     title = f"measured gap ledger ({source}), as fractions of each point's measured time"

@@ -1,6 +1,8 @@
 """``experiments/timelines/collect.py --dry-run``: the H200 collection's code paths on the CPU (Triton's interpreter,
 tiny shapes): every point checked against fp64, its programs recorded (one record each, no clock), the modelled
-timeline beside each partial program, and nothing timed or ledgered (the rows say so)."""
+timeline beside each partial program, and nothing timed or ledgered (the rows say so); the peers' path, the replay
+check and the peers' launch (timing faked), the sets counted against the sets rotated, and ``reledger`` against the
+shipped set's ledgers."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from splitlab.kernels.timeline import ABSENT
 
@@ -66,3 +69,70 @@ def test_peers_are_checked_through_the_launch_their_call_returns(monkeypatch):
     row = next(collect.csv.DictReader(io.StringIO(buf.getvalue()), collect.PEER_FIELDS))
     assert row["status"] == "ok", row["note"]
     assert float(row["us"]) == 50.0 and launched == ["x0"]
+
+
+def _collect():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("collect", SCRIPT)
+    collect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collect)
+    return collect
+
+
+def test_the_sets_counted_are_the_sets_rotated():
+    """``sets_of`` (what ``reledger`` takes for a set written without its ``sets`` column) is how many input sets
+    ``rotated_inputs`` makes: the calls a timing's graph replay holds, and the ``n`` of the replay part."""
+    from splitlab.bench.decode import rotated_inputs
+    from splitlab.workloads import DecodeWorkload
+
+    collect = _collect()
+    for w in (DecodeWorkload("gqa", 3, 4, 2, 16, 16, 200, page_size=16, length_dist="longtail", length_seed=1),
+              DecodeWorkload("mla", 2, 16, 1, 96, 64, 128, page_size=64)):
+        for l2 in (w.kv_bytes, 5 * w.kv_bytes - 1):  # 3 and 15 sets
+            assert len(rotated_inputs(w, device="cpu", l2_bytes=l2)) == collect.sets_of(w, l2) > 2
+
+
+def test_the_shipped_ledgers_are_what_reledger_makes(tmp_path):
+    """The shipped set's ledger columns are ``reledger``'s (the recording and replay parts; the replay's cost from
+    the timer check, labelled so): made again they are the same bytes; another replay cost changes the ledger
+    columns only, never a measured one."""
+    import shutil
+
+    collect = _collect()
+    shipped = SCRIPT.parents[2] / "data" / "bench" / "h200" / "timelines"
+    shutil.copytree(shipped, tmp_path / "again")
+    got = collect.reledger(tmp_path / "again")
+    assert got == dict(points=63, explained=62)
+    for name in ("points.csv", "peers.csv"):
+        assert (tmp_path / "again" / name).read_bytes() == (shipped / name).read_bytes(), name
+    pts = pd.read_csv(shipped / "points.csv", dtype={"shape": str})
+    assert (pts["replay_cost_source"] == "timer_check").all() and (pts["replay_cost_us"] == 5.9).all()
+    parts = [f"{p}_us" for p in collect._ledger.PARTS]
+    assert (pts[parts].sum(axis=1) - pts["gap_us"]).abs().max() < 5e-3
+    shutil.copytree(shipped, tmp_path / "other")
+    collect.reledger(tmp_path / "other", replay_cost_us=4.0)
+    for name, derived in (("points.csv", collect.POINT_LEDGER), ("peers.csv", collect.PEER_LEDGER)):
+        a = pd.read_csv(shipped / name, dtype=str)
+        b = pd.read_csv(tmp_path / "other" / name, dtype=str)
+        kept = [c for c in a.columns if c not in derived]
+        assert a[kept].equals(b[kept]), name
+        assert not a["replay_us"].equals(b["replay_us"])
+
+
+def test_the_replay_check_and_the_peers_launch(monkeypatch):
+    """``replay_check`` (GPU only, so faked here): empty launches timed at 1, 8 and 64 calls a replay give the
+    replay's fixed cost; the peers' launch is the pair at 8 a replay less the 1/8 of that cost it held."""
+    import types
+
+    from splitlab.bench import timing
+
+    collect = _collect()
+    pair_us, cost_us = 0.9, 6.0
+    monkeypatch.setattr(timing, "time_graph", lambda calls, replays=30, warmup=3: types.SimpleNamespace(
+        p50_us=pair_us + cost_us / len(calls)))
+    got = collect.replay_check(lambda: None)
+    assert got["replay_cost_us"] == pytest.approx(cost_us) and got["launch_pair_us"] == pytest.approx(0.9 + 6 / 8)
+    parts = collect.peer_parts(got["launch_pair_us"], 3, got["replay_cost_us"])
+    assert parts == pytest.approx(dict(launch_us=pair_us, replay_us=2.0))
+    assert collect.peer_parts(1.5, 3, None) == dict(launch_us=1.5, replay_us=None)

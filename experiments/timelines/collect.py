@@ -6,12 +6,20 @@ fp64 reference; timed plain and with timelines on (``kernels.timeline``), each b
 rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead against the <= 3% goal); then one graph
 of [a marker kernel that records the clock, the instrumented decode] is replayed and its last replay's records
 read: the anchor (the marker's clock), every program's SM, start and end. The gap ledger (``splitlab.ledger``) of the
-point is the plain wall time against the floor, split with that timeline; the modelled timeline
+point is the plain wall time against the floor, split with that timeline, the instrumented timing (its
+``recording`` part) and the replay's share (``replay``: the graph replay's fixed cost, measured once a run on empty
+launches at 1 and 64 calls a replay, ``replay_check``, over the point's rotated sets); the modelled timeline
 (``planners.timeline``) of the same schedule is written beside each partial program. The peers (FlashInfer for GQA,
 FlashMLA for MLA, where they import) are timed on the same inputs and get the peer ledger (wall time and grid).
 
     python experiments/timelines/collect.py run --out DIR [--budget-s 540] [--families gqa,mla] [--fmla .fmla]
     python experiments/timelines/collect.py run --dry-run --out DIR     # CPU: interpreter, tiny shapes, no timing
+    python experiments/timelines/collect.py reledger DIR [--replay-cost-us C]   # CPU: the ledgers made again
+
+``reledger`` makes a written set's ledger columns again with the current ``splitlab.ledger`` from its measured
+columns and records (points without records: from their stored timeline parts), nothing measured changed: for a set
+written before the ``sets``, ``replay_cost_us`` and ``recording`` columns existed, ``sets`` is what
+``rotated_inputs`` chose (``sets_of``) and the replay's cost ``ledger.REPLAY_COST_US`` (the timer check), labelled so.
 
 ``--dry-run`` runs every code path but the GPU's on the CPU (Triton's interpreter, three tiny shapes): the records
 hold no clock (SM and times -1), nothing is timed, and no ledger is made (its rows say why); tests/test_timeline_
@@ -35,17 +43,27 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import globaltimer  # noqa: E402
 
+from splitlab import ledger as _ledger  # noqa: E402  (pure Python)
+
 POINT_FIELDS = ["shape", "kind", "batch", "longest", "dist", "scheduler", "schedule_hash", "ctas", "items",
                 "partial_rows", "programs", "merge_programs", "rel_err", "status", "plain_us", "plain_p20_us",
-                "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead", "launch_pair_us", "floor_us",
-                "partial_bytes", "model_launch", "model_tail", "model_units", "clock_step_ns", "model_err_median",
-                "measured_us", "gap_us", "launch_us", "idle_us", "merge_us", "below_peak_us", "extra_bytes_us",
-                "unexplained_us", "modelled", "note"]
+                "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead", "launch_pair_us", "sets",
+                "replay_cost_us", "replay_cost_source", "floor_us", "partial_bytes", "model_launch", "model_tail",
+                "model_units", "clock_step_ns", "model_err_median", "measured_us", "gap_us", "launch_us", "idle_us",
+                "merge_us", "below_peak_us", "extra_bytes_us", "recording_us", "replay_us", "unexplained_us",
+                "modelled", "unmeasured", "note"]
 TIMELINE_FIELDS = ["shape", "batch", "longest", "dist", "scheduler", "schedule_hash", "kernel", "program", "sm",
                    "start_ns", "end_ns", "slot", "group", "item", "items", "anchor_ns", "model_place", "model_sm",
                    "model_start", "model_end"]
 PEER_FIELDS = ["shape", "kind", "batch", "longest", "dist", "impl", "status", "us", "p20_us", "p80_us", "programs",
-               "slots", "floor_us", "measured_us", "gap_us", "launch_us", "idle_us", "rest_us", "modelled", "note"]
+               "slots", "sets", "floor_us", "measured_us", "gap_us", "launch_us", "idle_us", "replay_us", "rest_us",
+               "modelled", "unmeasured", "note"]
+#: The columns ``reledger`` writes again (derived from the measured ones; every other column is kept as read).
+POINT_LEDGER = ["sets", "replay_cost_us", "replay_cost_source", "measured_us", "gap_us",
+                *(f"{p}_us" for p in _ledger.PARTS), "modelled", "unmeasured"]
+PEER_LEDGER = ["sets", "measured_us", "gap_us", *(f"{p}_us" for p in _ledger.PEER_PARTS), "modelled", "unmeasured"]
+#: The calls a replay of the empty-launch graphs that measure the replay's fixed cost (``replay_check``).
+REPLAY_FEW, REPLAY_MANY = 1, 64
 #: The H200 subset: (label, kind, q heads, kv heads, head dims, page) x batches x longest x length distributions.
 SHAPES = [("32/8", "gqa", 32, 8, (128, 128), 16), ("128/1", "gqa", 128, 1, (128, 128), 16),
           ("mla16", "mla", 16, 1, (576, 512), 64)]
@@ -111,6 +129,26 @@ def moved_bytes(w, s) -> int:
     return w.kv_bytes + q + table + s.partial_rows * w.num_q_heads * (w.head_dim_v * 4 + 4)
 
 
+def sets_of(w, l2_bytes: int) -> int:
+    """The input sets ``bench.decode.rotated_inputs`` rotates through for ``w`` (the calls a timing's graph replay
+    holds): ``timing.rotations`` of the bytes a call reads, the smaller of a set's bytes and ``kv_bytes``, which is
+    ``kv_bytes`` (a set holds the cache's whole pages, q and the block table besides)."""
+    from splitlab.bench.timing import rotations
+
+    return rotations(w.kv_bytes, l2_bytes)
+
+
+def replay_check(call) -> dict[str, float]:
+    """The CUDA-graph replay's fixed cost (us), measured: ``time_graph`` of ``call`` (two empty launches) at
+    ``REPLAY_FEW`` and ``REPLAY_MANY`` calls a replay (``ledger.replay_cost``), and at 8 (``launch_pair_us``, the
+    peers' launch cost with 1/8 of the replay's in it)."""
+    from splitlab.bench.timing import time_graph
+
+    t = {k: time_graph([call] * k, replays=100).p50_us for k in (REPLAY_FEW, 8, REPLAY_MANY)}
+    cost = _ledger.replay_cost(t[REPLAY_FEW], t[REPLAY_MANY], few=REPLAY_FEW, many=REPLAY_MANY)
+    return dict(replay_cost_us=cost, launch_pair_us=t[8], **{f"pair_x{k}_us": v for k, v in t.items()})
+
+
 def run(args) -> None:
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("--dry-run needs Triton's interpreter: pass --dry-run on the command line (it is set "
@@ -139,6 +177,19 @@ def run(args) -> None:
     env = dict(device="cpu (interpreter, dry run)" if dry else torch.cuda.get_device_name(), sms=dev.sm_count,
                preset=dev.name, torch=torch.__version__, triton=__import__("triton").__version__,
                cuda=torch.version.cuda, argv=sys.argv, dry_run=dry)
+    launch_pair = replay_c = None
+    if not dry:  # the fixed cost of two launches (partial + merge) and of a graph replay, from empty launches
+        buf = torch.zeros(1, dtype=torch.int64, device=device)
+
+        def pair():
+            mark[(1,)](buf)
+            mark[(1,)](buf)
+
+        check = replay_check(pair)
+        env["replay_check"] = {k: round(v, 4) for k, v in check.items()}
+        launch_pair, replay_c = check["launch_pair_us"], check["replay_cost_us"]
+        print(f"replay's fixed cost {replay_c:.2f} us, two empty launches {launch_pair:.3f} us a call at 8 a replay",
+              flush=True)
     (out / "env.json").write_text(json.dumps(env, indent=1))
     files = {name: open(out / name, "w", newline="") for name in ("points.csv", "timelines.csv", "peers.csv")}
     pts = csv.DictWriter(files["points.csv"], POINT_FIELDS)
@@ -146,15 +197,6 @@ def run(args) -> None:
     prs = csv.DictWriter(files["peers.csv"], PEER_FIELDS)
     for wr in (pts, tls, prs):
         wr.writeheader()
-    launch_pair = None
-    if not dry:  # the fixed cost of two launches (partial + merge), from two empty marker launches a call
-        buf = torch.zeros(1, dtype=torch.int64, device=device)
-
-        def pair():
-            mark[(1,)](buf)
-            mark[(1,)](buf)
-
-        launch_pair = time_graph([pair] * 8).p50_us
     l2 = 0 if dry else torch.cuda.get_device_properties(0).L2_cache_size
     t0 = time.time()
     for label, dist, w in shapes_of(dry, set(args.families.split(","))):
@@ -172,7 +214,7 @@ def run(args) -> None:
             wl = WorkList.from_schedule(s, device)
             row = dict(base, kind=w.kind, scheduler=sched, schedule_hash=s.digest, ctas=s.ctas, items=len(s.items),
                        partial_rows=s.partial_rows, programs=s.ctas * S.head_groups(w), floor_us=round(floor, 3),
-                       partial_bytes=moved_bytes(w, s))
+                       partial_bytes=moved_bytes(w, s), sets=len(sets))
             model = modelled_timeline(s, w, dev)
             row.update(model_launch=round(model.launch, 4), model_tail=round(model.tail, 4), model_units=model.units)
             err = rel_err(decode_call(w, wl, first)(), ref)
@@ -209,7 +251,8 @@ def run(args) -> None:
                 row.update(status="ok", plain_us=round(plain.p50_us, 3), plain_p20_us=round(plain.p20_us, 3),
                            plain_p80_us=round(plain.p80_us, 3), timed_us=round(timed.p50_us, 3),
                            timed_p20_us=round(timed.p20_us, 3), timed_p80_us=round(timed.p80_us, 3),
-                           overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3))
+                           overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3),
+                           replay_cost_us=round(replay_c, 3), replay_cost_source="measured")
             recs = rec.read()
             partial, merge = recs.get("partial", []), recs.get("merge", [])
             row["merge_programs"] = len(merge)
@@ -227,7 +270,8 @@ def run(args) -> None:
                 row["clock_step_ns"] = min((b - a for a, b in zip(starts, starts[1:], strict=False)), default="")
                 led = ledger.ledger(partial, merge, wall_us=row["plain_us"], floor_us=floor, sm_count=dev.sm_count,
                                     bandwidth_gbps=dev.roofline_gbps, partial_bytes=row["partial_bytes"],
-                                    anchor_ns=anchor)
+                                    anchor_ns=anchor, timed_us=row["timed_us"], sets=len(sets),
+                                    replay_cost_us=replay_c)
                 row.update({k: round(v, 3) if isinstance(v, float) else v for k, v in led.row().items()})
                 errs = sorted(e["rel_err"] for e in ledger.program_errors(model, partial))
                 row["model_err_median"] = round(errs[len(errs) // 2], 4) if errs else ""
@@ -238,16 +282,27 @@ def run(args) -> None:
                   f"{row.get('status')} plain {row.get('plain_us')} timed {row.get('timed_us')} "
                   f"unexplained {row.get('unexplained_us')}", flush=True)
         if not dry:
-            peers(w, dev, base, first, sets, ref, floor, launch_pair, prs)
+            peers(w, dev, base, first, sets, ref, floor, launch_pair, prs, replay_cost_us=replay_c)
             files["peers.csv"].flush()
         torch.cuda.empty_cache() if not dry else None
     for f in files.values():
         f.close()
 
 
-def peers(w, dev, base, first, sets, ref, floor, launch_pair, writer) -> None:
+def peer_parts(launch_pair: float, sets: int, replay_cost_us: float | None) -> dict[str, float | None]:
+    """A peer ledger's measured inputs (``ledger.peer_ledger``): ``launch_us``, two empty launches a call without the
+    replay's share (``launch_pair`` was timed at 8 calls a replay), and ``replay_us``, the share of the peer's own
+    timing over ``sets`` calls a replay (without ``replay_cost_us``: the pair as timed, and None)."""
+    if replay_cost_us is None:
+        return dict(launch_us=launch_pair, replay_us=None)
+    return dict(launch_us=launch_pair - _ledger.replay_share(replay_cost_us, 8),
+                replay_us=_ledger.replay_share(replay_cost_us, sets))
+
+
+def peers(w, dev, base, first, sets, ref, floor, launch_pair, writer, *, replay_cost_us=None) -> None:
     """Time the peers that import (FlashInfer's decode for GQA, FlashMLA for MLA) and write their peer ledgers: the
-    grid is their own plan's, ported (``schedulers.flashinfer`` / ``flashmla``), one program per place (modelled)."""
+    grid is their own plan's, ported (``schedulers.flashinfer`` / ``flashmla``), one program per place (modelled);
+    the launch and the replay's share as ``peer_parts`` has them."""
     from splitlab import ledger
     from splitlab.bench.timing import time_graph
     from splitlab.kernels.accuracy import TOLERANCE, rel_err
@@ -269,7 +324,8 @@ def peers(w, dev, base, first, sets, ref, floor, launch_pair, writer) -> None:
     except ImportError as e:
         print("peer unavailable:", e, flush=True)
     for name, p, programs in found:
-        row = dict(base, kind=w.kind, impl=name, programs=programs, slots=dev.sm_count, floor_us=round(floor, 3))
+        row = dict(base, kind=w.kind, impl=name, programs=programs, slots=dev.sm_count, floor_us=round(floor, 3),
+                   sets=len(sets))
         if p.unavailable() is not None:
             writer.writerow(dict(row, status="unavailable", note=str(p.unavailable())[:160]))
             continue
@@ -280,12 +336,96 @@ def peers(w, dev, base, first, sets, ref, floor, launch_pair, writer) -> None:
                 continue
             t = time_graph([p.call(w, x, {}) for x in sets])
             led = ledger.peer_ledger(wall_us=t.p50_us, floor_us=floor, programs=programs, slots=dev.sm_count,
-                                     launch_us=launch_pair)
+                                     **peer_parts(launch_pair, len(sets), replay_cost_us))
             writer.writerow(dict(row, status="ok", us=round(t.p50_us, 3), p20_us=round(t.p20_us, 3),
                                  p80_us=round(t.p80_us, 3),
                                  **{k: round(v, 3) if isinstance(v, float) else v for k, v in led.row().items()}))
         except Exception as e:  # a peer's refusal or failure: keep the reason, go on
             writer.writerow(dict(row, status="error", note=f"{type(e).__name__}: {str(e)[:160]}"))
+
+
+def _read_csv(path: Path) -> tuple[list[dict[str, str]], str]:
+    text = path.read_text()
+    return list(csv.DictReader(text.splitlines())), "\r\n" if "\r\n" in text else "\n"
+
+
+def _write_csv(path: Path, fields: list[str], rows: list[dict[str, str]], newline: str) -> None:
+    with open(path, "w", newline="") as f:
+        wr = csv.DictWriter(f, fields, lineterminator=newline)
+        wr.writeheader()
+        wr.writerows(rows)
+
+
+def _cells(led, keys: list[str]) -> dict[str, object]:
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in led.row().items() if k in keys}
+
+
+def reledger(folder, *, replay_cost_us: float | None = None) -> dict[str, object]:
+    """Make the ledger columns (``POINT_LEDGER``, ``PEER_LEDGER``) of a written set (``folder``: points.csv,
+    timelines.csv or .csv.gz, peers.csv, env.json) again with the current ``splitlab.ledger``, every other column as
+    read. A point with records gets ``ledger.ledger`` of them; one without (a shipped set's batch 64) gets
+    ``ledger.ledger_from_parts`` of its stored timeline parts. ``sets``: as written, else ``sets_of`` at the device
+    preset's L2. The replay's cost: ``replay_cost_us`` if given (labelled ``given``), else the point's own where it
+    was measured, else ``ledger.REPLAY_COST_US`` (labelled ``ledger.REPLAY_COST_SOURCE``). Returns how many points
+    the ledger explains to 5% of the measured time, of how many."""
+    import gzip
+
+    from splitlab import devices, workloads
+
+    folder = Path(folder)
+    env = json.loads((folder / "env.json").read_text())
+    dev = devices.get(env.get("preset") or "h200")
+    l2 = round(dev.l2_mb * 2**20)  # (the L2 torch reports on the H200: 60 MiB)
+    shapes = {(label, str(w.batch), str(w.ctx_len), dist): w for label, dist, w in shapes_of(False, {"gqa", "mla"})}
+    recs: dict[tuple[str, ...], dict] = {}
+    gz = folder / "timelines.csv.gz"
+    text = gzip.open(gz, "rt").read() if gz.exists() else (folder / "timelines.csv").read_text()
+    for r in csv.DictReader(text.splitlines()):
+        d = recs.setdefault(tuple(r[k] for k in ("shape", "batch", "longest", "dist", "scheduler")),
+                            dict(partial=[], merge=[], anchor=r["anchor_ns"]))
+        d[r["kernel"]].append({k: int(r[k]) for k in ("program", "sm", "start_ns", "end_ns")})
+    points, nl = _read_csv(folder / "points.csv")
+    done = [r for r in points if r["status"] == "ok"]
+    measured = [float(r["replay_cost_us"]) for r in done if r.get("replay_cost_source") == "measured"]
+    if replay_cost_us is not None:
+        cost, source = replay_cost_us, "given"
+    elif measured:  # one measurement a run
+        cost, source = measured[0], "measured"
+    else:
+        cost, source = _ledger.REPLAY_COST_US, _ledger.REPLAY_COST_SOURCE
+    launch_pair = float(done[0]["launch_pair_us"]) if done else None  # one a run
+    explained = 0
+    for row in done:
+        w = shapes[(row["shape"], row["batch"], row["longest"], row["dist"])]
+        sets = int(row["sets"]) if row.get("sets") else sets_of(w, l2)
+        floor = workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops)
+        if abs(floor - float(row["floor_us"])) > 1e-3:
+            raise SystemExit(f"reledger: {row['shape']} B={w.batch}: the floor is {floor:.3f} us, the row's "
+                             f"{row['floor_us']}; expected the collection's device preset ({dev.name})")
+        timings = dict(wall_us=float(row["plain_us"]), floor_us=floor, timed_us=float(row["timed_us"]), sets=sets,
+                       replay_cost_us=cost)
+        d = recs.get(tuple(row[k] for k in ("shape", "batch", "longest", "dist", "scheduler")))
+        if d is not None:
+            led = _ledger.ledger(d["partial"], d["merge"], sm_count=dev.sm_count, bandwidth_gbps=dev.roofline_gbps,
+                                 partial_bytes=float(row["partial_bytes"]),
+                                 anchor_ns=int(d["anchor"]) if d["anchor"] else None, **timings)
+        else:
+            led = _ledger.ledger_from_parts({p: float(row[f"{p}_us"]) for p in _ledger.TIMELINE_PARTS}, **timings)
+        row.update(_cells(led, POINT_LEDGER), sets=sets, replay_cost_us=round(cost, 3), replay_cost_source=source)
+        explained += abs(led.parts["unexplained"]) <= 0.05 * led.measured_us
+    _write_csv(folder / "points.csv", POINT_FIELDS, points, nl)
+    peers_, nl = _read_csv(folder / "peers.csv")
+    for row in peers_:
+        if row["status"] != "ok" or launch_pair is None:
+            continue
+        w = shapes[(row["shape"], row["batch"], row["longest"], row["dist"])]
+        sets = int(row["sets"]) if row.get("sets") else sets_of(w, l2)
+        led = _ledger.peer_ledger(wall_us=float(row["us"]), programs=int(row["programs"]), slots=int(row["slots"]),
+                                  floor_us=workloads.floor_time_us(w, dev.roofline_gbps, dev.roofline_tflops),
+                                  **peer_parts(launch_pair, sets, cost))
+        row.update(_cells(led, PEER_LEDGER), sets=sets)
+    _write_csv(folder / "peers.csv", PEER_FIELDS, peers_, nl)
+    return dict(points=len(done), explained=explained)
 
 
 def main(argv=None) -> int:
@@ -297,7 +437,15 @@ def main(argv=None) -> int:
     r.add_argument("--families", default="gqa,mla")
     r.add_argument("--dry-run", action="store_true", help="CPU: the interpreter at tiny shapes, nothing timed")
     r.add_argument("--fmla", default="", help="build and import FlashMLA from this workplace kit folder (.fmla/)")
+    g = sub.add_parser("reledger", help="make a written set's ledger columns again (CPU; measured columns kept)")
+    g.add_argument("folder")
+    g.add_argument("--replay-cost-us", type=float, default=None,
+                   help="the graph replay's fixed cost to use (default: the run's own, else ledger.REPLAY_COST_US)")
     args = ap.parse_args(argv)
+    if args.cmd == "reledger":
+        got = reledger(args.folder, replay_cost_us=args.replay_cost_us)
+        print(f"{got['explained']} of {got['points']} points within 5% of the measured time")
+        return 0
     run(args)
     return 0
 
