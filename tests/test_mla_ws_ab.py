@@ -9,7 +9,8 @@ import pytest
 from ab_scripts import assert_appends_rows, load
 
 from splitlab.bench.csvrows import read_rows
-from splitlab.kernels.mla_sm90_ws import VARIANTS
+from splitlab.kernels.mla_sm90_ws import PERSISTENT_VARIANTS, VARIANTS
+from splitlab.planners import schedulers
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def test_parses_its_commands(ab):
 
 
 @pytest.mark.parametrize("argv", [["run", "--out", "o", "--variants", "pingpong"],
-                                  ["all", "--out", "o", "--schedules", "flashmla"], ["run"], []])
+                                  ["all", "--out", "o", "--schedules", "flashinfer"], ["run"], []])
 def test_refuses_bad_arguments(ab, argv):
     with pytest.raises(SystemExit):
         ab.parse_args(argv)
@@ -93,3 +94,39 @@ def test_all_times_only_what_passed_its_check_process(ab, tmp_path, monkeypatch)
     assert timed == [[]]
     assert {(r["impl"], r["status"]) for r in rows} == {("ws-seesaw", "error"), ("gluon-v6", "error")}
     assert all("exited with code" in r["error"] for r in rows)
+
+
+def test_the_persistent_variant_is_timed_on_persistent_schedules(ab):
+    a = ab.parse_args(["run", "--out", "o", "--variants", "seesaw,seesaw-persistent", "--schedules",
+                       "uniform,stream_k,flashmla,splitlab-persistent"])
+    assert a.variants == ["seesaw", "seesaw-persistent"] and "seesaw-persistent" in PERSISTENT_VARIANTS
+    assert set(ab.PERSISTENT_SCHEDULES) < set(ab.SCHEDULES)
+    got = ab.pairs(a.variants, a.schedules)
+    # the one-item seesaw on the one-item schedule only; the persistent one on every schedule (its @uniform row: the
+    # loop's cost where each slot has one item)
+    assert got == [("seesaw", "uniform"), ("seesaw-persistent", "uniform"), ("seesaw-persistent", "stream_k"),
+                   ("seesaw-persistent", "flashmla"), ("seesaw-persistent", "splitlab-persistent")]
+    assert ab.pairs(["seesaw", "recompute"], list(ab.SCHEDULES)) == [
+        (v, label) for label in ("uniform", "splitlab") for v in ("seesaw", "recompute")]
+
+
+def test_the_timed_rows_it_skips(ab):
+    lens = [300, 70]
+    one, many = schedulers.uniform(lens, 2), schedulers.stream_k(lens, 3)
+    assert ab.skip_reason("seesaw-persistent", "stream_k", many) == ""
+    assert ab.skip_reason("seesaw-persistent", "uniform", one) == ""
+    assert "persistent" in ab.skip_reason("seesaw", "stream_k", many)
+    assert "@splitlab row" in ab.skip_reason("seesaw-persistent", "splitlab-persistent", one)
+    assert ab.skip_reason("", "own", None) == ""
+
+
+@pytest.mark.parametrize("name,heads,lens,page,dt,splits,twist", load("mla_ws").CHECKS)
+def test_the_persistent_variant_is_checked_on_slots_of_several_items(ab, name, heads, lens, page, dt, splits, twist):
+    got = ab.check_schedules("seesaw-persistent", lens, splits)
+    assert [label for label, _ in got] == ["uniform", f"stream_k:{splits}", f"flashmla:{splits}"]
+    for _, s in got:
+        s.check()
+        assert s.align % 64 == 0 and s.batch == len(lens)
+    assert [label for label, _ in ab.check_schedules("seesaw", lens, splits)] == ["uniform"]
+    if name == "empty-and-odd":  # one slot: three items, the empty request between the others
+        assert [it[1:] for it in got[1][1].items] == [(0, 0, 1000), (1, 0, 0), (2, 0, 77)]

@@ -199,3 +199,177 @@ def test_the_seesaw_order_is_the_online_softmax(keys):
     ref = torch.softmax(s * math.log(2), dim=1) @ v  # base-2 scores
     assert torch.allclose(out, ref, rtol=1e-12, atol=1e-12)
     assert torch.allclose((m + torch.log2(l)) * math.log(2), torch.logsumexp(s * math.log(2), dim=1), rtol=1e-12)
+
+
+# --- the persistent seesaw (``seesaw-persistent``: a program walks its CTA slot's items) ----------------------------
+
+
+def test_the_persistent_variant_takes_persistent_schedules(off_interpreter):
+    x = _inputs()
+    lens3 = LENS + [0]
+    x3 = mla_inputs(3, 128, 576, lens3, page_size=64, dtype=torch.bfloat16)
+    for s in (schedulers.stream_k(LENS, 3), schedulers.stream_k(lens3, 1), schedulers.flashmla(lens3, 2),
+              schedulers.uniform(LENS, 2, request_major=True)):
+        xs = x3 if s.batch == 3 else x
+        work = _work(s)
+        assert _check(xs, work, "seesaw-persistent") is work
+    _refused(x, "aligned to 16", work=_work(schedulers.stream_k(LENS, 3, tile=16)), variant="seesaw-persistent")
+    for v in set(mla_sm90_ws.VARIANTS) - mla_sm90_ws.PERSISTENT_VARIANTS:  # one item a slot, as before
+        _refused(x, "persistent", work=_work(schedulers.stream_k(LENS, 3)), variant=v)
+
+
+def test_the_work_list_launchers_never_run_the_persistent_variant():
+    assert mla_sm90_ws.DEFAULT_VARIANT not in mla_sm90_ws.PERSISTENT_VARIANTS
+    assert mla_sm90_ws.PERSISTENT_VARIANTS < set(mla_sm90_ws.VARIANTS)
+
+
+def test_the_launch_refuses_inconsistent_cta_offsets():
+    items = torch.zeros(4, 4, dtype=torch.int32)
+    offsets = torch.tensor([0, 2, 4], dtype=torch.int32)
+
+    def refused(match, variant="seesaw-persistent", cta=offsets, slots=2, bounded=False):
+        with pytest.raises(SplitlabError, match=match) as e:
+            mla_sm90_ws.check_walk(variant, cta, slots, items.device, bounded)
+        assert "\n" not in str(e.value)
+
+    mla_sm90_ws.check_walk("seesaw-persistent", offsets, 2, items.device)
+    mla_sm90_ws.check_walk("seesaw-persistent", offsets, 1, items.device, bounded=True)  # a capacity's first slots
+    mla_sm90_ws.check_walk("seesaw", None, 2, items.device)
+    refused("expected cta_offsets", cta=None)
+    refused("cta_offsets with variant='seesaw'", variant="seesaw")
+    refused("variant='pingpong'", variant="pingpong")
+    refused("expected an int32 tensor", cta=[0, 2, 4])
+    refused("torch.int64", cta=offsets.long())
+    refused("expected contiguous int32 of 4", slots=3)
+    refused("expected contiguous int32 of at least 4", slots=3, bounded=True)
+    refused("expected contiguous int32 of 2", slots=1)
+    refused("expected contiguous int32", cta=torch.zeros(6, dtype=torch.int32)[::2])
+    refused("cta_offsets is on meta", cta=offsets.to("meta"))
+
+
+class _Bar:
+    """An mbarrier: ``count`` arrivals complete a phase; ``wait(parity)`` passes once the phase of that parity
+    before the current one has completed (PTX ``mbarrier.try_wait.parity``; a fresh barrier passes parity 1)."""
+
+    def __init__(self, count):
+        self.count, self.arrived, self.phases = count, 0, 0
+
+    def arrive(self):
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.arrived, self.phases = 0, self.phases + 1
+
+    def passed(self, parity):
+        return (self.phases & 1) != parity
+
+
+def _persistent_protocol(tiles, rng):
+    """The persistent seesaw's barriers and buffers as ``mla_sm90_ws``'s ``_persist_*`` partitions use them, for
+    one program walking items of ``tiles`` blocks each, under a random interleaving of the three partitions and of
+    the TMA copies' landings: every wait with the kernel's phase formula, every read of a buffer checked against
+    what it must hold (a block, Q, a P, a staged output half). Returns the reads checked; a read of the wrong
+    contents fails, a wait that can never pass is a deadlock (AssertionError)."""
+    bars = {"q_ready": _Bar(1), "q_free": _Bar(1), "m0": _Bar(1), "s1": _Bar(1), "epi": _Bar(2)}
+    for i in range(2):
+        bars[f"ready{i}"], bars[f"free{i}"] = _Bar(1), _Bar(2)
+    mem = {"q": None, "v0": None, "v1": None, "r0": None, "r1": None}
+    landing = []  # TMA copies in flight: (buffers, contents, barrier); a block's pieces complete one barrier
+    checked = []
+
+    def read(buf, want):
+        assert mem[buf] == want, f"{buf} holds {mem[buf]}, expected {want}"
+        checked.append(want)
+
+    def producer():
+        blocks = done = 0
+        for k, n in enumerate(tiles):
+            for t in range(n):
+                g = blocks + t
+                yield ("wait", f"free{g & 1}", ((g >> 1) & 1) ^ 1)
+                landing.append(((f"v{g & 1}", f"r{g & 1}"), ((k, t), (k, t, "rope")), f"ready{g & 1}"))
+                if t == 0:
+                    yield ("wait", "q_free", (done & 1) ^ 1)
+                    landing.append((("q",), (k,), "q_ready"))
+            blocks, done = blocks + n, done + (n > 0)
+
+    def consumer(side):
+        blocks = steps = done = 0
+        for k, n in enumerate(tiles):
+            if n == 0:
+                continue  # (_fill_half: registers only)
+            yield ("wait", "q_ready", done & 1)
+            for j in range((n + 1) // 2):
+                has1 = 2 * j + 1 < n
+                g0 = blocks + 2 * j
+                b0, b1, ph0, ph1, phase = g0 & 1, 1 - (g0 & 1), (g0 >> 1) & 1, ((g0 + 1) >> 1) & 1, (steps + j) & 1
+                if side == 0:  # _seesaw_left
+                    yield ("wait", f"ready{b0}", ph0)
+                    read("q", k), read(f"v{b0}", (k, 2 * j)), read(f"r{b0}", (k, 2 * j, "rope"))
+                    mem[f"r{b0}"] = ("P0", k, j)
+                    bars["m0"].arrive()
+                    yield ("step",)
+                    read(f"v{b0}", (k, 2 * j)), read(f"r{b0}", ("P0", k, j))
+                    yield ("wait", "s1", phase)
+                    bars[f"free{b0}"].arrive()
+                    if has1:
+                        yield ("wait", f"ready{b1}", ph1)
+                        read(f"v{b1}", (k, 2 * j + 1)), read(f"r{b1}", ("P1", k, j))
+                        bars[f"free{b1}"].arrive()
+                else:  # _seesaw_right
+                    if has1:
+                        yield ("wait", f"ready{b1}", ph1)
+                        read("q", k), read(f"v{b1}", (k, 2 * j + 1)), read(f"r{b1}", (k, 2 * j + 1, "rope"))
+                    yield ("wait", "m0", phase)
+                    yield ("wait", f"ready{b0}", ph0)
+                    read(f"v{b0}", (k, 2 * j)), read(f"r{b0}", ("P0", k, j))
+                    if has1:
+                        mem[f"r{b1}"] = ("P1", k, j)
+                    bars["s1"].arrive()
+                    yield ("step",)
+                    if has1:
+                        bars[f"free{b0}"].arrive()
+                        read(f"v{b1}", (k, 2 * j + 1))
+                        if 2 * j + 2 < n:
+                            bars[f"free{b1}"].arrive()
+            bars["epi"].arrive()
+            yield ("wait", "epi", done & 1)
+            stage = "q" if side == 0 else f"v{(blocks + n - 1) & 1}"  # consumer 0 via Q, 1 via the last block
+            mem[stage] = ("out", side, k)
+            yield ("step",)
+            read(stage, ("out", side, k))
+            bars["q_free" if side == 0 else f"free{(blocks + n - 1) & 1}"].arrive()
+            blocks, steps, done = blocks + n, steps + (n + 1) // 2, done + 1
+
+    parts = {"load": producer(), "c0": consumer(0), "c1": consumer(1)}
+    want = {name: ("step",) for name in parts}
+    while parts or landing:
+        ready = [p for p in parts if want[p][0] == "step" or bars[want[p][1]].passed(want[p][2])]
+        assert ready or landing, f"deadlock: {want}"
+        pick = rng.randrange(len(ready) + len(landing))
+        if pick >= len(ready):  # a TMA copy lands (copies land in any order)
+            bufs, what, bar = landing.pop(pick - len(ready))
+            mem.update(zip(bufs, what, strict=True))
+            bars[bar].arrive()
+            continue
+        try:
+            want[ready[pick]] = next(parts[ready[pick]])
+        except StopIteration:
+            del parts[ready[pick]], want[ready[pick]]
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_persistent_barrier_protocol_never_deadlocks_nor_overwrites(seed):
+    """A model of the persistent seesaw's synchronisation (not of the kernel, which runs only on the GPU): items of
+    0-5 blocks in random order, the partitions and the TMA landings interleaved at random. The phases carried
+    across items (block count: buffer and kv barriers' phases; step count: m0 / s1; non-empty items: Q, q_free and
+    the row-sum exchange) never deadlock, no copy lands in a buffer before every read of its old contents (the
+    staged output halves included: consumer 0 stages through Q's buffer, consumer 1 through the item's last
+    block), and every read sees what it must."""
+    import random
+
+    rng = random.Random(seed)
+    tiles = [rng.choice([0, 1, 1, 2, 3, 4, 5]) for _ in range(rng.randint(1, 7))]
+    for _ in range(25):
+        checked = _persistent_protocol(tiles, rng)
+        assert sum(isinstance(c, tuple) and c[0] == "out" for c in checked) == 2 * sum(n > 0 for n in tiles)

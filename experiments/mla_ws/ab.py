@@ -25,6 +25,13 @@ are made: ``phase`` is ``check`` or ``time``.
   64-row tile at the planner's split count), ``ws-<variant>@uniform`` (the same split count as a work list) and
   ``ws-<variant>@splitlab`` (splitlab's scheduler, one item a slot: ``persistent=False``), ``flashmla``
   (``bench.peers_flashmla``, its own scheduler). ``roofline`` = ``workloads.floor_time_us`` / time.
+- The persistent seesaw (``seesaw-persistent``: a program walks its CTA slot's items, README "Prepared: the persistent
+  seesaw") runs on every schedule, and alone on the persistent ones (``PERSISTENT_SCHEDULES``): ``@stream_k``
+  (``schedulers.schedule(w, dev, "stream_k")``: stream-K over ``slots_per_group`` slots), ``@flashmla`` (FlashMLA's
+  own schedule, ``schedulers.flashmla_schedule``: the kernels compared at one work split) and
+  ``@splitlab-persistent`` (splitlab's scheduler with stream-K among its candidates; a row ``skipped`` where it
+  chose one item a slot, the ``@splitlab`` row). Its checks run each check batch on ``uniform``, ``stream_k`` and
+  ``flashmla`` schedules of the batch (several items a slot, empty requests mid-slot).
 
 Budget: ``--budget-s`` (default 270) counts from the start of ``all``; ``run`` starts no new batch past it and the
 README's command stops everything at 295 s. FlashMLA comes from the workplace kit (``--fmla``: its prebuilt objects
@@ -52,7 +59,9 @@ HEADS = (128, 64)
 BATCHES = (64, 132, 16, 1)
 KEYS = (32768, 65536, 8192)
 DISTS = ("uniform", "longtail")
-SCHEDULES = ("uniform", "splitlab")
+SCHEDULES = ("uniform", "splitlab", "stream_k", "flashmla", "splitlab-persistent")
+#: The schedules of several items a slot, which only the persistent variants run.
+PERSISTENT_SCHEDULES = ("stream_k", "flashmla", "splitlab-persistent")
 #: Check batches: (name, heads, lengths, page, dtype, split count, what is done to the inputs).
 CHECKS = [
     ("empty-and-odd", 128, [1000, 0, 77], 64, "bf16", 1, None),
@@ -77,6 +86,32 @@ def shapes(heads=HEADS, batches=BATCHES, keys=KEYS, dists=DISTS) -> list[tuple[i
 
 #: This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row).
 Rows = functools.partial(CsvRows, fields=FIELDS)
+
+
+def persistent(variant: str) -> bool:
+    """Whether ``variant`` walks its slot's items (``mla_sm90_ws.PERSISTENT_VARIANTS``)."""
+    from splitlab.kernels.mla_sm90_ws import PERSISTENT_VARIANTS
+
+    return variant in PERSISTENT_VARIANTS
+
+
+def pairs(variants, schedules) -> list[tuple[str, str]]:
+    """(variant, schedule label) of the timed rows, schedule-major: a one-item variant on the one-item schedules, a
+    persistent one on every schedule."""
+    return [(v, label) for label in schedules for v in variants
+            if persistent(v) or label not in PERSISTENT_SCHEDULES]
+
+
+def check_schedules(variant: str, lens: list[int], splits: int) -> list[tuple[str, object]]:
+    """(label, Schedule) a check batch runs ``variant`` on: ``uniform`` at ``splits``; for a persistent variant
+    also stream-K and FlashMLA's schedule over ``splits`` slots (several items a slot, empty requests mid-slot)."""
+    from splitlab.planners import schedulers
+
+    out = [("uniform", schedulers.uniform(lens, splits, request_major=True))]
+    if persistent(variant):
+        out += [(f"stream_k:{splits}", schedulers.stream_k(lens, splits)),
+                (f"flashmla:{splits}", schedulers.flashmla(lens, splits))]
+    return out
 
 
 def passed_checks(rows: list[dict], variants) -> list[str]:
@@ -112,7 +147,6 @@ def check(args) -> None:
     from splitlab.kernels.inputs import mla_inputs, poison_unread_pages_, poisoned_allocs
     from splitlab.kernels.mla_sm90_ws import mla_decode_ws
     from splitlab.kernels.worklist import WorkList
-    from splitlab.planners import schedulers
 
     rows = Rows(Path(args.out) / CSV_NAME)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -128,25 +162,27 @@ def check(args) -> None:
         if twist == "bad-page":  # request 1's second page outside the cache (after the reference read the good one)
             x["block_table"][1, 1] = x["kv_cache"].shape[0] + 5
             nan_rows = (1,)
-        work = WorkList.from_schedule(schedulers.uniform(lens, splits, request_major=True), "cuda")
         for impl, variant in impls:
             if variant is None and twist == "bad-page":  # (the shipped tile clamps such a page: undefined, not NaN)
                 continue
-            t0 = time.time()
-            row = dict(phase="check", impl=impl, variant=variant or "", schedule="uniform", case=name, heads=heads,
-                       batch=len(lens), longest=max(lens), dist="", dtype=dt, page=page, splits=splits)
-            try:
-                with poisoned_allocs():
-                    if variant is None:
-                        out, lse = mla.mla_decode(**x, head_dim_v=512, num_splits=splits, return_lse=True)
-                    else:
-                        out, lse = mla_decode_ws(x["q"], x["kv_cache"], x["block_table"], work, variant=variant,
-                                                 return_lse=True)
-                    torch.cuda.synchronize()
-                row.update(harness.verdict_fields(*accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)))
-            except Exception as e:  # a refusal, a compile error, a fault: the row says which
-                row.update(status="error", error=harness.error_text(e))
-            harness.write_check(rows, row, t0)
+            for label, s in check_schedules(variant or "", lens, splits):
+                t0 = time.time()
+                row = dict(phase="check", impl=impl, variant=variant or "", schedule=label, case=name, heads=heads,
+                           batch=len(lens), longest=max(lens), dist="", dtype=dt, page=page, splits=splits)
+                try:
+                    with poisoned_allocs():
+                        if variant is None:
+                            out, lse = mla.mla_decode(**x, head_dim_v=512, num_splits=splits, return_lse=True)
+                        else:
+                            out, lse = mla_decode_ws(x["q"], x["kv_cache"], x["block_table"],
+                                                     WorkList.from_schedule(s, "cuda"), variant=variant,
+                                                     return_lse=True)
+                        torch.cuda.synchronize()
+                    row.update(harness.verdict_fields(*accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt],
+                                                                        nan_rows)))
+                except Exception as e:  # a refusal, a compile error, a fault: the row says which
+                    row.update(status="error", error=harness.error_text(e))
+                harness.write_check(rows, row, t0)
     rows.close()
 
 
@@ -175,18 +211,31 @@ def impls_for(w, dev, variants, schedules):
     knobs = bench_decode.default_knobs(w, dev)
     out = [("gluon-v6", "", f"split:{knobs['num_splits']}", None,
             lambda x: (lambda: mla.mla_decode(**x, head_dim_v=512, **knobs)))]
-    scheds = {}
-    if "uniform" in schedules:
-        scheds["uniform"] = schedulers.uniform(w.lengths, knobs["num_splits"], request_major=True)
-    if "splitlab" in schedules:
-        scheds["splitlab"] = schedulers.splitlab(w, dev, persistent=False)  # the kernel runs one item a slot
-    for label, s in scheds.items():
-        wl = WorkList.from_schedule(s, "cuda")
-        for v in variants:
-            def make(x, wl=wl, v=v):
-                return lambda: mla_decode_ws(x["q"], x["kv_cache"], x["block_table"], wl, variant=v)
-            out.append((f"ws-{v}@{label}", v, label, s, make))
+    build = {"uniform": lambda: schedulers.uniform(w.lengths, knobs["num_splits"], request_major=True),
+             "splitlab": lambda: schedulers.splitlab(w, dev, persistent=False),  # one item a slot
+             "stream_k": lambda: schedulers.schedule(w, dev, "stream_k"),
+             "flashmla": lambda: schedulers.flashmla_schedule(w, dev),
+             "splitlab-persistent": lambda: schedulers.splitlab(w, dev)}  # stream-K among the candidates
+    todo = pairs(variants, schedules)
+    scheds = {label: build[label]() for label in dict.fromkeys(label for _, label in todo)}
+    lists = {label: WorkList.from_schedule(s, "cuda") for label, s in scheds.items()}
+    for v, label in todo:
+        def make(x, wl=lists[label], v=v):
+            return lambda: mla_decode_ws(x["q"], x["kv_cache"], x["block_table"], wl, variant=v)
+        out.append((f"ws-{v}@{label}", v, label, scheds[label], make))
     return out
+
+
+def skip_reason(variant: str, label: str, s) -> str:
+    """Why a timed row is not run ('' where it is): a one-item variant on a persistent schedule (``pairs`` makes
+    none), or ``@splitlab-persistent`` where splitlab's scheduler chose one item a slot (the ``@splitlab`` row)."""
+    if s is None or not variant:
+        return ""
+    if s.persistent and not persistent(variant):
+        return f"{label}'s schedule is persistent; the kernel runs one item a CTA slot"
+    if label == "splitlab-persistent" and not s.persistent:
+        return "splitlab's scheduler chose one item a slot: the @splitlab row"
+    return ""
 
 
 def run(args, t0: float | None = None) -> None:
@@ -228,12 +277,14 @@ def run(args, t0: float | None = None) -> None:
             row = dict(base, impl=impl, variant=variant, schedule=label)
             if s is not None:
                 row.update(harness.schedule_fields(s))
+            why = skip_reason(variant, label, s)
             try:
-                if s is not None and s.persistent:
-                    raise RuntimeError(f"{label}'s schedule is persistent; the kernel runs one item a CTA slot")
-                harness.time_row(row, make, sets, ref, floor, tol, args.replays)
+                if why:
+                    row.update(status="skipped", error=why)
+                else:
+                    harness.time_row(row, make, sets, ref, floor, tol, args.replays)
             except Exception as e:  # a refusal, out of resources, a peer's error: the row keeps it, the run goes on
-                row.update(status="skipped" if "persistent" in str(e) else "error", error=harness.error_text(e))
+                row.update(status="error", error=harness.error_text(e))
             harness.write_timed(rows, row, t1, line)
         print(f"[{time.time() - t0:5.0f}s] MLA-{heads} B={batch} {longest} {dist}: " + "; ".join(line), flush=True)
         del sets, first, ref

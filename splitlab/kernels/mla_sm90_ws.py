@@ -33,6 +33,8 @@ Variants (``VARIANTS``, constexprs of one kernel, so that an A/B measures each i
 - ``seesaw``: the schedule above.
 - ``*-fine``: each block lands as nine 64 x 64 pieces with a barrier each, and the QK GEMM waits piece by piece;
   without it, one barrier for the block's 72 KiB.
+- ``seesaw-persistent`` (``PERSISTENT_VARIANTS``; opt-in for the A/B, not the launchers'): the seesaw with a
+  persistent slot, below.
 
 Partitions (``gl.warp_specialize``): consumer 0 (the default partition, 4 warps), consumer 1 (4 warps,
 ``CONSUMER_REGS``), the producer (1 warp, ``LOADER_REGS``): Q once (nine TMA pieces, 72 KiB), then block t into
@@ -57,11 +59,26 @@ Scope (``check_launch``, else one ``SplitlabError`` line): 16-bit q and cache of
 page size a multiple of 64, at least one page, cache rows of contiguous elements at a 16-byte-aligned stride and
 pages of ``page_size`` rows back to back (the cache read as one 2-D TMA tensor of rows), fewer than 2^31 rows; any
 head count (64-row tiles; q read as rows of ``[B * H, 576]``, copied contiguous where its strides are not that);
-a non-persistent schedule aligned to 64 keys; an sm_90 GPU with triton 3.6's Gluon, not the interpreter.
+a non-persistent schedule aligned to 64 keys (``seesaw-persistent``: any schedule so aligned); an sm_90 GPU with
+triton 3.6's Gluon, not the interpreter.
 
 A plan's launches: ``BOUNDED`` (a grid of a capacity's slots, ``num_ctas`` on the device: programs past the plan's
 count exit before they allocate anything) and ``TIMELINE`` (consumer 0 writes the program's ``kernels.timeline``
 record: its start at once, the rest after its half of the output).
+
+The persistent seesaw (``PERSISTENT``; ``launch``'s ``cta_offsets``, the work list's): one program per (CTA slot, head
+tile) walks the slot's items ``cta_offsets[slot] .. cta_offsets[slot + 1]`` in order, so that an item pays no CTA
+prologue and the next item's copies start while this one finishes. Each partition carries across items the slot's
+block count (block g in buffer g % 2, its ``kv_ready`` / ``kv_free`` phase (g // 2) mod 2), its seesaw step count (the
+m0 / c1 exchange's phases) and its non-empty item count (Q's, the row sums' and ``q_free``'s phases). The epilogue
+leaves the producer a buffer: consumer 0 stages its half through Q's buffer and then arrives ``q_free``; consumer 1
+keeps the item's last block past its last GEMM, stages its half there and only then releases it. The producer
+copies the next item's first block once both consumers released the buffer the item's second-to-last block held
+(during the item's last step), then that item's Q once ``q_free`` says Q's buffer is free, then its second block
+once consumer 1 released the last one. An item without blocks copies nothing and writes its zeros (NaN) from
+registers, without the row-sum exchange. Shared memory 223056 bytes (one barrier more). Compiled only (sm_90a, no
+spills, ``tests/test_compile_mla_ws.py``); its protocol is modelled in ``tests/test_mla_ws_scope.py``; the A/B
+(``experiments/mla_ws``, "Prepared: the persistent seesaw") has not run it on a GPU.
 """
 
 from __future__ import annotations
@@ -99,7 +116,11 @@ PIECE = 64  # columns of a TMA piece: 128 bytes, the swizzle width
 PIECES = HEAD_DIM_QK // PIECE  # 9 a block: 8 of V, 1 of rope
 #: name -> (seesaw, fine): the kernel's constexprs per variant (module docstring).
 VARIANTS = {"recompute": (False, False), "recompute-fine": (False, True), "seesaw": (True, False),
-            "seesaw-fine": (True, True)}
+            "seesaw-fine": (True, True), "seesaw-persistent": (True, False)}
+#: The variants whose program walks its CTA slot's items (``PERSISTENT``; ``launch``'s ``cta_offsets``): they run
+#: any schedule aligned to 64 keys, persistent or not. An opt-in for the A/B (``experiments/mla_ws``), not the
+#: work-list launchers' kernel (``use_ws`` asks for one item a slot).
+PERSISTENT_VARIANTS = frozenset({"seesaw-persistent"})
 #: Warps: the default partition (consumer 0) runs the launch's 4; consumer 1 has 4, the producer 1.
 NUM_WARPS = 4
 CONSUMER_WARPS, LOADER_WARPS = 4, 1
@@ -279,14 +300,15 @@ if HAVE_GLUON:
                 gl.store(pl_ptr + row.to(gl.int64) * pl_stride_r + heads * pl_stride_h, lse, mask=heads < num_heads)
 
     @gluon.jit
-    def _row_sums(l_i, l_smem, epi, SIDE: gl.constexpr, READ: gl.constexpr, ROWS: gl.constexpr):
+    def _row_sums(l_i, l_smem, epi, SIDE: gl.constexpr, READ: gl.constexpr, ROWS: gl.constexpr, phase):
         """Both consumers are past their last GEMM (so both block buffers are free for the epilogue's staging),
         each having written its row sums; ``READ`` 2: the two added (seesaw: each covers its own P), 1: consumer
-        0's (recompute: the same sums, with the page check's NaN)."""
+        0's (recompute: the same sums, with the page check's NaN). ``phase``: 0 in a one-item program; the
+        persistent one's count of non-empty items so far, mod 2 (one exchange each)."""
         l_smem[SIDE].store(l_i)
         gl.thread_barrier()
         mbarrier.arrive(epi)
-        mbarrier.wait(epi, 0)
+        mbarrier.wait(epi, phase)
         if READ == 2:
             l_i = l_smem[0].load(ROWS) + l_smem[1].load(ROWS)
         else:
@@ -334,7 +356,7 @@ if HAVE_GLUON:
             gl.thread_barrier()
             mbarrier.arrive(kv_free.index(buf))
         l_i = _row_sums(gl.where(bad, float("nan"), l_i), red[3], bars[3][2], COL0 // _HALF, 1,
-                        gl.SliceLayout(1, QK_L))
+                        gl.SliceLayout(1, QK_L), 0)
         _store_half(acc, m_i, l_i, outs, b, row, head_tile, kv_v.index(COL0 // _HALF), COL0, WRITE_LSE, PV_L)
 
     # --- seesaw: FlashMLA's schedule ------------------------------------------------------------------------------
@@ -347,10 +369,13 @@ if HAVE_GLUON:
         return gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r,r", [j], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr):
+    def _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr,
+                     walk, PERSISTENT: gl.constexpr):
         """Consumer 0's part of step ``j`` (block 2j in buffer 0 and, with ``HAS1``, 2j + 1 in buffer 1): S0; the
         max m0, c0 and P0 for consumer 1; O_L = O_L c0 + P0 V0_L; then, given c1 and P1, O_L = O_L c1 + P1 V1_L.
-        Its row sum covers its own P0s."""
+        Its row sum covers its own P0s. ``PERSISTENT``: ``walk`` = (g0, step, _): the program's block count before
+        the step (block g in buffer g % 2, its landing the (g // 2)-th of that buffer's barrier, phase g // 2 mod 2)
+        and its step count before it (the m0 / c1 exchange's phase); one-item programs pass anything."""
         q_v, q_r, kv_v, kv_r, red = smem
         q_ready, kv_ready, kv_free, sync = bars
         m_smem, c0_smem, c1_smem, l_smem = red
@@ -360,11 +385,24 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
         PV_ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
         dtype: gl.constexpr = q_v.dtype
-        phase = j & 1
-        b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
-        b1 = b0 + 1
+        if PERSISTENT:
+            g0 = walk[0]
+            phase = walk[1] & 1
+            z = _opaque_zero(j)  # (as below; Q is [1, 64, 576] there: its descriptors are made each step too)
+            q_v = q_v.index(z)
+            q_r = q_r.index(z)
+            b0 = z + (g0 & 1)
+            b1 = 1 - b0
+            ph0 = (g0 >> 1) & 1
+            ph1 = ((g0 + 1) >> 1) & 1
+        else:
+            phase = j & 1
+            b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
+            b1 = b0 + 1
+            ph0 = phase
+            ph1 = phase
         n0 = start + 2 * j * _BN
-        s = _masked_scores(_qk(q_v, q_r, kv_v.index(b0), kv_r.index(b0), kv_ready, b0, phase, FINE, QK_L), n0, end,
+        s = _masked_scores(_qk(q_v, q_r, kv_v.index(b0), kv_r.index(b0), kv_ready, b0, ph0, FINE, QK_L), n0, end,
                            qk_scale, QK_L)
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -394,7 +432,7 @@ if HAVE_GLUON:
         acc = acc * gl.convert_layout(c1, PV_ROWS)[:, None]
         if HAS1:
             # O_L += P1 V1_L, P1 from consumer 1 (over block 1's rope piece).
-            _wait_block(kv_ready, b1, phase, FINE)
+            _wait_block(kv_ready, b1, ph1, FINE)
             v1_left = kv_v.index(b1).slice(0, _HALF, 1)
             _zero_tail(v1_left, n0 + _BN, end)
             acc = warpgroup_mma(kv_r.index(b1), v1_left, acc, is_async=True)
@@ -404,11 +442,14 @@ if HAVE_GLUON:
         return m_i, l_i, acc
 
     @gluon.jit
-    def _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr):
+    def _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr,
+                      walk, PERSISTENT: gl.constexpr):
         """Consumer 1's part of step ``j``: S1 (block 2j + 1, with ``HAS1``); given m0, c0 and P0,
         O_R = O_R c0 + P0 V0_R, and meanwhile the step's last max m1, c1 and P1 for consumer 0; then
         O_R = O_R c1 + P1 V1_R. Its row sum covers its own P1s. Without ``HAS1`` (an odd item's last step) c1 = 1
-        and there is no P1."""
+        and there is no P1. ``PERSISTENT``: buffers and phases from ``walk`` = (g0, step, release) as
+        ``_seesaw_left``'s, and the item's last block is not released here (this warpgroup's epilogue stages
+        through it and releases it after): the odd last step's block 0, and block 1 where ``release`` is false."""
         q_v, q_r, kv_v, kv_r, red = smem
         q_ready, kv_ready, kv_free, sync = bars
         m_smem, c0_smem, c1_smem, l_smem = red
@@ -419,19 +460,32 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
         PV_ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
         dtype: gl.constexpr = q_v.dtype
-        phase = j & 1
-        b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
-        b1 = b0 + 1
+        if PERSISTENT:
+            g0 = walk[0]
+            phase = walk[1] & 1
+            z = _opaque_zero(j)  # (as below; Q is [1, 64, 576] there: its descriptors are made each step too)
+            q_v = q_v.index(z)
+            q_r = q_r.index(z)
+            b0 = z + (g0 & 1)
+            b1 = 1 - b0
+            ph0 = (g0 >> 1) & 1
+            ph1 = ((g0 + 1) >> 1) & 1
+        else:
+            phase = j & 1
+            b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
+            b1 = b0 + 1
+            ph0 = phase
+            ph1 = phase
         n0 = start + 2 * j * _BN
         n1 = n0 + _BN
         if HAS1:
-            s = _masked_scores(_qk(q_v, q_r, kv_v.index(b1), kv_r.index(b1), kv_ready, b1, phase, FINE, QK_L), n1,
+            s = _masked_scores(_qk(q_v, q_r, kv_v.index(b1), kv_r.index(b1), kv_ready, b1, ph1, FINE, QK_L), n1,
                                end, qk_scale, QK_L)
         mbarrier.wait(m0_bar, phase)
         m0 = m_smem.load(ROWS)
         c0 = c0_smem.load(ROWS)
         gl.thread_barrier()  # every thread has read m0 before any overwrites it
-        _wait_block(kv_ready, b0, phase, FINE)
+        _wait_block(kv_ready, b0, ph0, FINE)
         v0_right = kv_v.index(b0).slice(_HALF, _HALF, 1)
         _zero_tail(v0_right, n0, end)
         acc = acc * gl.convert_layout(c0, PV_ROWS)[:, None]
@@ -455,7 +509,11 @@ if HAVE_GLUON:
         mbarrier.arrive(s1_bar)
         acc = warpgroup_mma_wait(0, deps=[acc])
         gl.thread_barrier()
-        mbarrier.arrive(kv_free.index(b0))
+        if PERSISTENT:
+            if HAS1:  # (else block 0 is the item's last: held for the epilogue)
+                mbarrier.arrive(kv_free.index(b0))
+        else:
+            mbarrier.arrive(kv_free.index(b0))
         if HAS1:
             acc = acc * gl.convert_layout(c1, PV_ROWS)[:, None]
             v1_right = kv_v.index(b1).slice(_HALF, _HALF, 1)
@@ -463,7 +521,10 @@ if HAVE_GLUON:
             acc = warpgroup_mma(gl.convert_layout(p, P_L), v1_right, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
             gl.thread_barrier()
-            mbarrier.arrive(kv_free.index(b1))
+            if PERSISTENT:
+                mbarrier.arrive(kv_free.index(b1), pred=walk[2])
+            else:
+                mbarrier.arrive(kv_free.index(b1))
         return l_i, acc
 
     @gluon.jit
@@ -481,10 +542,11 @@ if HAVE_GLUON:
         acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
         mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
         for j in range(n_tiles // 2):
-            m_i, l_i, acc = _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, True, FINE)
+            m_i, l_i, acc = _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, True, FINE, 0, False)
         if n_tiles % 2 == 1:
-            m_i, l_i, acc = _seesaw_left(n_tiles // 2, smem, bars, m_i, l_i, acc, start, end, qk_scale, False, FINE)
-        l_i = _row_sums(gl.where(bad, float("nan"), l_i), red[3], sync[2], 0, 2, ROWS)
+            m_i, l_i, acc = _seesaw_left(n_tiles // 2, smem, bars, m_i, l_i, acc, start, end, qk_scale, False, FINE,
+                                         0, False)
+        l_i = _row_sums(gl.where(bad, float("nan"), l_i), red[3], sync[2], 0, 2, ROWS, 0)
         _store_half(acc, m_i, l_i, outs, b, row, head_tile, smem[2].index(0), 0, True, PV_L)
 
     @gluon.jit
@@ -500,12 +562,191 @@ if HAVE_GLUON:
         acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
         mbarrier.wait(q_ready, 0, pred=n_tiles > 0)
         for j in range(n_tiles // 2):
-            l_i, acc = _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, True, FINE)
+            l_i, acc = _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, True, FINE, 0, False)
         if n_tiles % 2 == 1:
-            l_i, acc = _seesaw_right(n_tiles // 2, smem, bars, l_i, acc, start, end, qk_scale, False, FINE)
-        l_i = _row_sums(l_i, red[3], sync[2], 1, 2, ROWS)
+            l_i, acc = _seesaw_right(n_tiles // 2, smem, bars, l_i, acc, start, end, qk_scale, False, FINE, 0, False)
+        l_i = _row_sums(l_i, red[3], sync[2], 1, 2, ROWS, 0)
         # (m is consumer 0's to write with the lse; it is not read here)
         _store_half(acc, l_i, l_i, outs, b, row, head_tile, smem[2].index(1), _HALF, False, PV_L)
+
+    # --- the persistent seesaw: a program walks its slot's items ----------------------------------------------------
+
+    @gluon.jit
+    def _fill_half(outs, b, row, bad, head_tile, COL0: gl.constexpr, WRITE_LSE: gl.constexpr):
+        """An item without blocks (an empty request, or an item outside ``[0, max_keys]``): columns ``COL0 + [0,
+        256)`` of its rows 0 (NaN where ``bad``), with ``WRITE_LSE`` the lse -inf (NaN), where ``_store_half`` of
+        a zero accumulator puts them; stored from registers (no staging buffer: the producer may be filling every
+        buffer with the next item's copies). Bytes: 64 x 256 x elt (+ 64 x 4)."""
+        (out_ptr, lse_ptr, po_ptr, pl_ptr, num_heads, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+         lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h) = outs
+        ROW_L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+        cols = COL0 + gl.arange(0, _HALF, layout=gl.SliceLayout(0, ROW_L))
+        fill = gl.zeros([16, _HALF], gl.float32, layout=ROW_L) + gl.where(bad, float("nan"), 0.0)
+        for r in gl.static_range(0, _BH, 16):
+            heads = head_tile * _BH + r + gl.arange(0, 16, layout=gl.SliceLayout(1, ROW_L))
+            mask = (heads < num_heads)[:, None]
+            if row < 0:
+                gl.store(out_ptr + b * out_stride_b + heads[:, None] * out_stride_h + cols[None, :] * out_stride_d,
+                         fill.to(out_ptr.dtype.element_ty), mask=mask)
+            else:
+                gl.store(po_ptr + row.to(gl.int64) * po_stride_r + heads[:, None] * po_stride_h
+                         + cols[None, :] * po_stride_d, fill, mask=mask)
+        if WRITE_LSE:
+            LSE_L: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+            heads = head_tile * _BH + gl.arange(0, _BH, layout=LSE_L)
+            lse = gl.zeros([_BH], gl.float32, layout=LSE_L) + gl.where(bad, float("nan"), float("-inf"))
+            if row < 0:
+                gl.store(lse_ptr + b * lse_stride_b + heads * lse_stride_h, lse, mask=heads < num_heads)
+            else:
+                gl.store(pl_ptr + row.to(gl.int64) * pl_stride_r + heads * pl_stride_h, lse, mask=heads < num_heads)
+
+    @gluon.jit
+    def _opaque_outs(outs, head_tile, it):
+        """``outs`` and ``head_tile`` plus an opaque 0 (``_opaque_zero``, once an item): the epilogue's addresses
+        are then computed in each item's epilogue, not hoisted out of the item loop and held (spilled) through the
+        GEMMs."""
+        (out_ptr, lse_ptr, po_ptr, pl_ptr, num_heads, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
+         lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h) = outs
+        z = _opaque_zero(it)
+        return ((out_ptr + z, lse_ptr + z, po_ptr + z, pl_ptr + z, num_heads + z, out_stride_b + z, out_stride_h + z,
+                 out_stride_d + z, lse_stride_b + z, lse_stride_h + z, po_stride_r + z, po_stride_h + z,
+                 po_stride_d + z, pl_stride_r + z, pl_stride_h + z), head_tile + z)
+
+    @gluon.jit
+    def _walk_item(walk, it):
+        """Item ``it`` of the slot (``_load_item``), its block count, its block-table row and its q row."""
+        items_ptr, first, stop, max_keys, head_tile, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
+        return (b, start, end, row, bad, gl.cdiv(end - start, _BN), bt_ptr + b * bt_stride_b,
+                b.to(gl.int32) * num_heads + head_tile * _BH)
+
+    @gluon.jit
+    def _persist_consumer0(smem, bars, walk, geo, outs, rec, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                           TIMELINE: gl.constexpr):
+        """Consumer 0 of the persistent seesaw (the default partition): each item of the slot in order as
+        ``_seesaw_consumer0``, the block and step counts carried across items (the phases), its half of the output
+        staged through Q's buffer (free: both consumers are past their last QK), which it then hands to the
+        producer for the next item's Q (``q_free``). ``TIMELINE``: the program's record, its slot's first item and
+        item count."""
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        items_ptr, first, stop, max_keys, head_tile, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        q_desc, kv_desc, bt_stride_p, num_pages, qk_scale = geo
+        timeline_ptr, pid, slot = rec
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        if TIMELINE:
+            start_record_slot(timeline_ptr, pid, slot, head_tile, first, stop - first)
+        blocks = first * 0  # blocks of the slot's earlier items, their steps, the non-empty items among them
+        steps = first * 0
+        done = first * 0
+        for it in range(first, stop):
+            b, start, end, row, bad, n_tiles, bt_row, q_row = _walk_item(walk, it)
+            if n_tiles > 0:
+                bad = bad | _pages_bad(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+                m_i = gl.full([_BH], float("-inf"), gl.float32, layout=ROWS)
+                l_i = gl.zeros([_BH], gl.float32, layout=ROWS)
+                acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
+                mbarrier.wait(q_ready, done & 1)
+                for j in range(n_tiles // 2):
+                    m_i, l_i, acc = _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, True, FINE,
+                                                 (blocks + 2 * j, steps + j, True), True)
+                if n_tiles % 2 == 1:
+                    m_i, l_i, acc = _seesaw_left(n_tiles // 2, smem, bars, m_i, l_i, acc, start, end, qk_scale,
+                                                 False, FINE, (blocks + n_tiles - 1, steps + n_tiles // 2, True),
+                                                 True)
+                l_i = _row_sums(gl.where(bad, float("nan"), l_i), red[3], sync[2], 0, 2, ROWS, done & 1)
+                outs_i, tile_i = _opaque_outs(outs, head_tile, it)
+                _store_half(acc, m_i, l_i, outs_i, b, row, tile_i, q_v.index(_opaque_zero(it)), 0, True, PV_L)
+                fence_async_shared()  # (the staging's generic accesses before the producer's TMA into q_v)
+                gl.thread_barrier()
+                mbarrier.arrive(q_free)
+                blocks += n_tiles
+                steps += (n_tiles + 1) // 2
+                done += 1
+            else:
+                outs_i, tile_i = _opaque_outs(outs, head_tile, it)
+                _fill_half(outs_i, b, row, bad, tile_i, 0, True)
+        if TIMELINE:
+            end_record_slot(timeline_ptr, pid)
+
+    @gluon.jit
+    def _persist_consumer1(smem, bars, walk, geo, outs, rec, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                           TIMELINE: gl.constexpr):
+        """Consumer 1 of the persistent seesaw: each item as ``_seesaw_consumer1``; it keeps the item's last block
+        (buffer (blocks + n - 1) % 2) past its last GEMM, stages its half of the output there and releases it
+        after (the producer's next copy into that buffer waits for this release and consumer 0's)."""
+        q_v, q_r, kv_v, kv_r, red = smem
+        q_ready, kv_ready, kv_free, sync = bars
+        items_ptr, first, stop, max_keys, head_tile, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        q_desc, kv_desc, bt_stride_p, num_pages, qk_scale = geo
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        blocks = first * 0
+        steps = first * 0
+        done = first * 0
+        for it in range(first, stop):
+            b, start, end, row, bad, n_tiles, bt_row, q_row = _walk_item(walk, it)
+            if n_tiles > 0:
+                l_i = gl.zeros([_BH], gl.float32, layout=ROWS)
+                acc = gl.zeros([_BH, _HALF], gl.float32, layout=PV_L)
+                mbarrier.wait(q_ready, done & 1)
+                for j in range(n_tiles // 2):  # (an even item's last step keeps its block 1)
+                    l_i, acc = _seesaw_right(j, smem, bars, l_i, acc, start, end, qk_scale, True, FINE,
+                                             (blocks + 2 * j, steps + j, (2 * j + 2 < n_tiles)), True)
+                if n_tiles % 2 == 1:
+                    l_i, acc = _seesaw_right(n_tiles // 2, smem, bars, l_i, acc, start, end, qk_scale, False, FINE,
+                                             (blocks + n_tiles - 1, steps + n_tiles // 2, False), True)
+                l_i = _row_sums(l_i, red[3], sync[2], 1, 2, ROWS, done & 1)
+                last = (blocks + n_tiles - 1) & 1
+                outs_i, tile_i = _opaque_outs(outs, head_tile, it)
+                _store_half(acc, l_i, l_i, outs_i, b, row, tile_i, kv_v.index(last), _HALF, False, PV_L)
+                fence_async_shared()  # (the staging's generic accesses before the producer's TMA into the buffer)
+                gl.thread_barrier()
+                mbarrier.arrive(kv_free.index(last))
+                blocks += n_tiles
+                steps += (n_tiles + 1) // 2
+                done += 1
+            else:
+                outs_i, tile_i = _opaque_outs(outs, head_tile, it)
+                _fill_half(outs_i, b, row, bad, tile_i, _HALF, False)
+
+    @gluon.jit
+    def _persist_load(smem, bars, walk, geo, outs, rec, FINE: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                      TIMELINE: gl.constexpr):
+        """The producer of the persistent seesaw: the slot's blocks in order, block g of the program into buffer
+        g % 2 once both consumers released block g - 2 (consumer 1 releases an item's last block after its
+        epilogue); each non-empty item's Q after its first block (whose buffer frees first), once consumer 0's last
+        epilogue left Q's buffer (``q_free``). An empty item copies nothing."""
+        q_all, q_rall, kv_v, kv_r, red = smem
+        q_v = q_all.index(0)
+        q_r = q_rall.index(0)
+        q_ready, kv_ready, kv_free, sync = bars
+        items_ptr, first, stop, max_keys, head_tile, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        q_desc, kv_desc, bt_stride_p, num_pages, qk_scale = geo
+        blocks = first * 0
+        done = first * 0
+        for it in range(first, stop):
+            b, start, end, row, bad, n_tiles, bt_row, q_row = _walk_item(walk, it)
+            for t in range(n_tiles):
+                g = blocks + t
+                buf = g & 1
+                n0 = start + t * _BN
+                page = gl.load(bt_row + (n0 // PAGE_SIZE) * bt_stride_p)  # (as _part_load's)
+                krow = page * PAGE_SIZE + n0 % PAGE_SIZE
+                mbarrier.wait(kv_free.index(buf), ((g >> 1) & 1) ^ 1)  # (a fresh barrier passes parity 1)
+                _issue_block(kv_desc, krow, kv_v.index(buf), kv_r.index(buf), kv_ready, buf, FINE)
+                if t == 0:
+                    mbarrier.wait(q_free, (done & 1) ^ 1)
+                    mbarrier.expect(q_ready, _NP * q_desc.block_type.nbytes)
+                    for c in gl.static_range(_NV):
+                        tma.async_copy_global_to_shared(q_desc, [q_row, c * _PIECE], q_ready,
+                                                        q_v.slice(c * _PIECE, _PIECE, 1))
+                    tma.async_copy_global_to_shared(q_desc, [q_row, _NV * _PIECE], q_ready, q_r)
+            blocks += n_tiles
+            done += gl.where(n_tiles > 0, 1, 0)
 
     # --- partitions -----------------------------------------------------------------------------------------------
 
@@ -538,6 +779,27 @@ if HAVE_GLUON:
         gl.store(base + 5, group.to(gl.int64))
         gl.store(base + 6, it.to(gl.int64))
         gl.store(base + 7, (it * 0 + 1).to(gl.int64))
+
+    @gluon.jit
+    def start_record_slot(timeline_ptr, pid, slot, group, first, count):
+        """A persistent program's ``start_ns`` and what it runs (slot ``slot``, head group ``group``, its first item
+        ``first`` and ``count`` items), stored at once: no register holds them through the item loop."""
+        base = timeline_ptr + pid.to(gl.int64) * _RECORD
+        gl.store(base + 2, _now_ns(pid))
+        gl.store(base + 4, slot.to(gl.int64))
+        gl.store(base + 5, group.to(gl.int64))
+        gl.store(base + 6, first.to(gl.int64))
+        gl.store(base + 7, count.to(gl.int64))
+
+    @gluon.jit
+    def end_record_slot(timeline_ptr, pid):
+        """The rest of a persistent program's record: its id, SM and end (the id last: a record without one is a
+        program that did not finish, which ``kernels.timeline.read`` drops)."""
+        end = _now_ns(pid)
+        base = timeline_ptr + pid.to(gl.int64) * _RECORD
+        gl.store(base + 1, _smid(pid).to(gl.int64))
+        gl.store(base + 3, end)
+        gl.store(base, pid.to(gl.int64))
 
     @gluon.jit
     def _part_consumer0(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
@@ -599,24 +861,33 @@ if HAVE_GLUON:
         pl_stride_r, pl_stride_h,
         num_ctas_ptr, timeline_ptr,
         PAGE_SIZE: gl.constexpr, SEESAW: gl.constexpr, FINE: gl.constexpr, BOUNDED: gl.constexpr,
-        TIMELINE: gl.constexpr, num_warps: gl.constexpr,
+        TIMELINE: gl.constexpr, num_warps: gl.constexpr, cta_ptr=None, PERSISTENT: gl.constexpr = False,
     ):
         # One program per (work item, head tile), head tile fastest: the head tiles of an item share its blocks
         # through L2. BOUNDED: a grid sized to a plan's capacity (kernels.decode_plan, CUDA graphs), the programs
-        # past the plan's slot count exit at once.
+        # past the plan's slot count exit at once. PERSISTENT (the seesaw only): one program per (CTA slot, head
+        # tile), walking the slot's items cta_ptr[slot] .. cta_ptr[slot + 1] (the work list's CTA offsets).
         pid = gl.program_id(0)
         head_tile = pid % num_head_tiles
         it = pid // num_head_tiles
         if BOUNDED:
             if it >= gl.load(num_ctas_ptr):
                 return
-        b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
-        n_tiles = gl.cdiv(end - start, _BN)
+        if PERSISTENT:
+            first = gl.load(cta_ptr + it)
+            stop = gl.load(cta_ptr + it + 1)
+        else:
+            b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
+            n_tiles = gl.cdiv(end - start, _BN)
         dtype: gl.constexpr = q_desc.dtype
         SM_L: gl.constexpr = q_desc.layout
         VEC_L: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
-        q_v = gl.allocate_shared_memory(dtype, [_BH, _NV * _PIECE], SM_L)
-        q_r = gl.allocate_shared_memory(dtype, [_BH, _PIECE], SM_L)
+        if PERSISTENT:  # (Q as one of one: the consumers index it with an opaque 0, _seesaw_left)
+            q_v = gl.allocate_shared_memory(dtype, [1, _BH, _NV * _PIECE], SM_L)
+            q_r = gl.allocate_shared_memory(dtype, [1, _BH, _PIECE], SM_L)
+        else:
+            q_v = gl.allocate_shared_memory(dtype, [_BH, _NV * _PIECE], SM_L)
+            q_r = gl.allocate_shared_memory(dtype, [_BH, _PIECE], SM_L)
         kv_v = gl.allocate_shared_memory(dtype, [2, _BN, _NV * _PIECE], SM_L)
         kv_r = gl.allocate_shared_memory(dtype, [2, _BN, _PIECE], SM_L)
         m_smem = gl.allocate_shared_memory(gl.float32, [_BH], VEC_L)
@@ -640,21 +911,35 @@ if HAVE_GLUON:
         mbarrier.init(m0_bar, count=1)
         mbarrier.init(s1_bar, count=1)
         mbarrier.init(epi, count=2)
+        if PERSISTENT:  # Q's buffer free for the next item's Q (consumer 0's epilogue stages through it)
+            q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(q_free, count=1)
 
         smem = (q_v, q_r, kv_v, kv_r, (m_smem, c0_smem, c1_smem, l_smem))
         bars = (q_ready, kv_ready, kv_free, (m0_bar, s1_bar, epi))
-        item = (b, start, end, row, bad, n_tiles, head_tile)
-        geo = (q_desc, kv_desc, bt_ptr + b * bt_stride_b, bt_stride_p, num_pages,
-               b.to(gl.int32) * num_heads + head_tile * _BH, qk_scale)
         outs = (out_ptr, lse_ptr, po_ptr, pl_ptr, num_heads, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
                 lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h)
-        # (The constexprs go into each tuple as it is written: a tuple assigned to a name first turns them into
-        # runtime values.)
-        rec = (timeline_ptr, pid, it, head_tile)
-        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE)),
-                            (_part_consumer1, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE)),
-                            (_part_load, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE))],
-                           _WARPS, _REGS)
+        if PERSISTENT:
+            walk = (items_ptr, first, stop, max_keys, head_tile, bt_ptr, bt_stride_b, num_heads, q_free)
+            geo = (q_desc, kv_desc, bt_stride_p, num_pages, qk_scale)
+            rec = (timeline_ptr, pid, it)
+            gl.warp_specialize([(_persist_consumer0, (smem, bars, walk, geo, outs, rec, FINE, PAGE_SIZE, TIMELINE)),
+                                (_persist_consumer1, (smem, bars, walk, geo, outs, rec, FINE, PAGE_SIZE, TIMELINE)),
+                                (_persist_load, (smem, bars, walk, geo, outs, rec, FINE, PAGE_SIZE, TIMELINE))],
+                               _WARPS, _REGS)
+        else:
+            item = (b, start, end, row, bad, n_tiles, head_tile)
+            geo = (q_desc, kv_desc, bt_ptr + b * bt_stride_b, bt_stride_p, num_pages,
+                   b.to(gl.int32) * num_heads + head_tile * _BH, qk_scale)
+            # (The constexprs go into each tuple as it is written: a tuple assigned to a name first turns them into
+            # runtime values.)
+            rec = (timeline_ptr, pid, it, head_tile)
+            gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE,
+                                                   TIMELINE)),
+                                (_part_consumer1, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE,
+                                                   TIMELINE)),
+                                (_part_load, (smem, bars, item, geo, outs, rec, SEESAW, FINE, PAGE_SIZE, TIMELINE))],
+                               _WARPS, _REGS)
 
 
 #: Off: the work-list launchers run the tl tile everywhere (A/B runs; tests/gpu compares the two).
@@ -728,7 +1013,11 @@ def check_launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Ten
         raise SplitlabError(f"mla_decode_ws: kv_cache strides {tuple(kv_cache.stride())} are not allowed; expected "
                             "pages of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mla_decode_ws")
-    if work.schedule.persistent or work.schedule.align % BLOCK_N:
+    if variant in PERSISTENT_VARIANTS:
+        if work.schedule.align % BLOCK_N:
+            raise SplitlabError(f"mla_decode_ws: a schedule with items aligned to {work.schedule.align} keys is not "
+                                f"allowed; expected items starting at multiples of {BLOCK_N} ({variant})")
+    elif work.schedule.persistent or work.schedule.align % BLOCK_N:
         kind = "a persistent schedule" if work.schedule.persistent else "a schedule"
         raise SplitlabError(f"mla_decode_ws: {kind} with items aligned to {work.schedule.align} keys is not allowed; "
                             f"expected one item a CTA slot (not persistent), items starting at multiples of {BLOCK_N}")
@@ -748,7 +1037,8 @@ def mla_decode_ws(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Te
     po, pl = alloc_partials(work, H, head_dim_v, q.device)
     with launch_common.device_guard(q):
         launch(q, kv_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E, variant,
-               timeline=timeline_args(timelines, work.ctas * -(-H // BLOCK_H), q.device, "mla_decode_ws"))
+               timeline=timeline_args(timelines, work.ctas * -(-H // BLOCK_H), q.device, "mla_decode_ws"),
+               cta_offsets=work.cta_offsets if variant in PERSISTENT_VARIANTS else None)
         launch_merge(work, po, pl, out, lse, timelines)
     return (out, lse) if return_lse else out
 
@@ -769,12 +1059,18 @@ def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
 
 def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, items: torch.Tensor, slots: int,
            out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor, qk_scale: float, variant: str,
-           *, num_ctas: torch.Tensor | None = None, timeline: dict | None = None) -> None:
-    """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2): ``slots`` CTA slots
-    of the work list ``items`` (one item a slot), each head tile a program. ``num_ctas``: a device int32 holding the
-    plan's slot count, ``slots`` then a capacity (programs past the count exit); ``timeline``: the timeline arguments
-    of ``kernels.timeline.Timelines.args`` (each program's record)."""
+           *, num_ctas: torch.Tensor | None = None, timeline: dict | None = None,
+           cta_offsets: torch.Tensor | None = None) -> None:
+    """The partial kernel alone (no checks of the inputs: ``check_launch``'s; ``qk_scale`` in base 2): ``slots`` CTA
+    slots of the work list ``items`` (one item a slot), each head tile a program. ``num_ctas``: a device int32
+    holding the plan's slot count, ``slots`` then a capacity (programs past the count exit); ``timeline``: the
+    timeline arguments of ``kernels.timeline.Timelines.args`` (each program's record). ``cta_offsets`` (int32
+    ``[slots + 1]``, the work list's ``cta_offsets``; at least that many with ``num_ctas``): a slot's items, which a
+    ``PERSISTENT_VARIANTS`` variant's program walks in order; it is required with those variants and refused with
+    the others (one ``SplitlabError`` line)."""
+    check_walk(variant, cta_offsets, slots, items.device, bounded=num_ctas is not None)
     seesaw, fine = VARIANTS[variant]
+    persistent = variant in PERSISTENT_VARIANTS
     B, H, _ = q.shape
     num_pages, page_size, _ = kv_cache.shape
     tiles = -(-H // BLOCK_H)
@@ -785,8 +1081,38 @@ def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, i
         *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
         num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items,
         PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, BOUNDED=num_ctas is not None, TIMELINE=bool(timeline),
-        num_warps=NUM_WARPS, maxnreg=MAXNREG,
+        num_warps=NUM_WARPS, maxnreg=MAXNREG, **(dict(cta_ptr=cta_offsets, PERSISTENT=True) if persistent else {}),
     )
 
 
-__all__ = ["DEFAULT_VARIANT", "ENABLED", "VARIANTS", "cache_ok", "check_launch", "launch", "mla_decode_ws", "use_ws"]
+def check_walk(variant: str, cta_offsets: torch.Tensor | None, slots: int, device: torch.device,
+               bounded: bool = False) -> None:
+    """``launch``'s rule for ``cta_offsets``: an int32 vector of ``slots + 1`` entries (at least that many where
+    ``bounded``: a capacity grid's) on the items' device for a ``PERSISTENT_VARIANTS`` variant, none for the others;
+    else one ``SplitlabError`` line. (Its values are the work list's: not read on the host.)"""
+    if variant not in VARIANTS:
+        raise SplitlabError(f"mla_decode_ws: variant={variant!r} is not allowed; expected one of {sorted(VARIANTS)}")
+    if variant not in PERSISTENT_VARIANTS:
+        if cta_offsets is not None:
+            raise SplitlabError(f"mla_decode_ws: cta_offsets with variant={variant!r} is not allowed; expected it "
+                                f"only with {sorted(PERSISTENT_VARIANTS)} (one item a slot takes none)")
+        return
+    if cta_offsets is None:
+        raise SplitlabError(f"mla_decode_ws: variant={variant!r} walks each slot's items; expected cta_offsets "
+                            "(the work list's)")
+    if not isinstance(cta_offsets, torch.Tensor):
+        raise SplitlabError(f"mla_decode_ws: cta_offsets={type(cta_offsets).__name__} is not allowed; expected an "
+                            "int32 tensor (the work list's cta_offsets)")
+    n = cta_offsets.numel()
+    if (cta_offsets.dtype != torch.int32 or cta_offsets.dim() != 1 or cta_offsets.stride(0) != 1
+            or (n < slots + 1 if bounded else n != slots + 1)):
+        raise SplitlabError(f"mla_decode_ws: cta_offsets {cta_offsets.dtype} of shape {tuple(cta_offsets.shape)} "
+                            f"is not allowed; expected contiguous int32 of {'at least ' if bounded else ''}"
+                            f"{slots + 1} (slots + 1)")
+    if cta_offsets.device != device:
+        raise SplitlabError(f"mla_decode_ws: cta_offsets is on {cta_offsets.device}; expected the items' "
+                            f"device {device}")
+
+
+__all__ = ["DEFAULT_VARIANT", "ENABLED", "PERSISTENT_VARIANTS", "VARIANTS", "cache_ok", "check_launch", "check_walk",
+           "launch", "mla_decode_ws", "use_ws"]
