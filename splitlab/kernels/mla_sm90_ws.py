@@ -83,6 +83,8 @@ spills, ``tests/test_compile_mla_ws.py``); its protocol is modelled in ``tests/t
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from splitlab.errors import SplitlabError
@@ -1043,14 +1045,21 @@ def mla_decode_ws(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Te
     return (out, lse) if return_lse else out
 
 
+@functools.cache
+def box_layout(dtype: torch.dtype):
+    """The swizzled shared layout of a 64-column TMA box of ``dtype`` (bf16 or fp16), made once: a Gluon layout
+    object costs microseconds of host time to build, on every launch otherwise."""
+    return gl.NVMMASharedLayout.get_default_for([BLOCK_H, PIECE], gl.bfloat16 if dtype == torch.bfloat16
+                                                else gl.float16)
+
+
 def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
     """The TMA descriptors of q (rows of ``[B * H, 576]``; a contiguous copy where q's strides are not that) and
     of the cache (rows of ``[num_pages * page_size, 576]``), both in 64 x 64 boxes."""
     B, H, Dqk = q.shape
     if not (_tma_rows(q, q.stride(1)) and q.stride(0) == H * q.stride(1)):
         q = q.contiguous()
-    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_H, PIECE], gl.bfloat16 if q.dtype == torch.bfloat16
-                                                  else gl.float16)
+    layout = box_layout(q.dtype)
     rows = kv_cache.shape[0] * kv_cache.shape[1]
     q_desc = TensorDescriptor(q, [B * H, Dqk], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
     kv_desc = TensorDescriptor(kv_cache, [rows, Dqk], [kv_cache.stride(1), 1], [BLOCK_N, PIECE], layout)

@@ -67,6 +67,7 @@ from splitlab.kernels.mla_sm90_ws import (
     MAXNREG,
     NUM_WARPS,
     _tma_rows,
+    box_layout,
 )
 from splitlab.kernels.mla_sm90_ws import cache_ok as rows_ok  # the paged-cache rule, asked of each cache
 from splitlab.kernels.workitems import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
@@ -438,8 +439,7 @@ def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
     B, H, D = q.shape
     if not (_tma_rows(q, q.stride(1)) and q.stride(0) == H * q.stride(1)):
         q = q.contiguous()
-    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_H, PIECE], gl.bfloat16 if q.dtype == torch.bfloat16
-                                                  else gl.float16)
+    layout = box_layout(q.dtype)
     rows = k_cache.shape[0] * k_cache.shape[1]
     box = [box_rows(k_cache.shape[1]), PIECE]
     q_desc = TensorDescriptor(q, [B * H, D], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
