@@ -86,3 +86,30 @@ def test_triton_every_call_under_the_interpreter_or_a_launch_hook(compiled_path,
         for _ in range(2):
             b.launch((1,), x, 10, 0.5)
         assert [e[0] for e in k.log] == ["triton"] * 4
+
+
+def test_a_gluon_descriptor_key_is_at_least_as_fine_as_tritons():
+    """Gluon TMA descriptors (the warp-specialized kernels' q and caches): one key for descriptors Triton specializes
+    alike (other bases, shapes, strides), another for another dtype, box or layout; and wherever two keys are equal,
+    Triton's native specialization of the two is equal too."""
+    ws = pytest.importorskip("splitlab.kernels.mla_sm90_ws")
+    if not ws.HAVE_GLUON:
+        pytest.skip("no Gluon in this triton")
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    TD, layout = ws.TensorDescriptor, ws.box_layout
+    bf, hf = torch.zeros(256, 576, dtype=torch.bfloat16), torch.zeros(130, 576, dtype=torch.float16)
+    descs = [TD(bf, [256, 576], [576, 1], [64, 64], layout(torch.bfloat16)),
+             TD(bf[:128], [128, 576], [576, 1], [64, 64], layout(torch.bfloat16)),  # another shape
+             TD(torch.zeros(64, 1152, dtype=torch.bfloat16), [64, 576], [1152, 1], [64, 64], layout(torch.bfloat16)),
+             TD(bf, [256, 576], [576, 1], [32, 64], layout(torch.bfloat16)),  # another box
+             TD(hf, [130, 576], [576, 1], [64, 64], layout(torch.float16))]  # another dtype and layout
+    keys = [bl.spec_key((d,)) for d in descs]
+    assert keys[0] == keys[1] == keys[2] and len({keys[0], keys[3], keys[4]}) == 3
+    native = [native_specialize_impl(BaseBackend, d, False, True, True) for d in descs]
+    for i in range(len(descs)):
+        for j in range(len(descs)):
+            if keys[i] == keys[j]:
+                assert native[i] == native[j]
+    assert bl.spec_key((descs[0], 5)) is not None and bl.spec_key((object(),)) is None

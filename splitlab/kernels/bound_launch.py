@@ -9,8 +9,10 @@ kernel's parameter order. What it costs per call, and what it saves, is measured
 ``experiments/plan_run/launch_probe.py``.
 
 The specialization (``spec_key``) is at least as fine as Triton's own (``triton.runtime.jit``'s binder: a tensor's
-dtype and 16-byte alignment; an int's value 1, its divisibility by 16 and its integer width), so two calls of one key
-always run the binary Triton itself would pick. Triton's path is kept, every call, under the interpreter, with a
+dtype and 16-byte alignment; an int's value 1, its divisibility by 16 and its integer width; a Gluon TMA descriptor's
+type string ``tensordesc<dtype[block],layout>``, here its class, base dtype, block shape, layout and padding), so two
+calls of one key always run the binary Triton itself would pick (``tests/test_bound_launch.py`` holds the
+descriptor's key against Triton's native one). Triton's path is kept, every call, under the interpreter, with a
 launch hook installed (a profiler: ``triton.knobs.runtime.launch_enter_hook``), and for arguments of any other type
 (``spec_key`` returns None).
 """
@@ -43,6 +45,17 @@ def _int_key(v: int) -> tuple:
     return (v == 1, v % 16 == 0, width)
 
 
+def _descriptor_key(a: object) -> tuple | None:
+    """A Gluon host TMA descriptor's class (``triton.experimental.gluon.nvidia.hopper.TensorDescriptor``: ``base``,
+    ``block_shape``, ``layout``, ``padding``), else None. Its shape and strides are run-time arguments of the launch
+    (the launcher encodes the CUtensorMap every call), not part of the specialization."""
+    layout = getattr(a, "layout", None)
+    base = getattr(a, "base", None)
+    if layout is None or not isinstance(base, torch.Tensor) or not hasattr(a, "block_shape"):
+        return None
+    return ("desc", type(a), base.dtype, tuple(a.block_shape), layout, getattr(a, "padding", None))
+
+
 def spec_key(args: tuple) -> tuple | None:
     """Each positional argument's specialization class (None: an argument this module does not classify)."""
     key = []
@@ -58,7 +71,10 @@ def spec_key(args: tuple) -> tuple | None:
         elif a is None:
             key.append(None)
         else:
-            return None
+            d = _descriptor_key(a)
+            if d is None:
+                return None
+            key.append(d)
     return tuple(key)
 
 

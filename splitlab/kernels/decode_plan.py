@@ -722,7 +722,7 @@ class GQADecodePlan(_DecodePlan):
                     and mqa_ws.cache_ok(k_cache, v_cache):
                 mqa_ws.launch(q, k_cache, v_cache, block_table, self._items, p.grid[0], out, lse, self._po, self._pl,
                               self._qk_scale, num_ctas=self._num_ctas if self.use_cuda_graph else None,
-                              timeline=part or None)
+                              timeline=part or None, bound=BOUND_LAUNCH)
                 self._merge(p, out, lse, merge)
                 return (out, lse) if return_lse else out
             self._launch_partial(_wl._gqa_worklist_kernel, p.grid, (
@@ -833,7 +833,8 @@ class MLADecodePlan(_DecodePlan):
             if self._ws and ws.cache_ok(kv_cache):
                 ws.launch(q, kv_cache, block_table, self._items, p.grid[0] // self.groups, out, lse, self._po,
                           self._pl, self._qk_scale, ws.DEFAULT_VARIANT,
-                          num_ctas=self._num_ctas if self.use_cuda_graph else None, timeline=part or None)
+                          num_ctas=self._num_ctas if self.use_cuda_graph else None, timeline=part or None,
+                          bound=BOUND_LAUNCH)
                 self._merge(p, out, lse, merge)
                 return (out, lse) if return_lse else out
             self._launch_partial(_wl._mla_worklist_kernel, p.grid, (

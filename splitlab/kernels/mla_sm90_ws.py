@@ -89,6 +89,7 @@ import torch
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch as launch_common
+from splitlab.kernels.bound_launch import BoundLaunch
 from splitlab.kernels.mla_sm90 import BLOCK_H, BLOCK_N, HAVE_GLUON
 from splitlab.kernels.timeline import FIELDS, Timelines
 from splitlab.kernels.workitems import (
@@ -1069,14 +1070,16 @@ def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
 def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, items: torch.Tensor, slots: int,
            out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor, qk_scale: float, variant: str,
            *, num_ctas: torch.Tensor | None = None, timeline: dict | None = None,
-           cta_offsets: torch.Tensor | None = None) -> None:
+           cta_offsets: torch.Tensor | None = None, bound: bool = False) -> None:
     """The partial kernel alone (no checks of the inputs: ``check_launch``'s; ``qk_scale`` in base 2): ``slots`` CTA
     slots of the work list ``items`` (one item a slot), each head tile a program. ``num_ctas``: a device int32
     holding the plan's slot count, ``slots`` then a capacity (programs past the count exit); ``timeline``: the
     timeline arguments of ``kernels.timeline.Timelines.args`` (each program's record). ``cta_offsets`` (int32
     ``[slots + 1]``, the work list's ``cta_offsets``; at least that many with ``num_ctas``): a slot's items, which a
     ``PERSISTENT_VARIANTS`` variant's program walks in order; it is required with those variants and refused with
-    the others (one ``SplitlabError`` line)."""
+    the others (one ``SplitlabError`` line). ``bound`` (a plan's launches): through ``kernels.bound_launch`` (Gluon's
+    argument binding once per specialization), but for timelines and the persistent variants (their per-call
+    arguments follow the constexprs)."""
     check_walk(variant, cta_offsets, slots, items.device, bounded=num_ctas is not None)
     seesaw, fine = VARIANTS[variant]
     persistent = variant in PERSISTENT_VARIANTS
@@ -1084,14 +1087,33 @@ def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, i
     num_pages, page_size, _ = kv_cache.shape
     tiles = -(-H // BLOCK_H)
     q_desc, kv_desc = descriptors(q, kv_cache)
-    _mla_ws_kernel[(slots * tiles,)](
-        q_desc, kv_desc, block_table, items, out, lse, po, pl,
-        H, tiles, qk_scale, num_pages, block_table.shape[1] * page_size,
-        *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
-        num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items,
-        PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, BOUNDED=num_ctas is not None, TIMELINE=bool(timeline),
-        num_warps=NUM_WARPS, maxnreg=MAXNREG, **(dict(cta_ptr=cta_offsets, PERSISTENT=True) if persistent else {}),
-    )
+    args = (q_desc, kv_desc, block_table, items, out, lse, po, pl,
+            H, tiles, qk_scale, num_pages, block_table.shape[1] * page_size,
+            *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
+            num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items)
+    meta = dict(PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, BOUNDED=num_ctas is not None, TIMELINE=bool(timeline),
+                num_warps=NUM_WARPS, maxnreg=MAXNREG)
+    if persistent:
+        _mla_ws_kernel[(slots * tiles,)](*args, **meta, cta_ptr=cta_offsets, PERSISTENT=True)
+    else:
+        bound_launch(_mla_ws_kernel, _BOUND, bound and not timeline, (slots * tiles,), args, meta)
+
+
+#: ``launch``'s ``BoundLaunch`` per meta-parameters (``bound_launch``).
+_BOUND: dict = {}
+
+
+def bound_launch(kernel, cache: dict, bound: bool, grid: tuple[int], args: tuple, meta: dict) -> None:
+    """``kernel[grid](*args, **meta)``, or with ``bound`` through the ``kernels.bound_launch.BoundLaunch`` of these
+    ``meta`` in ``cache`` (made at its first call)."""
+    if not bound:
+        kernel[grid](*args, **meta)
+        return
+    key = tuple(meta.items())
+    b = cache.get(key)
+    if b is None or b.fn is not kernel:
+        b = cache[key] = BoundLaunch(kernel, **meta)
+    b.launch(grid, *args)
 
 
 def check_walk(variant: str, cta_offsets: torch.Tensor | None, slots: int, device: torch.device,

@@ -67,6 +67,7 @@ from splitlab.kernels.mla_sm90_ws import (
     MAXNREG,
     NUM_WARPS,
     _tma_rows,
+    bound_launch,
     box_layout,
 )
 from splitlab.kernels.mla_sm90_ws import cache_ok as rows_ok  # the paged-cache rule, asked of each cache
@@ -451,20 +452,23 @@ def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
 def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
            items: torch.Tensor, slots: int, out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor,
            qk_scale: float, stages: int = STAGES, *, num_ctas: torch.Tensor | None = None,
-           timeline: dict | None = None) -> None:
+           timeline: dict | None = None, bound: bool = False) -> None:
     """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2): ``slots`` CTA slots
-    of the work list ``items``; ``num_ctas`` and ``timeline`` as ``mla_sm90_ws.launch`` takes them."""
+    of the work list ``items``; ``num_ctas``, ``timeline`` and ``bound`` as ``mla_sm90_ws.launch`` takes them."""
     B, H, _ = q.shape
     num_pages, page_size = k_cache.shape[:2]
     q_desc, k_desc, v_desc = descriptors(q, k_cache, v_cache)
-    _mqa_ws_kernel[(slots,)](
-        q_desc, k_desc, v_desc, block_table, items, out, lse, po, pl,
-        H, qk_scale, num_pages, block_table.shape[1] * page_size,
-        *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
-        num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items,
-        NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages,
-        BOUNDED=num_ctas is not None, TIMELINE=bool(timeline), num_warps=NUM_WARPS, maxnreg=MAXNREG,
-    )
+    args = (q_desc, k_desc, v_desc, block_table, items, out, lse, po, pl,
+            H, qk_scale, num_pages, block_table.shape[1] * page_size,
+            *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
+            num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items)
+    meta = dict(NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages,
+                BOUNDED=num_ctas is not None, TIMELINE=bool(timeline), num_warps=NUM_WARPS, maxnreg=MAXNREG)
+    bound_launch(_mqa_ws_kernel, _BOUND, bound and not timeline, (slots,), args, meta)
+
+
+#: ``launch``'s ``BoundLaunch`` per meta-parameters (``mla_sm90_ws.bound_launch``).
+_BOUND: dict = {}
 
 
 __all__ = ["ENABLED", "HEADS", "STAGE_CHOICES", "box_rows", "cache_ok", "check_launch", "launch", "mqa_decode_ws",

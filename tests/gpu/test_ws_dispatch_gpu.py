@@ -111,6 +111,8 @@ def test_a_plan_runs_it_eager_and_replayed(graph):
     lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
     replay_plan(p, (x["q"], x["kv_cache"], x["block_table"]), out, lse, graph, random_steps(rng, B, 9000),
                 lambda lens: _ref(x, lens))
+    if not graph:  # the later eager runs bypassed Gluon's binding (kernels.bound_launch), checked above all the same
+        assert sum(b.hits for b in ws._BOUND.values()) > 0
 
 
 # --- MQA (kernels.mqa_sm90_ws) -----------------------------------------------------------------------------------
@@ -156,3 +158,5 @@ def test_an_mqa_plan_runs_it_eager_and_replayed(graph):
     lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
     replay_plan(p, (x["q"], x["k_cache"], x["v_cache"], x["block_table"]), out, lse, graph,
                 random_steps(rng, B, 9000), lambda lens: _gqa_ref(x, lens))
+    if not graph:
+        assert sum(b.hits for b in mqa_ws._BOUND.values()) > 0
