@@ -25,14 +25,19 @@ lengths, bit for bit (same items in the same order, same rows, offsets and count
   in a program of its own (``_splitlab_price_kernel``: uniform at the split counts
   ``planners.splitlab.split_candidates`` weighs for the batch's longest request, balanced at the ``BALANCED_WAVES``
   budgets; those past the items or CTA slots left out) by ``schedulers._priced``'s arithmetic, operation for operation
-  in fp64 without FMA contraction: each item's duration ``tiles x RATE + FIXED`` in issue order, ``ragged_launch_time``
-  (its closed form past ``SCHEDULE_WAVES`` waves, with Python's ``sum()`` in item order, plain or compensated as the
-  host's is; else its list schedule simulated: the slots' end times a vector, each event the least end, its CTAs freed
-  and the next ones issued, the elapsed time divided by ``min(1 / CAP, slots / resident)``), then the partial writes and
-  the merge; the schedule kernel then takes the least (time, partial rows, items, uniform by split count before balanced
-  by budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule. The terms that do not
-  depend on the lengths (``schedulers.splitlab_terms``, the constants) come from the host (``splitlab_pricing``, once
-  per shape and batch size).
+  in fp64 without FMA contraction: ``ragged_launch_time``, its closed form past ``SCHEDULE_WAVES`` waves
+  (``planners.splitlab._closed_form``) from three integer reductions over the requests (the items, their key tiles,
+  the longest item's; every chunking of a request into whole tiles sums to its tiles, so the tiles are the
+  batch's), else its list schedule simulated over each item's duration ``tiles x RATE + FIXED`` in issue order
+  (written to ``durations``, every request's next ``BLOCK_J`` chunks a round): the slots' end times a [32, slots /
+  32] tile, each event the least end (a tree within each lane, then across the lanes), its CTAs freed and the next
+  ones issued into the freed slots (ranks by scans within the lanes and one across them, each CTA's item by a
+  multiply, not a division), the elapsed time divided by ``min(1 / CAP, slots / resident)``; then the partial writes
+  and the merge.
+  The schedule kernel then takes the least (time, partial rows, items, uniform by split count before balanced by
+  budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule. The terms that do not depend
+  on the lengths (``schedulers.splitlab_terms``, the constants) come from the host (``splitlab_pricing``, once per shape
+  and batch size).
 
 Partial rows for the requests of more than one item (``partial_offsets``: exclusive prefix sums of ``n_b`` where
 ``n_b > 1``, else 0). ``balanced`` and ``uniform`` run one item per CTA slot (``cta_offsets[i] = i``, the slot count =
@@ -80,6 +85,9 @@ BLOCK_I = 256
 #: Warps of the pricing programs (one a candidate): its list schedule is a chain of small reductions over the slots,
 #: cheapest within one warp (shuffles, no shared-memory round trips).
 PRICE_WARPS = 1
+#: Elements of the pricing's durations tile (requests x chunks written a round: ``PRICE_TILE // BLOCK_B`` chunks of
+#: every request, at least one).
+PRICE_TILE = 512
 
 _BALANCED, _UNIFORM_RM, _UNIFORM_SM, _STREAM_K, _SPLITLAB, _FLASHMLA = 0, 1, 2, 3, 4, 5
 
@@ -397,16 +405,67 @@ def _flashmla_kernel(
         _store_item(items_ptr, i, r, begin, end, row, over | (raw_r < 0), live)
 
 
+@triton.jit
+def _item_of(c, magic):
+    """``c // h`` for CTA numbers ``c`` without a division: the high word of ``2c x magic`` in uint32, ``magic =
+    ceil(2^31 / h)`` (exact while ``c x (h - 1) < 2^31``: ``splitlab_pricing`` checks its CTAs)."""
+    return tl.umulhi(c.to(tl.uint32) * 2, magic).to(tl.int32)
+
+
+@triton.jit
+def _next_event(ends):
+    """The list schedule's next event: the least end time ``e`` among the slots' ``ends`` (a [32, BLOCK_S / 32]
+    tile, a row to a lane), the slots that free at it, as a mask and as int32, their count per lane and in all."""
+    # the least: a tree of pairwise minima within each lane (independent compares, not a chain through the lane's
+    # registers), then across the lanes
+    x = ends
+    for _ in tl.static_range(0, 16):
+        if x.shape[1] > 1:
+            x = tl.reduce(tl.reshape(x, [32, 2, x.shape[1] // 2]), 1, _lesser)
+    e = _least_across_lanes(tl.reshape(x, [32]))
+    freed = ends == e
+    fi = freed.to(tl.int32)
+    per_lane = tl.sum(fi, axis=1)
+    return e, freed, fi, per_lane, tl.sum(per_lane, axis=0)
+
+
+@triton.jit
+def _least_across_lanes(x):
+    """The least of fp64 values ``x`` (``[32]``, one a lane; no NaN) by two 32-bit min-reductions across the warp
+    (one instruction each on sm_80+) rather than five rounds of 64-bit shuffles: over the high words of the values'
+    order-preserving keys (the bits with the sign bit set, negative values' bits inverted), then over the low words
+    of the lanes that hold the least high word; the key of the least value turned back into it."""
+    u = x.to(tl.uint64, bitcast=True)
+    hi = (u >> 32).to(tl.uint32)
+    lo = u.to(tl.uint32)
+    neg = hi >= 0x80000000
+    # (x ^ 0xFFFFFFFF, not ~x: the interpreter's ~ takes no unsigned operand)
+    k_hi = tl.where(neg, hi ^ 0xFFFFFFFF, hi | 0x80000000)
+    k_lo = tl.where(neg, lo ^ 0xFFFFFFFF, lo)
+    m_hi = tl.min(k_hi, axis=0)
+    m_lo = tl.min(tl.where(k_hi == m_hi, k_lo, 0xFFFFFFFF), axis=0)
+    pos = m_hi >= 0x80000000
+    hi = tl.where(pos, m_hi & 0x7FFFFFFF, m_hi ^ 0xFFFFFFFF)
+    lo = tl.where(pos, m_lo, m_lo ^ 0xFFFFFFFF)
+    return ((hi.to(tl.uint64) << 32) | lo.to(tl.uint64)).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _lesser(a, b):
+    # min of two end times (never NaN): one compare and a select, not IEEE minNum's NaN handling
+    return tl.where(b < a, b, a)
+
+
 @triton.jit(do_not_specialize=["batch", "h", "slots", "sm_count", "cap_items", "cap_ctas", "closed_ctas"])
 def _splitlab_price_kernel(
     seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr,
     batch, max_splits, min_keys, h, slots, sm_count, cap_items, cap_ctas, tile, closed_ctas,
-    SPLIT_MAJOR: tl.constexpr, COMPENSATED: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
+    SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     # Program k prices candidate k as schedulers._priced does (fp64, operation for operation; launched without FMA
-    # contraction): each item's key tiles t in issue order, its duration t x RATE + FIXED, the launch's time by
-    # planners.splitlab.ragged_launch_time (closed form past SCHEDULE_WAVES waves of CTAs, else the list schedule of
-    # its CTAs on the slots), plus the partial-row writes and the merge.
+    # contraction): the launch's time by planners.splitlab.ragged_launch_time (its closed form past SCHEDULE_WAVES
+    # waves of CTAs, from integer reductions of the requests' key tiles; else the list schedule of its CTAs on the
+    # slots, over each item's duration tiles x RATE + FIXED in issue order), plus the partial-row writes and the merge.
     k = tl.program_id(0)
     kind = tl.load(cand_ptr + 2 * k)  # 0 uniform at a fixed split count, 1 uniform at the limit, 2 balanced
     arg = tl.load(cand_ptr + 2 * k + 1)
@@ -420,7 +479,9 @@ def _splitlab_price_kernel(
     ok = tl.where(kind == 0, (arg < lim).to(tl.int32), 1)  # a fixed count at or past the limit is the limit's candidate
     t = (lens + tile - 1) // tile
     t1 = tl.maximum(t, 1)
-    chunk = _smallest_chunk(t1, valid, arg)
+    chunk = longest * 0 + 1
+    if is_bal:
+        chunk = _smallest_chunk(t1, valid, arg)
     per = _uniform_step(lens, s, tile)
     n_u = tl.where(lens > 0, (lens + tl.maximum(per, 1) - 1) // tl.maximum(per, 1), 1)
     n_b = (t1 + chunk - 1) // chunk
@@ -431,79 +492,92 @@ def _splitlab_price_kernel(
 
     rate = tl.load(consts_ptr + 0)
     fixed = tl.load(consts_ptr + 1)
-    dur = dur_ptr + k.to(tl.int64) * cap_items  # this candidate's item durations, in issue order
-    start = tl.cumsum(n, axis=0) - n
-    by_split = kind != 2  # GQA's uniform candidates: split-major (its grid order)
-    placed = tl.sum(offs * 0, axis=0)
-    for j in range(0, tl.where(fits, tl.max(n, axis=0), 0)):
-        has = n > j
-        hi = has.to(tl.int32)
-        if SPLIT_MAJOR:
-            pos = tl.where(by_split, placed + tl.cumsum(hi, axis=0) - hi, start + j)
-        else:
-            pos = start + j
-        tiles_u = tl.where(lens > 0, (tl.minimum(per, lens - j * per) + tile - 1) // tile, 1)
-        tiles_b = tl.where(j < n - 1, chunk, tl.maximum(t - (n - 1) * chunk, 1))
-        d = tl.where(is_bal, tiles_b, tiles_u).to(tl.float64) * rate + fixed
-        tl.store(dur + pos, d, mask=has)
-        placed += tl.sum(hi, axis=0)
-    tl.debug_barrier()
-
+    cap = tl.load(consts_ptr + 3)
     zf = rate * 0.0
-    inf = zf + float("inf")
     ctas = h * N
     closed = ctas >= closed_ctas
-    # closed form: work = sum(d) * h / slots; max(work + cap * sum(d) / N / 2, cap * max(d)). Python's sum(), in
-    # item order: plain, or Neumaier's compensated sum where the host's sum() is (CPython 3.12+, bltinmodule.c).
-    n_sum = tl.where(fits & closed, N, 0)
-    acc = zf
-    comp = zf
-    for i in range(0, n_sum):
-        x = tl.load(dur + i)
-        if COMPENSATED:
-            y = acc + x
-            comp += tl.where(tl.abs(acc) >= tl.abs(x), (acc - y) + x, (x - y) + acc)
-            acc = y
-        else:
-            acc = acc + x
-    if COMPENSATED:
-        acc = tl.where((comp != 0.0) & (tl.abs(comp) < inf), acc + comp, acc)
-    offs_s = tl.arange(0, BLOCK_S)
-    longest_d = zf
-    for i0 in range(0, n_sum, BLOCK_S):
-        longest_d = tl.maximum(longest_d, tl.max(tl.load(dur + i0 + offs_s, mask=i0 + offs_s < n_sum, other=0.0),
-                                                 axis=0))
-    cap = tl.load(consts_ptr + 3)
-    work = acc * h.to(tl.float64) / slots.to(tl.float64)
-    drain = work + cap * acc / N.to(tl.float64) / 2.0
-    closed_time = tl.maximum(drain, cap * longest_d)
+    # closed form (planners.splitlab._closed_form): the durations sum to T x RATE + N x FIXED, T the items' key
+    # tiles: a request's chunks, all whole (`whole` tiles: uniform's per keys, balanced's chunk) but its last, sum to
+    # its tiles (one for an empty request), so T is the batch's. The longest duration is the longest item's tiles x
+    # RATE + FIXED: a request's first chunk where it has several, else its tiles.
+    whole = tl.where(is_bal, chunk, per // tile)
+    total_t = tl.sum(tl.where(valid, t1, 0), axis=0)
+    long_t = tl.max(tl.where(valid, tl.where(n > 1, whole, t1), 0), axis=0)
+    total = total_t.to(tl.float64) * rate + N.to(tl.float64) * fixed
+    work = total * h.to(tl.float64) / slots.to(tl.float64)
+    closed_time = tl.maximum(work + cap * total / N.to(tl.float64) / 2.0, cap * (long_t.to(tl.float64) * rate + fixed))
 
-    # list schedule: CTA c (item c // h) starts in the first slot that frees, the resident CTAs stream at
-    # min(1 / CAP, slots / resident); CTAs that end at one virtual work end together (the host's merged heap pops)
-    inv_cap = tl.load(consts_ptr + 2)  # 1 / CAP, or inf where CAP is 0
+    # the list schedule's items' durations, in issue order (only where it runs): a request's chunks but its last are
+    # whole, its last the rest (one tile for an empty request). BLOCK_J chunks of every request a round:
+    # request-major, request b's j-th item after its requests' items before it; split-major (GQA's uniform
+    # candidates), after every item of the chunks before j and the j-th chunks of the requests before b.
     n_sim = tl.where(fits & (closed == 0), ctas, 0)
+    dur = dur_ptr + k.to(tl.int64) * cap_items
+    by_split = kind != 2
+    last_u = tl.where(lens > 0, (lens - (n - 1) * per + tile - 1) // tile, 1)
+    last_b = tl.maximum(t - (n - 1) * chunk, 1)
+    whole_d = whole.to(tl.float64) * rate + fixed
+    last_d = tl.where(is_bal, last_b, last_u).to(tl.float64) * rate + fixed
+    n2 = n[:, None]
+    whole_d2 = whole_d[:, None]
+    last_d2 = last_d[:, None]
+    start2 = (tl.cumsum(n, axis=0) - n)[:, None]
+    offs_j = tl.arange(0, BLOCK_J)[None, :]
+    placed = tl.sum(offs * 0, axis=0)
+    for j0 in range(0, tl.where(n_sim > 0, tl.max(n, axis=0), 0), BLOCK_J):
+        j = j0 + offs_j
+        has = n2 > j
+        if SPLIT_MAJOR:
+            hi = has.to(tl.int32)
+            in_split = tl.sum(hi, axis=0)
+            before = placed + tl.cumsum(in_split, axis=0) - in_split
+            pos = tl.where(by_split, before[None, :] + tl.cumsum(hi, axis=0) - hi, start2 + j)
+            placed += tl.sum(in_split, axis=0)
+        else:
+            pos = start2 + j
+        tl.store(dur + pos, tl.where(j < n2 - 1, whole_d2, last_d2), mask=has)
+    tl.debug_barrier()
+
+    # list schedule (planners.splitlab._schedule): CTA c (item c // h) starts in the first slot that frees, the
+    # resident CTAs stream at min(1 / CAP, slots / resident); CTAs that end at one virtual work end together (the
+    # host's merged heap pops). The slots' virtual end times are a [32, BLOCK_S / 32] tile, a row to a lane (its
+    # registers): the freed slots take the next CTAs in row order (a lane's registers, then the next lane's), so an
+    # event's counts and ranks are sums and scans within each thread and one 32-wide scan across the lanes. (Which
+    # free slot takes which CTA does not change the schedule: only the slots' end times as a whole do. The first
+    # wave fills the tile column by column.) A CTA's duration is its item's, read from ``durations``: an event's one
+    # global load.
+    SPT: tl.constexpr = BLOCK_S // 32
+    lin = tl.arange(0, 32)[:, None] + tl.arange(0, SPT)[None, :] * 32
+    magic = (((1 << 31) + h.to(tl.int64) - 1) // h.to(tl.int64)).to(tl.uint32)
+    inv_cap = tl.load(consts_ptr + 2)  # 1 / CAP, or inf where CAP is 0
     q0 = tl.minimum(slots, n_sim)
-    first = offs_s < q0
-    ends = tl.where(first, tl.load(dur + offs_s // h, mask=first, other=0.0), inf)
-    resident = q0
+    first = lin < q0
+    ends = tl.load(dur + _item_of(lin, magic), mask=first, other=float("inf"))
     head = q0
     done = zf
     now = zf
-    while resident > 0:
-        e = tl.min(ends, axis=0)
-        freed = ends == e
-        fi = freed.to(tl.int32)
-        nf = tl.sum(fi, axis=0)
-        speed = tl.minimum(inv_cap, slots.to(tl.float64) / resident.to(tl.float64))
+    # while CTAs are left to issue, every slot is busy at each event (the freed ones refilled at once): the speed is
+    # min(1 / CAP, slots / slots)
+    speed = tl.minimum(inv_cap, slots.to(tl.float64) / slots.to(tl.float64))
+    got = head * 0
+    nf = got
+    while head < n_sim:
+        e, freed, fi, per_lane, nf = _next_event(ends)
         now = now + (e - done) / speed
         done = e
-        c = head + tl.cumsum(fi, axis=0) - fi
-        take = freed & (c < n_sim)
-        d = tl.load(dur + c // h, mask=take, other=0.0)
-        ends = tl.where(take, e + d, tl.where(freed, inf, ends))
+        rank = tl.cumsum(fi, axis=1) - fi + (tl.cumsum(per_lane, axis=0) - per_lane)[:, None]
+        c = head + rank
+        d = tl.load(dur + _item_of(c, magic), mask=freed & (c < n_sim), other=float("inf"))  # none left: e + inf
+        ends = tl.where(freed, e + d, ends)
         got = tl.minimum(nf, n_sim - head)
-        resident = resident - nf + got
         head += got
+    resident = tl.where(n_sim > q0, slots - nf + got, q0)
+    while resident > 0:  # the drain: nothing left to issue
+        e, freed, fi, per_lane, nf = _next_event(ends)
+        now = now + (e - done) / tl.minimum(inv_cap, slots.to(tl.float64) / resident.to(tl.float64))
+        done = e
+        ends = tl.where(freed, float("inf"), ends)
+        resident -= nf
     launch = tl.where(closed, closed_time, now)
     # the partial rows' writes and the merge (schedulers._priced)
     rows_f = prows.to(tl.float64)
@@ -544,13 +618,6 @@ class SplitlabPricing:
     sm_count: int
     closed_ctas: int
     split_major: bool
-    compensated: bool
-
-
-def host_sum_is_compensated() -> bool:
-    """Whether this Python's ``sum()`` of floats is Neumaier's compensated sum (CPython 3.12+) rather than plain
-    left-to-right addition: the device prices with the host's arithmetic."""
-    return sum([1.0, 1e100, 1.0, -1e100]) == 2.0
 
 
 def splitlab_pricing(w: object, dev: object, constants: object, max_items: int,
@@ -575,14 +642,17 @@ def splitlab_pricing(w: object, dev: object, constants: object, max_items: int,
     inv_cap = 1 / terms.cap if terms.cap > 0 else float("inf")
     consts = [terms.rate, S.item_fixed(c), inv_cap, terms.cap, c.partial * terms.p, c.combine, c.combine_per_split,
               terms.p]
+    closed_ctas = rule.SCHEDULE_WAVES * terms.slots
+    if closed_ctas * terms.h >= 1 << 31:  # the list schedule's CTA numbers, divided by h without a division
+        raise SplitlabError(f"splitlab_pricing: {closed_ctas} CTAs of {terms.h} head groups to schedule; expected "
+                            f"fewer than 2^31 / {terms.h}")
     f64 = dict(dtype=torch.float64, device=device)
     return SplitlabPricing(
         batch=w.batch, cands=torch.tensor(cands, dtype=torch.int32, device=device),
         consts=torch.tensor(consts, **f64), durations=torch.empty(k * max_items, **f64),
         res_f=torch.empty(k, **f64), res_i=torch.empty(k * 6, dtype=torch.int32, device=device),
         max_items=max_items, max_splits=c.max_splits, min_keys=min_keys, h=terms.h, slots=terms.slots,
-        sm_count=terms.sm_count, closed_ctas=rule.SCHEDULE_WAVES * terms.slots,
-        split_major=not terms.request_major, compensated=host_sum_is_compensated())
+        sm_count=terms.sm_count, closed_ctas=closed_ctas, split_major=not terms.request_major)
 
 
 def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: torch.Tensor,
@@ -606,9 +676,12 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
     if scheduler not in DEVICE_SCHEDULERS:
         raise bad("scheduler", scheduler, "one of " + ", ".join(DEVICE_SCHEDULERS) + " (on the device)")
     if not isinstance(seq_lens, torch.Tensor) or seq_lens.dim() != 1 or seq_lens.dtype != torch.int32 \
-            or seq_lens.numel() < 1:
-        raise SplitlabError(f"{what}: seq_lens must be a non-empty 1-D int32 tensor; got "
-                            f"{getattr(seq_lens, 'shape', type(seq_lens).__name__)}")
+            or seq_lens.numel() < 1 or not seq_lens.is_contiguous():
+        got = getattr(seq_lens, "shape", type(seq_lens).__name__)
+        if isinstance(seq_lens, torch.Tensor):
+            got = f"{seq_lens.dtype} {list(got)}, stride {seq_lens.stride()}"
+        raise SplitlabError(f"{what}: seq_lens must be a non-empty contiguous 1-D int32 tensor (the kernels read it "
+                            f"densely); got {got}")
     B = seq_lens.shape[0]
     dev = seq_lens.device
     for name, t in (("items", items), ("cta_offsets", cta_offsets), ("partial_offsets", partial_offsets),
@@ -671,8 +744,8 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
             _splitlab_price_kernel[(n_cands,)](
                 seq_lens, p.cands, p.consts, p.durations, p.res_f, p.res_i,
                 B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas,
-                SPLIT_MAJOR=p.split_major, COMPENSATED=p.compensated, BLOCK_B=block_b,
-                BLOCK_S=max(16, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False)
+                SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
+                BLOCK_S=max(32, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False)
         _device_schedule_kernel[(1,)](
             seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i,
             B, param, tile, cap_items, cap_ctas, cap_rows, n_cands,

@@ -407,32 +407,47 @@ def ragged_launch_time(tiles: list[int], ctas_per_request: int, num_splits: int,
     faster as the launch drains and the other CTAs of its SM are done: ``fitted_cost`` passes DRAIN, else LONE,
     for a narrow tile and 1 for a wide one, alone on its SM already). The launch ends with its last CTA. CTAs of
     one length issued together are one event, and a launch of ``SCHEDULE_WAVES`` waves or more is priced in
-    closed form, so a plan costs milliseconds at any batch."""
+    closed form (``_closed_form``, from the tiles' count, sum and longest alone), so a plan costs milliseconds at
+    any batch."""
     if any(getattr(v, "ndim", 0) for v in (cap, fixed, rate)):  # numpy arrays: splitlab.fit's settings at once
         raise SplitlabError("ragged_launch_time prices one setting of the constants at a time (splitlab.fit "
                             "scores ragged batches setting by setting)")
-    durations = [t * rate + fixed for t in tiles]
     if ctas_per_request * num_splits * len(tiles) >= SCHEDULE_WAVES * slots:
-        # Many waves: the order no longer shows. The work spread over the slots, and the last CTAs' drain (half a
-        # mean CTA at the drain speed), but never less than the longest CTA alone (within 5% of the schedule on
-        # every ragged fit batch of 8 waves or more; the schedule's cost grows with the batch, this does not).
-        work = sum(durations) * ctas_per_request * num_splits / slots
-        return max(work + cap * sum(durations) / len(durations) / 2, cap * max(durations))
-    return _schedule(tuple(durations), ctas_per_request, num_splits, slots, cap, request_major)
+        return _closed_form(len(tiles), sum(tiles), max(tiles), ctas_per_request, num_splits, slots, rate, fixed,
+                            cap)
+    durations = tuple(t * rate + fixed for t in tiles)
+    return _schedule(durations, ctas_per_request, num_splits, slots, cap, request_major)
+
+
+def _closed_form(ctas: int, total_tiles: float, longest_tiles: float, ctas_per_request: int, num_splits: int,
+                 slots: int, rate: float, fixed: float, cap: float) -> float:
+    """``ragged_launch_time`` of a launch of ``SCHEDULE_WAVES`` waves or more, whose ``ctas`` CTAs (per head group
+    and split) stream ``total_tiles`` key tiles together, the longest ``longest_tiles``. Many waves: the order no
+    longer shows. The work spread over the slots, and the last CTAs' drain (half a mean CTA at the drain speed), but
+    never less than the longest CTA alone (within 5% of the schedule on every ragged fit batch of 8 waves or more;
+    the schedule's cost grows with the batch, this does not).
+
+    The durations' sum is ``total_tiles x RATE + ctas x FIXED`` and their longest ``longest_tiles x RATE + FIXED``
+    (the duration grows with the tiles), from the tiles' total, not a sum of the durations one by one: integer tiles
+    total exactly, so the schedule kernel on the device (``kernels.device_schedule``) prices a launch to the same bit
+    from an integer reduction of its requests' tiles."""
+    total = total_tiles * rate + ctas * fixed
+    work = total * ctas_per_request * num_splits / slots
+    return max(work + cap * total / ctas / 2, cap * (longest_tiles * rate + fixed))
 
 
 def ragged_launch_floor(ctas: int, total_tiles: float, longest_tiles: float, ctas_per_request: int, num_splits: int,
                         slots: int, rate: float, fixed: float, cap: float) -> float:
     """A floor under ``ragged_launch_time`` for a launch of ``ctas`` CTAs (per head group and split) whose key tiles
     sum to ``total_tiles``, the longest ``longest_tiles``, from those three numbers alone: the closed form where that
-    prices the launch, else the larger of the work spread over every slot (the resident CTAs never stream more than
-    ``slots`` tiles a unit of time together) and the longest CTA at its fastest (``1 / cap`` tiles a unit). A
-    scheduler skips pricing a candidate whose floor is above its best price so far (``schedulers.splitlab``)."""
-    durations = total_tiles * rate + ctas * fixed
-    longest = longest_tiles * rate + fixed
-    work = durations * ctas_per_request * num_splits / slots
+    prices the launch (the price itself), else the larger of the work spread over every slot (the resident CTAs
+    never stream more than ``slots`` tiles a unit of time together) and the longest CTA at its fastest (``1 / cap``
+    tiles a unit). A scheduler skips pricing a candidate whose floor is above its best price so far
+    (``schedulers.splitlab``)."""
     if ctas_per_request * num_splits * ctas >= SCHEDULE_WAVES * slots:
-        return max(work + cap * durations / ctas / 2, cap * longest)
+        return _closed_form(ctas, total_tiles, longest_tiles, ctas_per_request, num_splits, slots, rate, fixed, cap)
+    work = (total_tiles * rate + ctas * fixed) * ctas_per_request * num_splits / slots
+    longest = longest_tiles * rate + fixed
     return max(work, cap * longest) if cap > 0 else work
 
 
