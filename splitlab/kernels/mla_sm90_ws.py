@@ -372,6 +372,30 @@ if HAVE_GLUON:
         return gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r,r", [j], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _step_buffers(j, q_v, q_r, walk, PERSISTENT: gl.constexpr):
+        """Step ``j``'s Q views, its two K-block buffers ``b0``, ``b1``, their landings' phases and the step's
+        exchange phase: in a persistent program from ``walk`` (``_seesaw_left``'s; Q is ``[1, 64, 576]`` there,
+        indexed each step so that its descriptors are made each step too), else buffers 0 and 1 and phase j mod 2
+        (buffer 0 recomputed each step: its smem descriptors are not held across the loop)."""
+        if PERSISTENT:
+            g0 = walk[0]
+            phase = walk[1] & 1
+            z = _opaque_zero(j)
+            q_v = q_v.index(z)
+            q_r = q_r.index(z)
+            b0 = z + (g0 & 1)
+            b1 = 1 - b0
+            ph0 = (g0 >> 1) & 1
+            ph1 = ((g0 + 1) >> 1) & 1
+        else:
+            phase = j & 1
+            b0 = _opaque_zero(j)
+            b1 = b0 + 1
+            ph0 = phase
+            ph1 = phase
+        return q_v, q_r, b0, b1, ph0, ph1, phase
+
+    @gluon.jit
     def _seesaw_left(j, smem, bars, m_i, l_i, acc, start, end, qk_scale, HAS1: gl.constexpr, FINE: gl.constexpr,
                      walk, PERSISTENT: gl.constexpr):
         """Consumer 0's part of step ``j`` (block 2j in buffer 0 and, with ``HAS1``, 2j + 1 in buffer 1): S0; the
@@ -388,22 +412,7 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
         PV_ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
         dtype: gl.constexpr = q_v.dtype
-        if PERSISTENT:
-            g0 = walk[0]
-            phase = walk[1] & 1
-            z = _opaque_zero(j)  # (as below; Q is [1, 64, 576] there: its descriptors are made each step too)
-            q_v = q_v.index(z)
-            q_r = q_r.index(z)
-            b0 = z + (g0 & 1)
-            b1 = 1 - b0
-            ph0 = (g0 >> 1) & 1
-            ph1 = ((g0 + 1) >> 1) & 1
-        else:
-            phase = j & 1
-            b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
-            b1 = b0 + 1
-            ph0 = phase
-            ph1 = phase
+        q_v, q_r, b0, b1, ph0, ph1, phase = _step_buffers(j, q_v, q_r, walk, PERSISTENT)
         n0 = start + 2 * j * _BN
         s = _masked_scores(_qk(q_v, q_r, kv_v.index(b0), kv_r.index(b0), kv_ready, b0, ph0, FINE, QK_L), n0, end,
                            qk_scale, QK_L)
@@ -463,22 +472,7 @@ if HAVE_GLUON:
         ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
         PV_ROWS: gl.constexpr = gl.SliceLayout(1, PV_L)
         dtype: gl.constexpr = q_v.dtype
-        if PERSISTENT:
-            g0 = walk[0]
-            phase = walk[1] & 1
-            z = _opaque_zero(j)  # (as below; Q is [1, 64, 576] there: its descriptors are made each step too)
-            q_v = q_v.index(z)
-            q_r = q_r.index(z)
-            b0 = z + (g0 & 1)
-            b1 = 1 - b0
-            ph0 = (g0 >> 1) & 1
-            ph1 = ((g0 + 1) >> 1) & 1
-        else:
-            phase = j & 1
-            b0 = _opaque_zero(j)  # buffer 0, recomputed each step: its smem descriptors are not held across the loop
-            b1 = b0 + 1
-            ph0 = phase
-            ph1 = phase
+        q_v, q_r, b0, b1, ph0, ph1, phase = _step_buffers(j, q_v, q_r, walk, PERSISTENT)
         n0 = start + 2 * j * _BN
         n1 = n0 + _BN
         if HAS1:
