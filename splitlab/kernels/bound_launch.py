@@ -110,4 +110,19 @@ class BoundLaunch:
         self.hits += 1
 
 
-__all__ = ["BoundLaunch", "spec_key"]
+def launch_cached(kernel: Any, cache: dict, grid: tuple[int, ...], args: tuple, meta: dict, *,
+                  bound: bool = True) -> None:
+    """``kernel[grid](*args, **meta)``; with ``bound``, through the ``BoundLaunch`` of ``kernel`` at these ``meta``
+    kept in ``cache`` (a module's own dict, keyed by the kernel and the meta-parameters; made at its first call,
+    remade where the kernel object under that name changed)."""
+    if not bound:
+        kernel[grid](*args, **meta)
+        return
+    key = (id(kernel), tuple(meta.items()))
+    b = cache.get(key)
+    if b is None or b.fn is not kernel:
+        b = cache[key] = BoundLaunch(kernel, **meta)
+    b.launch(grid, *args)
+
+
+__all__ = ["BoundLaunch", "launch_cached", "spec_key"]

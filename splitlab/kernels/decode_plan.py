@@ -421,7 +421,7 @@ class _DecodePlan:
         with self._guard():
             _ds.schedule_on_device(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
                                    self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
-                                   scratch=self._scratch, max_batch=cap.batch, **kw)
+                                   scratch=self._scratch, max_batch=cap.batch, bound=BOUND_LAUNCH, **kw)
         # the merge's tile: for the most rows a request may have, at most DEVICE_MERGE_ROWS a chunk (any count is
         # merged correctly, in chunks)
         splits = (kw.get("num_splits") or kw.get("budget") or kw.get("ctas")

@@ -69,6 +69,7 @@ import triton.language as tl
 
 from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.intmath import next_power_of_two
+from splitlab.kernels.bound_launch import launch_cached
 from splitlab.planners import schedulers as S
 from splitlab.planners.schedulers import TILE_KEYS
 
@@ -661,7 +662,7 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
                        ctas: int | None = None,
                        request_major: bool = False, tile: int = TILE_KEYS, max_partial_rows: int | None = None,
                        scratch: torch.Tensor | None = None, max_batch: int | None = None,
-                       pricing: SplitlabPricing | None = None) -> None:
+                       pricing: SplitlabPricing | None = None, bound: bool = False) -> None:
     """Launch the schedule kernel (the module docstring): ``seq_lens [B]`` int32 on the device (padded slots 0) into
     ``items [cap, 4]``, ``cta_offsets [>= 1]`` (its length - 1 is the CTA slots' capacity), ``partial_offsets
     [>= B + 1]``, ``num_ctas`` and ``status`` (int32, one element each), all int32 on ``seq_lens``' device.
@@ -670,8 +671,9 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
     for this batch size, its durations sized for these items); ``max_partial_rows`` (default: the items' capacity)
     the partial buffer's rows; items and CTA slots of at least B each (else refused); ``scratch`` int32 of at least
     2 x B entries (allocated here if not given: pass it inside a graph capture); ``max_batch`` sizes the program's
-    block (default B: a plan passes its capacity, so one compiled kernel serves every batch). Checks only
-    host-visible metadata (no host sync); capturable."""
+    block (default B: a plan passes its capacity, so one compiled kernel serves every batch); ``bound`` (a plan's
+    launches): through ``kernels.bound_launch`` (Triton's binding once per specialization). Checks only host-visible
+    metadata (no host sync); capturable."""
     what = "schedule_on_device"
     if scheduler not in DEVICE_SCHEDULERS:
         raise bad("scheduler", scheduler, "one of " + ", ".join(DEVICE_SCHEDULERS) + " (on the device)")
@@ -730,10 +732,10 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
     guard = torch.cuda.device(dev) if dev.type == "cuda" else _null()
     with guard:
         if mode == _FLASHMLA:
-            _flashmla_kernel[(1,)](
+            launch_cached(_flashmla_kernel, _BOUND, (1,), (
                 seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch,
-                B, param, S.FLASHMLA_BLOCK_N, S.FLASHMLA_OVERHEAD, cap_items, cap_ctas, cap_rows,
-                BLOCK_B=block_b, BLOCK_I=BLOCK_I, num_warps=warps)
+                B, param, S.FLASHMLA_BLOCK_N, S.FLASHMLA_OVERHEAD, cap_items, cap_ctas, cap_rows),
+                dict(BLOCK_B=block_b, BLOCK_I=BLOCK_I, num_warps=warps), bound=bound)
             return
         res_f = res_i = scratch  # (unread but by splitlab's)
         n_cands = 1
@@ -741,16 +743,21 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
             p = pricing
             n_cands = p.cands.shape[0]
             res_f, res_i = p.res_f, p.res_i
-            _splitlab_price_kernel[(n_cands,)](
+            launch_cached(_splitlab_price_kernel, _BOUND, (n_cands,), (
                 seq_lens, p.cands, p.consts, p.durations, p.res_f, p.res_i,
-                B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas,
-                SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
-                BLOCK_S=max(32, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False)
-        _device_schedule_kernel[(1,)](
+                B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas),
+                dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
+                     BLOCK_S=max(32, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False),
+                bound=bound)
+        launch_cached(_device_schedule_kernel, _BOUND, (1,), (
             seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i,
-            B, param, tile, cap_items, cap_ctas, cap_rows, n_cands,
-            MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-            num_warps=warps)
+            B, param, tile, cap_items, cap_ctas, cap_rows, n_cands),
+            dict(MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
+                 num_warps=warps), bound=bound)
+
+
+#: ``schedule_on_device``'s ``BoundLaunch`` per kernel and meta-parameters (``bound_launch.launch_cached``).
+_BOUND: dict = {}
 
 
 def _null():

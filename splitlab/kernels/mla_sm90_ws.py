@@ -89,7 +89,7 @@ import torch
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch as launch_common
-from splitlab.kernels.bound_launch import BoundLaunch
+from splitlab.kernels.bound_launch import launch_cached
 from splitlab.kernels.mla_sm90 import BLOCK_H, BLOCK_N, HAVE_GLUON
 from splitlab.kernels.timeline import FIELDS, Timelines
 from splitlab.kernels.workitems import (
@@ -1090,24 +1090,11 @@ def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, i
     if persistent:
         _mla_ws_kernel[(slots * tiles,)](*args, **meta, cta_ptr=cta_offsets, PERSISTENT=True)
     else:
-        bound_launch(_mla_ws_kernel, _BOUND, bound and not timeline, (slots * tiles,), args, meta)
+        launch_cached(_mla_ws_kernel, _BOUND, (slots * tiles,), args, meta, bound=bound and not timeline)
 
 
-#: ``launch``'s ``BoundLaunch`` per meta-parameters (``bound_launch``).
+#: ``launch``'s ``BoundLaunch`` per meta-parameters (``bound_launch.launch_cached``).
 _BOUND: dict = {}
-
-
-def bound_launch(kernel, cache: dict, bound: bool, grid: tuple[int], args: tuple, meta: dict) -> None:
-    """``kernel[grid](*args, **meta)``, or with ``bound`` through the ``kernels.bound_launch.BoundLaunch`` of these
-    ``meta`` in ``cache`` (made at its first call)."""
-    if not bound:
-        kernel[grid](*args, **meta)
-        return
-    key = tuple(meta.items())
-    b = cache.get(key)
-    if b is None or b.fn is not kernel:
-        b = cache[key] = BoundLaunch(kernel, **meta)
-    b.launch(grid, *args)
 
 
 def check_walk(variant: str, cta_offsets: torch.Tensor | None, slots: int, device: torch.device,

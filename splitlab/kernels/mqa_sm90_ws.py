@@ -58,6 +58,7 @@ import torch
 
 from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch as launch_common
+from splitlab.kernels.bound_launch import launch_cached
 from splitlab.kernels.mla_sm90 import HAVE_GLUON
 from splitlab.kernels.mla_sm90_ws import (
     CONSUMER_REGS,
@@ -67,7 +68,6 @@ from splitlab.kernels.mla_sm90_ws import (
     MAXNREG,
     NUM_WARPS,
     _tma_rows,
-    bound_launch,
     box_layout,
 )
 from splitlab.kernels.mla_sm90_ws import cache_ok as rows_ok  # the paged-cache rule, asked of each cache
@@ -464,10 +464,10 @@ def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
             num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items)
     meta = dict(NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages,
                 BOUNDED=num_ctas is not None, TIMELINE=bool(timeline), num_warps=NUM_WARPS, maxnreg=MAXNREG)
-    bound_launch(_mqa_ws_kernel, _BOUND, bound and not timeline, (slots,), args, meta)
+    launch_cached(_mqa_ws_kernel, _BOUND, (slots,), args, meta, bound=bound and not timeline)
 
 
-#: ``launch``'s ``BoundLaunch`` per meta-parameters (``mla_sm90_ws.bound_launch``).
+#: ``launch``'s ``BoundLaunch`` per meta-parameters (``bound_launch.launch_cached``).
 _BOUND: dict = {}
 
 
