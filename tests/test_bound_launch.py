@@ -113,3 +113,14 @@ def test_a_gluon_descriptor_key_is_at_least_as_fine_as_tritons():
             if keys[i] == keys[j]:
                 assert native[i] == native[j]
     assert bl.spec_key((descs[0], 5)) is not None and bl.spec_key((object(),)) is None
+
+
+def test_launch_cached_keeps_one_bound_launch_per_kernel_and_meta(compiled_path):
+    a, b, cache = FakeKernel(), FakeKernel(), {}
+    x = torch.zeros(32)
+    for k in (a, b, a, b):  # two kernels, the same meta: their own launches
+        bl.launch_cached(k, cache, (2,), (x, 10, 0.5), dict(BLOCK=64))
+    assert [e[0] for e in a.log] == ["triton", "direct"] and [e[0] for e in b.log] == ["triton", "direct"]
+    bl.launch_cached(a, cache, (2,), (x, 10, 0.5), dict(BLOCK=32))  # other meta: its own, through Triton first
+    bl.launch_cached(a, cache, (2,), (x, 10, 0.5), dict(BLOCK=64), bound=False)  # not bound: Triton
+    assert [e[0] for e in a.log[2:]] == ["triton", "triton"] and len(cache) == 3
