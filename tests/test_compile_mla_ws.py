@@ -52,6 +52,7 @@ def case(variant, heads, page, dtype, bounded=False, timeline=False):
 CASES = [(f"{v} 128/576 bf16 page 64", v, 128, 64, torch.bfloat16) for v in ws.VARIANTS] + [
     ("seesaw-fine 64/576 fp16 page 128", "seesaw-fine", 64, 128, torch.float16),
     ("recompute 16/576 bf16 page 64", "recompute", 16, 64, torch.bfloat16),
+    ("seesaw-persistent 16/576 bf16 page 64", "seesaw-persistent", 16, 64, torch.bfloat16),  # MLA-16, padded rows
 ] + [  # the persistent seesaw at the other head counts, dtypes and pages (128 / bf16 / 64 above)
     (f"{v} {h}/576 {n} page {p}", v, h, p, d) for v in sorted(ws.PERSISTENT_VARIANTS)
     for h, p, (n, d) in [(64, 64, ("bf16", torch.bfloat16)), (128, 128, ("fp16", torch.float16)),
