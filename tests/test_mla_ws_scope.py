@@ -218,9 +218,15 @@ def test_the_persistent_variant_takes_persistent_schedules(off_interpreter):
         _refused(x, "persistent", work=_work(schedulers.stream_k(LENS, 3)), variant=v)
 
 
-def test_the_work_list_launchers_never_run_the_persistent_variant():
+def test_the_work_list_launchers_run_the_persistent_variant_only_where_switched_on(on_sm90, monkeypatch):
+    """Until its GPU A/B, persistent schedules keep the tl tile (``PERSISTENT_VARIANT`` None); switched on, the
+    launchers take it for them and the seesaw for the rest."""
     assert mla_sm90_ws.DEFAULT_VARIANT not in mla_sm90_ws.PERSISTENT_VARIANTS
     assert mla_sm90_ws.PERSISTENT_VARIANTS < set(mla_sm90_ws.VARIANTS)
+    assert mla_sm90_ws.PERSISTENT_VARIANT is None and not _use(persistent=True)
+    monkeypatch.setattr(mla_sm90_ws, "PERSISTENT_VARIANT", "seesaw-persistent")
+    assert _use(persistent=True) and _use()
+    assert mla_sm90_ws.variant_for(True) == "seesaw-persistent" and mla_sm90_ws.variant_for(False) == "seesaw"
 
 
 def test_the_launch_refuses_inconsistent_cta_offsets():

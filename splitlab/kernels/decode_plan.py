@@ -832,9 +832,9 @@ class MLADecodePlan(_DecodePlan):
             part, merge = self._timelines(p, timelines, q)
             if self._ws and ws.cache_ok(kv_cache):
                 ws.launch(q, kv_cache, block_table, self._items, p.grid[0] // self.groups, out, lse, self._po,
-                          self._pl, self._qk_scale, ws.DEFAULT_VARIANT,
+                          self._pl, self._qk_scale, ws.variant_for(self.persistent),
                           num_ctas=self._num_ctas if self.use_cuda_graph else None, timeline=part or None,
-                          bound=BOUND_LAUNCH)
+                          cta_offsets=self._cta_offsets if self.persistent else None, bound=BOUND_LAUNCH)
                 self._merge(p, out, lse, merge)
                 return (out, lse) if return_lse else out
             self._launch_partial(_wl._mla_worklist_kernel, p.grid, (

@@ -944,6 +944,16 @@ ENABLED = True
 #: The variant the work-list launchers run: the seesaw carries the gain, the 64 x 64 pieces add nothing (H200,
 #: experiments/mla_ws).
 DEFAULT_VARIANT = "seesaw"
+#: The variant they run on a persistent schedule (stream-K, FlashMLA's: several items a slot), or None: the tl tile
+#: there. None until the persistent seesaw has passed its checks and its A/B on a GPU (experiments/mla_ws,
+#: "Prepared: the persistent seesaw"); then a kernel version.
+PERSISTENT_VARIANT: str | None = None
+
+
+def variant_for(persistent: bool) -> str:
+    """The variant the work-list launchers run where ``use_ws`` says so, for a schedule that is ``persistent`` or
+    not."""
+    return PERSISTENT_VARIANT if persistent else DEFAULT_VARIANT
 
 
 def use_ws(q_dtype: torch.dtype, kv_dtype: torch.dtype, head_dim_qk: int, head_dim_v: int, tile: tuple[int, ...],
@@ -952,15 +962,16 @@ def use_ws(q_dtype: torch.dtype, kv_dtype: torch.dtype, head_dim_qk: int, head_d
     kernel (``DEFAULT_VARIANT``) instead of the tl tile: ``ENABLED``, Gluon, not the interpreter, an sm_90 GPU, a
     16-bit q and cache of one dtype, Dqk 576 / Dv 512, the tl tile's 64-row default (``tile`` = (block_h, block_n,
     num_warps, num_stages) as ``mla_sm90.in_scope`` takes it: 40 heads and more), pages of a multiple of 64 keys,
-    and a schedule of one item a slot aligned to 64 keys. A call's cache must also be one TMA tensor of rows
-    (``cache_ok``)."""
+    and a schedule aligned to 64 keys, of one item a slot unless ``PERSISTENT_VARIANT`` is set (``variant_for``).
+    A call's cache must also be one TMA tensor of rows (``cache_ok``)."""
     from splitlab.kernels import mla_sm90
 
     if not (ENABLED and HAVE_GLUON) or launch_common.INTERPRET or device.type != "cuda":
         return False
     return (mla_sm90.in_scope(q_dtype, kv_dtype, head_dim_qk, head_dim_v, *tile)
             and (head_dim_qk, head_dim_v) == (HEAD_DIM_QK, HEAD_DIM_V) and page_size % BLOCK_N == 0
-            and not persistent and align % BLOCK_N == 0 and torch.cuda.get_device_capability(device)[0] == 9)
+            and (not persistent or PERSISTENT_VARIANT is not None) and align % BLOCK_N == 0
+            and torch.cuda.get_device_capability(device)[0] == 9)
 
 
 def cache_ok(kv_cache: torch.Tensor) -> bool:

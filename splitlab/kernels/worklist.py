@@ -558,8 +558,10 @@ def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     if ws.use_ws(q.dtype, kv_cache.dtype, Dqk, Dv, (d.block_h, d.block_n, nw, ns), page_size, q.device,
                  work.schedule.persistent, work.schedule.align) and ws.cache_ok(kv_cache):
         with _launch.device_guard(q):
+            persistent = work.schedule.persistent
             ws.launch(q, kv_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E,
-                      ws.DEFAULT_VARIANT, timeline=extra or None)
+                      ws.variant_for(persistent), timeline=extra or None,
+                      cta_offsets=work.cta_offsets if persistent else None)
             launch_merge(work, po, pl, out, lse, timelines)
         return (out, lse) if return_lse else out
     with _launch.device_guard(q):

@@ -89,6 +89,31 @@ def test_the_scheduled_launcher_runs_it_and_matches_fp64(heads, monkeypatch):
     assert rel_err(out, tl_out.double()) < 5e-3
 
 
+@pytest.mark.parametrize("heads", [16, 128])
+def test_the_persistent_seesaw_switched_on_matches_fp64(heads, monkeypatch):
+    """``PERSISTENT_VARIANT`` set (as its A/B would ship it): the scheduled launcher on stream-K and FlashMLA schedules
+    (several items a slot, an empty request among them) and a FlashMLA-scheduled plan, eager and replayed in a graph
+    over new lengths, against fp64 (at 16 heads the default tile stays the tl tile: only 40 heads and more)."""
+    monkeypatch.setattr(ws, "PERSISTENT_VARIANT", "seesaw-persistent")
+    x = mla_inputs(len(LENS), heads, 576, LENS, page_size=64, dtype=torch.bfloat16, device="cuda", seed=heads + 1)
+    ref, ref_lse = _ref(x, LENS)
+    for s in (S.stream_k(LENS, 5), S.flashmla(LENS, 3)):
+        out, lse = mla_decode_scheduled(x["q"], x["kv_cache"], x["block_table"], WorkList.from_schedule(s, "cuda"),
+                                        return_lse=True)
+        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [0])
+    rng = random.Random(heads)
+    B = 8
+    y = mla_inputs(B, heads, 576, 9000, page_size=64, dtype=torch.bfloat16, device="cuda", seed=12)
+    for graph in (False, True):
+        p = MLADecodePlan(heads, 576, 512, 64, dtype=torch.bfloat16, device="cuda", scheduler="flashmla", max_batch=B,
+                          use_cuda_graph=graph)
+        assert p._ws == (heads >= 40)
+        out = torch.empty(B, heads, 512, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
+        replay_plan(p, (y["q"], y["kv_cache"], y["block_table"]), out, lse, graph, random_steps(rng, B, 9000),
+                    lambda lens: _ref(y, lens))
+
+
 def test_a_timeline_records_every_program():
     x = mla_inputs(len(LENS), 128, 576, LENS, page_size=64, dtype=torch.bfloat16, device="cuda", seed=3)
     work = _work(128, LENS)
