@@ -233,6 +233,8 @@ class _DecodePlan:
             raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected one of "
                                 f"{', '.join(_ds.DEVICE_SCHEDULERS)} (the schedulers computed on the device)")
         self._pricing: dict[int, _ds.SplitlabPricing] = {}  # splitlab's, by batch size
+        # by batch size: the schedule's launches and run()'s plan, made at the batch size's first plan_on_device
+        self._device_launches: dict[int, tuple[_ds.ScheduleLaunch, _Planned]] = {}
         if self.scheduler == "uniform":
             if self._num_splits is None:
                 raise SplitlabError(f"{name} with scheduler 'uniform' and no num_splits; expected num_splits (the "
@@ -405,6 +407,11 @@ class _DecodePlan:
             raise SplitlabError(f"{self.what}.plan_on_device: seq_lens must be a non-empty contiguous 1-D int32 "
                                 f"tensor on {self.device} (the schedule kernel reads it densely); got {got}")
         B = seq_lens.shape[0]
+        ready = self._device_launches.get(B)
+        if ready is not None:  # this batch size's launches and run() plan, made and checked at its first call
+            ready[0].launch(seq_lens, bound=BOUND_LAUNCH)
+            self._planned = ready[1]
+            return
         if self.capacity is None:
             self._allocate(B)
         cap = self.capacity
@@ -418,10 +425,10 @@ class _DecodePlan:
                                     "captured; expected one outside the capture first (it makes the batch size's "
                                     "pricing tensors)")
             kw["pricing"] = self._splitlab_pricing(B)
-        with self._guard():
-            _ds.schedule_on_device(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
-                                   self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
-                                   scratch=self._scratch, max_batch=cap.batch, bound=BOUND_LAUNCH, **kw)
+        launch = _ds.prepare_schedule(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
+                                      self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
+                                      scratch=self._scratch, max_batch=cap.batch, **kw)
+        launch.launch(seq_lens, bound=BOUND_LAUNCH)
         # the merge's tile: for the most rows a request may have, at most DEVICE_MERGE_ROWS a chunk (any count is
         # merged correctly, in chunks)
         splits = (kw.get("num_splits") or kw.get("budget") or kw.get("ctas")
@@ -433,6 +440,7 @@ class _DecodePlan:
             merge_grid=(B * heads, cdiv(dv, block_d)), merge_meta=dict(BLOCK_S=block_s, BLOCK_D=block_d,
                                                                         num_warps=warps),
             lse_scratch=self._lse[:B], q_shape=(B, heads, self.head_dim_qk), out_shape=(B, heads, dv))
+        self._device_launches[B] = (launch, self._planned)
 
     @property
     def status(self) -> torch.Tensor | None:

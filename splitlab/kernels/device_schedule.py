@@ -73,8 +73,8 @@ from splitlab.kernels.bound_launch import launch_cached
 from splitlab.planners import schedulers as S
 from splitlab.planners.schedulers import TILE_KEYS
 
-__all__ = ["schedule_on_device", "splitlab_pricing", "SplitlabPricing", "DEVICE_SCHEDULERS", "OVER_CAPACITY",
-           "NEGATIVE_LENGTH"]
+__all__ = ["schedule_on_device", "prepare_schedule", "ScheduleLaunch", "splitlab_pricing", "SplitlabPricing",
+           "DEVICE_SCHEDULERS", "OVER_CAPACITY", "NEGATIVE_LENGTH"]
 
 #: The schedulers computed on the device.
 DEVICE_SCHEDULERS = ("balanced", "uniform", "stream_k", "flashmla", "splitlab")
@@ -656,24 +656,53 @@ def splitlab_pricing(w: object, dev: object, constants: object, max_items: int,
         sm_count=terms.sm_count, closed_ctas=closed_ctas, split_major=not terms.request_major)
 
 
+@dataclass(frozen=True)
+class ScheduleLaunch:
+    """``schedule_on_device``'s launches for one batch size and one set of buffers, checked once
+    (``prepare_schedule``): ``launch(seq_lens)`` runs them for lengths of that batch on that device (a plan's
+    ``plan_on_device`` checks those; nothing else is checked again)."""
+
+    batch: int
+    device: torch.device
+    launches: tuple  # (kernel, grid, the arguments after seq_lens, meta), in launch order
+
+    def launch(self, seq_lens: torch.Tensor, *, bound: bool = False) -> None:
+        """Launch the schedule for ``seq_lens`` (``[batch]`` int32, contiguous, on ``device``); ``bound``: through
+        ``kernels.bound_launch`` (Triton's binding once per specialization)."""
+        guard = torch.cuda.device(self.device) if self.device.type == "cuda" else _null()
+        with guard:
+            for kernel, grid, rest, meta in self.launches:
+                launch_cached(kernel, _BOUND, grid, (seq_lens, *rest), meta, bound=bound)
+
+
 def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: torch.Tensor,
                        partial_offsets: torch.Tensor, num_ctas: torch.Tensor, status: torch.Tensor, *,
-                       scheduler: str, budget: int | None = None, num_splits: int | None = None,
-                       ctas: int | None = None,
-                       request_major: bool = False, tile: int = TILE_KEYS, max_partial_rows: int | None = None,
-                       scratch: torch.Tensor | None = None, max_batch: int | None = None,
-                       pricing: SplitlabPricing | None = None, bound: bool = False) -> None:
-    """Launch the schedule kernel (the module docstring): ``seq_lens [B]`` int32 on the device (padded slots 0) into
-    ``items [cap, 4]``, ``cta_offsets [>= 1]`` (its length - 1 is the CTA slots' capacity), ``partial_offsets
-    [>= B + 1]``, ``num_ctas`` and ``status`` (int32, one element each), all int32 on ``seq_lens``' device.
+                       bound: bool = False, **knobs) -> None:
+    """``prepare_schedule(seq_lens, ...)``'s launches, launched: the schedule of ``seq_lens`` written into the
+    buffers (``prepare_schedule`` says what each argument is; ``bound`` as ``ScheduleLaunch.launch``)."""
+    prepare_schedule(seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, **knobs).launch(
+        seq_lens, bound=bound)
+
+
+def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: torch.Tensor,
+                     partial_offsets: torch.Tensor, num_ctas: torch.Tensor, status: torch.Tensor, *,
+                     scheduler: str, budget: int | None = None, num_splits: int | None = None,
+                     ctas: int | None = None,
+                     request_major: bool = False, tile: int = TILE_KEYS, max_partial_rows: int | None = None,
+                     scratch: torch.Tensor | None = None, max_batch: int | None = None,
+                     pricing: SplitlabPricing | None = None) -> ScheduleLaunch:
+    """The schedule kernel's launches (the module docstring), checked: ``seq_lens [B]`` int32 on the device (padded
+    slots 0) into ``items [cap, 4]``, ``cta_offsets [>= 1]`` (its length - 1 is the CTA slots' capacity),
+    ``partial_offsets [>= B + 1]``, ``num_ctas`` and ``status`` (int32, one element each), all int32 on
+    ``seq_lens``' device.
     ``scheduler`` ``balanced`` (``budget``), ``uniform`` (``num_splits``, ``request_major``), ``stream_k``
     (``ctas``), ``flashmla`` (``ctas``: its ``num_sm_parts``) or ``splitlab`` (``pricing``: ``splitlab_pricing``'s
     for this batch size, its durations sized for these items); ``max_partial_rows`` (default: the items' capacity)
     the partial buffer's rows; items and CTA slots of at least B each (else refused); ``scratch`` int32 of at least
     2 x B entries (allocated here if not given: pass it inside a graph capture); ``max_batch`` sizes the program's
-    block (default B: a plan passes its capacity, so one compiled kernel serves every batch); ``bound`` (a plan's
-    launches): through ``kernels.bound_launch`` (Triton's binding once per specialization). Checks only host-visible
-    metadata (no host sync); capturable."""
+    block (default B: a plan passes its capacity, so one compiled kernel serves every batch). Checks only host-visible
+    metadata (no host sync); the launches are capturable. ``seq_lens`` is not kept: ``ScheduleLaunch.launch`` takes
+    the lengths to schedule."""
     what = "schedule_on_device"
     if scheduler not in DEVICE_SCHEDULERS:
         raise bad("scheduler", scheduler, "one of " + ", ".join(DEVICE_SCHEDULERS) + " (on the device)")
@@ -729,34 +758,32 @@ def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets:
     block_b = max(16, next_power_of_two(max_batch))
     warps = 4 if block_b <= 256 else 8
     cap_ctas = cta_offsets.numel() - 1
-    guard = torch.cuda.device(dev) if dev.type == "cuda" else _null()
-    with guard:
-        if mode == _FLASHMLA:
-            launch_cached(_flashmla_kernel, _BOUND, (1,), (
-                seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch,
-                B, param, S.FLASHMLA_BLOCK_N, S.FLASHMLA_OVERHEAD, cap_items, cap_ctas, cap_rows),
-                dict(BLOCK_B=block_b, BLOCK_I=BLOCK_I, num_warps=warps), bound=bound)
-            return
-        res_f = res_i = scratch  # (unread but by splitlab's)
-        n_cands = 1
-        if mode == _SPLITLAB:
-            p = pricing
-            n_cands = p.cands.shape[0]
-            res_f, res_i = p.res_f, p.res_i
-            launch_cached(_splitlab_price_kernel, _BOUND, (n_cands,), (
-                seq_lens, p.cands, p.consts, p.durations, p.res_f, p.res_i,
-                B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas),
-                dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
-                     BLOCK_S=max(32, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False),
-                bound=bound)
-        launch_cached(_device_schedule_kernel, _BOUND, (1,), (
-            seq_lens, items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i,
-            B, param, tile, cap_items, cap_ctas, cap_rows, n_cands),
-            dict(MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-                 num_warps=warps), bound=bound)
+    if mode == _FLASHMLA:
+        return ScheduleLaunch(B, dev, ((_flashmla_kernel, (1,), (
+            items, cta_offsets, partial_offsets, num_ctas, status, scratch,
+            B, param, S.FLASHMLA_BLOCK_N, S.FLASHMLA_OVERHEAD, cap_items, cap_ctas, cap_rows),
+            dict(BLOCK_B=block_b, BLOCK_I=BLOCK_I, num_warps=warps)),))
+    launches = []
+    res_f = res_i = scratch  # (unread but by splitlab's)
+    n_cands = 1
+    if mode == _SPLITLAB:
+        p = pricing
+        n_cands = p.cands.shape[0]
+        res_f, res_i = p.res_f, p.res_i
+        launches.append((_splitlab_price_kernel, (n_cands,), (
+            p.cands, p.consts, p.durations, p.res_f, p.res_i,
+            B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas),
+            dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
+                 BLOCK_S=max(32, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False)))
+    launches.append((_device_schedule_kernel, (1,), (
+        items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i,
+        B, param, tile, cap_items, cap_ctas, cap_rows, n_cands),
+        dict(MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
+             num_warps=warps)))
+    return ScheduleLaunch(B, dev, tuple(launches))
 
 
-#: ``schedule_on_device``'s ``BoundLaunch`` per kernel and meta-parameters (``bound_launch.launch_cached``).
+#: The schedule kernels' ``BoundLaunch`` per kernel and meta-parameters (``bound_launch.launch_cached``).
 _BOUND: dict = {}
 
 

@@ -85,7 +85,14 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from splitlab.kernels.mla_sm90_ws import _load_item, _pages_bad, end_record, start_record
+    from splitlab.kernels.mla_sm90_ws import (
+        _load_item,
+        _pages_bad,
+        end_record,
+        end_record_slot,
+        start_record,
+        start_record_slot,
+    )
 
 HEAD_DIM = 128
 HEADS = (64, 128)  # the query-head counts it takes: one or two consumer warpgroups
@@ -285,6 +292,145 @@ if HAVE_GLUON:
             mbarrier.wait(v_free.index(buf), free_phase)
             _issue_tile(v_desc, bt_row, bt_stride_p, n0, end, v_s.index(buf), v_ready.index(buf), PAGE_SIZE, BOX)
 
+    # --- the persistent kernel: a program walks its CTA slot's items ------------------------------------------------
+
+    @gluon.jit
+    def _walk_item(walk, it):
+        """Item ``it`` of the slot (``_load_item``): (request, key_begin, key_end, partial row, bad, its tile count),
+        its block-table row and its q row."""
+        items_ptr, first, stop, max_keys, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
+        return ((b, start, end, row, bad, gl.cdiv(end - start, _BN)), bt_ptr + b * bt_stride_b,
+                b.to(gl.int32) * num_heads)
+
+    @gluon.jit
+    def _persist_consumer(smem, bars, walk, geo, outs, W: gl.constexpr, PAGE_SIZE: gl.constexpr):
+        """Consumer ``W`` of the persistent kernel: each item of the slot in order as ``_consumer``, with the slot's
+        tile count carried across items (tile g of the program in buffer g % stages, its ready / free phases
+        (g // stages) mod 2) and its count of non-empty items (Q's phase, ``q_free``'s); it releases Q's buffer
+        (``q_free``) once its item's last QK GEMM is done (a branch on the last tile only, whose barrier the other
+        tiles do not pay), so that the producer copies the next item's Q during this item's last softmax, PV and
+        epilogue. The epilogue stages through this consumer's own output stage (no buffer the producer fills), an
+        empty item's (NaN's) too."""
+        q_s, k_s, v_s, o_s = smem
+        q_ready, k_ready, v_ready, k_free, v_free = bars
+        items_ptr, first, stop, max_keys, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        bt_stride_p, num_pages, qk_scale = geo
+        NST: gl.constexpr = k_s.shape[0]
+        QK_L: gl.constexpr = _QK_L
+        PV_L: gl.constexpr = _PV_L
+        P_L: gl.constexpr = _P_L
+        ROWS: gl.constexpr = gl.SliceLayout(1, QK_L)
+        dtype: gl.constexpr = q_s.dtype
+        q = q_s.index(W)
+        tiles = first * 0  # tiles of the slot's earlier items; the non-empty items among them
+        done = first * 0
+        for it in range(first, stop):
+            item, bt_row, q_row = _walk_item(walk, it)
+            b, start, end, row, bad, n_tiles = item
+            bad = bad | _pages_bad(bt_row, bt_stride_p, start, end, num_pages, PAGE_SIZE)
+            m_i = gl.full([_BH], float("-inf"), gl.float32, layout=ROWS)
+            l_i = gl.zeros([_BH], gl.float32, layout=ROWS)
+            acc = gl.zeros([_BH, _D], gl.float32, layout=PV_L)
+            mbarrier.wait(q_ready, done & 1, pred=n_tiles > 0)
+            for t in range(n_tiles):
+                g = tiles + t
+                buf = g % NST
+                phase = (g // NST) & 1
+                n0 = start + t * _BN
+                k = k_s.index(buf)
+                v = v_s.index(buf)
+                mbarrier.wait(k_ready.index(buf), phase)
+                s = warpgroup_mma(q.slice(0, _PIECE, 1), k.slice(0, _PIECE, 1).permute((1, 0)),
+                                  gl.zeros([_BH, _BN], gl.float32, layout=QK_L), use_acc=False, is_async=True)
+                s = warpgroup_mma(q.slice(_PIECE, _PIECE, 1), k.slice(_PIECE, _PIECE, 1).permute((1, 0)), s,
+                                  is_async=True)
+                s = warpgroup_mma_wait(0, deps=[s])
+                gl.thread_barrier()
+                mbarrier.arrive(k_free.index(buf))
+                if t == n_tiles - 1:  # the item's last QK: Q's buffer free (a branch: no barrier on other tiles)
+                    mbarrier.arrive(q_free)
+                ok = n0 + gl.arange(0, _BN, layout=gl.SliceLayout(0, QK_L)) < end
+                s = gl.where(ok[None, :], s * qk_scale, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, axis=1))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.exp2(m_i - m_safe)
+                p = gl.exp2(s - m_safe[:, None])
+                l_i = l_i * alpha + gl.sum(p, axis=1)
+                m_i = m_new
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV_L))[:, None]
+                mbarrier.wait(v_ready.index(buf), phase)
+                _zero_tail(v, n0, end)
+                acc = warpgroup_mma(gl.convert_layout(p.to(dtype), P_L), v, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                gl.thread_barrier()
+                mbarrier.arrive(v_free.index(buf))
+            l_i = gl.where(bad, float("nan"), l_i)
+            gl.thread_barrier()  # (every warp past the last item's reads of the output stage before it is rewritten)
+            _epilogue(acc, m_i, l_i, outs, b, row, W * _BH, o_s.index(W))
+            tiles += n_tiles
+            done += gl.where(n_tiles > 0, 1, 0)
+
+    @gluon.jit
+    def _persist_consumer0(smem, bars, walk, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                           BOX: gl.constexpr, TIMELINE: gl.constexpr):
+        """The default partition of the persistent kernel: heads [0, 64); with ``TIMELINE`` the program's record
+        (its slot, first item and item count at once, its end after its last item's rows)."""
+        items_ptr, first, stop, max_keys, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        timeline_ptr, pid = rec
+        if TIMELINE:
+            start_record_slot(timeline_ptr, pid, pid, pid * 0, first, stop - first)  # head group: the one kv head
+        _persist_consumer(smem, bars, walk, geo, outs, 0, PAGE_SIZE)
+        if TIMELINE:
+            end_record_slot(timeline_ptr, pid)
+
+    @gluon.jit
+    def _persist_consumer1(smem, bars, walk, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                           BOX: gl.constexpr, TIMELINE: gl.constexpr):
+        """A worker partition of the persistent kernel: heads [64, 128), idle with 64 heads."""
+        if NCONS == 2:
+            _persist_consumer(smem, bars, walk, geo, outs, 1, PAGE_SIZE)
+
+    @gluon.jit
+    def _persist_load(smem, bars, walk, geo, outs, descs, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                      BOX: gl.constexpr, TIMELINE: gl.constexpr):
+        """The producer of the persistent kernel: the slot's tiles in order, tile g of the program (K, then V) into
+        buffer g % stages once every consumer released tile g - stages's; each non-empty item's Q after its first
+        tile, once every consumer's last QK of the item before released Q's buffer (``q_free``). The next item's
+        first tiles and Q are thus in flight while this item's last softmax, PV and epilogue run. An empty item
+        copies nothing."""
+        q_s, k_s, v_s, o_s = smem
+        q_ready, k_ready, v_ready, k_free, v_free = bars
+        items_ptr, first, stop, max_keys, bt_ptr, bt_stride_b, num_heads, q_free = walk
+        bt_stride_p, num_pages, qk_scale = geo
+        q_desc, k_desc, v_desc = descs
+        NST: gl.constexpr = k_s.shape[0]
+        tiles = first * 0
+        done = first * 0
+        for it in range(first, stop):
+            item, bt_row, q_row = _walk_item(walk, it)
+            b, start, end, row, bad, n_tiles = item
+            for t in range(n_tiles):
+                g = tiles + t
+                buf = g % NST
+                free_phase = ((g // NST) & 1) ^ 1  # (a fresh barrier passes parity 1)
+                n0 = start + t * _BN
+                mbarrier.wait(k_free.index(buf), free_phase)
+                _issue_tile(k_desc, bt_row, bt_stride_p, n0, end, k_s.index(buf), k_ready.index(buf), PAGE_SIZE,
+                            BOX)
+                mbarrier.wait(v_free.index(buf), free_phase)
+                _issue_tile(v_desc, bt_row, bt_stride_p, n0, end, v_s.index(buf), v_ready.index(buf), PAGE_SIZE,
+                            BOX)
+                if t == 0:  # (V_0's buffer frees before Q's: tile g - stages's PV precedes the last item's last QK)
+                    mbarrier.wait(q_free, (done & 1) ^ 1)
+                    mbarrier.expect(q_ready, NCONS * (_D // _PIECE) * q_desc.block_type.nbytes)
+                    for w in gl.static_range(NCONS):
+                        for c in gl.static_range(_D // _PIECE):
+                            tma.async_copy_global_to_shared(q_desc, [q_row + w * _BH, c * _PIECE], q_ready,
+                                                            q_s.index(w).slice(c * _PIECE, _PIECE, 1))
+            tiles += n_tiles
+            done += gl.where(n_tiles > 0, 1, 0)
+
     @gluon.jit
     def _mqa_ws_kernel(
         q_desc, k_desc, v_desc, bt_ptr, items_ptr, out_ptr, lse_ptr, po_ptr, pl_ptr,
@@ -297,15 +443,21 @@ if HAVE_GLUON:
         num_ctas_ptr, timeline_ptr,
         NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
         BOUNDED: gl.constexpr, TIMELINE: gl.constexpr, num_warps: gl.constexpr,
+        cta_ptr=None, PERSISTENT: gl.constexpr = False,
     ):
         # One program per work item (every head of the one kv head); BOUNDED: a capacity grid, the programs past the
-        # plan's slot count exit at once.
+        # plan's slot count exit at once. PERSISTENT: one program per CTA slot, walking the slot's items
+        # cta_ptr[slot] .. cta_ptr[slot + 1] (the work list's CTA offsets).
         it = gl.program_id(0)
         if BOUNDED:
             if it >= gl.load(num_ctas_ptr):
                 return
-        b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
-        n_tiles = gl.cdiv(end - start, _BN)
+        if PERSISTENT:
+            first = gl.load(cta_ptr + it)
+            stop = gl.load(cta_ptr + it + 1)
+        else:
+            b, start, end, row, bad = _load_item(items_ptr, it, max_keys)
+            n_tiles = gl.cdiv(end - start, _BN)
         dtype: gl.constexpr = q_desc.dtype
         SM_L: gl.constexpr = q_desc.layout
         F32_L: gl.constexpr = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=8, order=[1, 0])
@@ -326,23 +478,44 @@ if HAVE_GLUON:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_free.index(i), count=NCONS)
             mbarrier.init(v_free.index(i), count=NCONS)
+        if PERSISTENT:  # Q's buffer free for the next item's Q (every consumer past its item's last QK)
+            q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(q_free, count=NCONS)
 
         smem = (q_s, k_s, v_s, o_s)
         bars = (q_ready, k_ready, v_ready, k_free, v_free)
-        item = (b, start, end, row, bad, n_tiles)
-        geo = (bt_ptr + b * bt_stride_b, bt_stride_p, num_pages, qk_scale)
         outs = (out_ptr, lse_ptr, po_ptr, pl_ptr, out_stride_b, out_stride_h, out_stride_d, lse_stride_b,
                 lse_stride_h, po_stride_r, po_stride_h, po_stride_d, pl_stride_r, pl_stride_h)
-        descs = (q_desc, k_desc, v_desc, b.to(gl.int32) * num_heads)
         rec = (timeline_ptr, it)
-        gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, rec, NCONS, PAGE_SIZE, BOX, TIMELINE)),
-                            (_part_consumer1, (smem, bars, item, geo, outs, rec, NCONS, PAGE_SIZE, BOX, TIMELINE)),
-                            (_part_load, (smem, bars, item, geo, outs, descs, NCONS, PAGE_SIZE, BOX, TIMELINE))],
-                           _WARPS, _REGS)
+        if PERSISTENT:
+            walk = (items_ptr, first, stop, max_keys, bt_ptr, bt_stride_b, num_heads, q_free)
+            geo = (bt_stride_p, num_pages, qk_scale)
+            descs = (q_desc, k_desc, v_desc)
+            gl.warp_specialize([(_persist_consumer0, (smem, bars, walk, geo, outs, rec, NCONS, PAGE_SIZE, BOX,
+                                                      TIMELINE)),
+                                (_persist_consumer1, (smem, bars, walk, geo, outs, rec, NCONS, PAGE_SIZE, BOX,
+                                                      TIMELINE)),
+                                (_persist_load, (smem, bars, walk, geo, outs, descs, NCONS, PAGE_SIZE, BOX, TIMELINE))],
+                               _WARPS, _REGS)
+        else:
+            item = (b, start, end, row, bad, n_tiles)
+            geo = (bt_ptr + b * bt_stride_b, bt_stride_p, num_pages, qk_scale)
+            descs = (q_desc, k_desc, v_desc, b.to(gl.int32) * num_heads)
+            gl.warp_specialize([(_part_consumer0, (smem, bars, item, geo, outs, rec, NCONS, PAGE_SIZE, BOX,
+                                                   TIMELINE)),
+                                (_part_consumer1, (smem, bars, item, geo, outs, rec, NCONS, PAGE_SIZE, BOX,
+                                                   TIMELINE)),
+                                (_part_load, (smem, bars, item, geo, outs, descs, NCONS, PAGE_SIZE, BOX, TIMELINE))],
+                               _WARPS, _REGS)
 
 
 #: Off: the work-list launchers run the tl tile everywhere (A/B runs; tests/gpu compares the two).
 ENABLED = True
+#: On: the work-list launchers may run the persistent kernel (``launch``'s ``cta_offsets``) on persistent schedules
+#: (stream-K, FlashInfer's: several items a slot). Off until it has passed its checks and its A/B on a GPU
+#: (experiments/mqa_ws, "Prepared: the persistent MQA kernel"): ``use_ws`` refuses persistent schedules, the tl tile
+#: runs them.
+PERSISTENT_ENABLED = False
 
 
 def use_ws(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, tile: tuple[int, int, int],
@@ -350,8 +523,10 @@ def use_ws(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, tile: t
     """Whether the work-list launchers (``worklist.gqa_decode_scheduled``, ``decode_plan.GQADecodePlan``) run this
     kernel instead of the tl tile: ``ENABLED``, Gluon, not the interpreter, an sm_90 GPU, a 16-bit dtype, 64 or 128
     query heads on one kv head of dim 128 at the tl tile's default (``tile`` = (block_n, num_warps, num_stages) as
-    ``gqa.default_knobs`` gives them), page 16, 32 or a multiple of 64, a schedule of one item a slot whose items
-    start at multiples of a box. A call's caches must also read as TMA tensors of rows (``cache_ok``)."""
+    ``gqa.default_knobs`` gives them), page 16, 32 or a multiple of 64, a schedule whose items start at multiples
+    of a box, of one item a slot unless ``PERSISTENT_ENABLED`` (then a persistent one runs the persistent kernel:
+    the launchers pass ``launch`` the work list's ``cta_offsets``). A call's caches must also read as TMA tensors
+    of rows (``cache_ok``)."""
     from splitlab.kernels import gqa
 
     if not (ENABLED and HAVE_GLUON) or launch_common.INTERPRET or device.type != "cuda":
@@ -360,8 +535,9 @@ def use_ws(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, tile: t
         return False
     d = gqa.default_knobs(heads, head_dim, launch_common.TORCH_DTYPE_NAMES[dtype])
     page_ok = page_size in (16, 32) or page_size % BLOCK_N == 0
-    return (page_ok and tile == (d["block_n"], d["num_warps"], d["num_stages"]) and not persistent
-            and align % box_rows(page_size) == 0 and torch.cuda.get_device_capability(device)[0] == 9)
+    return (page_ok and tile == (d["block_n"], d["num_warps"], d["num_stages"])
+            and (not persistent or PERSISTENT_ENABLED) and align % box_rows(page_size) == 0
+            and torch.cuda.get_device_capability(device)[0] == 9)
 
 
 def cache_ok(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
@@ -377,8 +553,10 @@ def box_rows(page_size: int) -> int:
 
 
 def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                 work: object, stages: object = STAGES) -> WorkList:
-    """The scope in the module docstring, each breach one ``SplitlabError`` line; returns the checked work list."""
+                 work: object, stages: object = STAGES, persistent: bool = False) -> WorkList:
+    """The scope in the module docstring, each breach one ``SplitlabError`` line; returns the checked work list.
+    ``persistent``: for the persistent kernel, which takes any schedule whose items start at multiples of a box
+    (persistent or not)."""
     from splitlab.kernels import gqa
 
     if not HAVE_GLUON:
@@ -410,7 +588,11 @@ def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
                                 "of contiguous rows back to back, 16-byte aligned (one 2-D TMA tensor of rows)")
     work = check_worklist(work, B, block_table.shape[1] * page_size, q.device, "mqa_decode_ws")
     box = box_rows(page_size)
-    if work.schedule.persistent or work.schedule.align % box:
+    if persistent:
+        if work.schedule.align % box:
+            raise SplitlabError(f"mqa_decode_ws: a schedule with items aligned to {work.schedule.align} keys is not "
+                                f"allowed; expected items starting at multiples of {box} (persistent)")
+    elif work.schedule.persistent or work.schedule.align % box:
         kind = "a persistent schedule" if work.schedule.persistent else "a schedule"
         raise SplitlabError(f"mqa_decode_ws: {kind} with items aligned to {work.schedule.align} keys is not allowed; "
                             f"expected one item a CTA slot (not persistent), items starting at multiples of {box}")
@@ -418,17 +600,20 @@ def check_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 
 def mqa_decode_ws(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                  work: WorkList, *, stages: int = STAGES, sm_scale: float | None = None, return_lse: bool = False):
+                  work: WorkList, *, stages: int = STAGES, sm_scale: float | None = None, return_lse: bool = False,
+                  persistent: bool = False):
     """Paged MQA decode over a work list on this module's kernel: ``worklist.gqa_decode_scheduled``'s inputs and
-    outputs within the scope of the module docstring; ``stages`` K and V tiles in flight (``STAGE_CHOICES``)."""
-    work = check_launch(q, k_cache, v_cache, block_table, work, stages)
+    outputs within the scope of the module docstring; ``stages`` K and V tiles in flight (``STAGE_CHOICES``);
+    ``persistent``: the persistent kernel (a program walks its slot's items: any schedule so aligned)."""
+    work = check_launch(q, k_cache, v_cache, block_table, work, stages, persistent)
     B, H, D = q.shape
     scale = launch_common.resolve_sm_scale(sm_scale, D)
     out = launch_common.alloc(B, H, D, dtype=q.dtype, device=q.device)
     lse = launch_common.alloc(B, H, dtype=torch.float32, device=q.device)
     po, pl = alloc_partials(work, H, D, q.device)
     with launch_common.device_guard(q):
-        launch(q, k_cache, v_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E, stages)
+        launch(q, k_cache, v_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E, stages,
+               cta_offsets=work.cta_offsets if persistent else None)
         launch_merge(work, po, pl, out, lse)
     return (out, lse) if return_lse else out
 
@@ -452,9 +637,13 @@ def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
 def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
            items: torch.Tensor, slots: int, out: torch.Tensor, lse: torch.Tensor, po: torch.Tensor, pl: torch.Tensor,
            qk_scale: float, stages: int = STAGES, *, num_ctas: torch.Tensor | None = None,
-           timeline: dict | None = None, bound: bool = False) -> None:
+           timeline: dict | None = None, cta_offsets: torch.Tensor | None = None, bound: bool = False) -> None:
     """The partial kernel alone (no checks: ``check_launch``'s inputs; ``qk_scale`` in base 2): ``slots`` CTA slots
-    of the work list ``items``; ``num_ctas``, ``timeline`` and ``bound`` as ``mla_sm90_ws.launch`` takes them."""
+    of the work list ``items``; ``num_ctas``, ``timeline`` and ``bound`` as ``mla_sm90_ws.launch`` takes them.
+    ``cta_offsets`` (int32 ``[slots + 1]``, the work list's; at least that many with ``num_ctas``): the persistent
+    kernel, whose program walks its slot's items ``cta_offsets[slot] .. cta_offsets[slot + 1]`` (``check_walk``;
+    launched directly, not bound: its per-call argument follows the constexprs); None: one item a slot."""
+    check_walk(cta_offsets, slots, items.device, bounded=num_ctas is not None)
     B, H, _ = q.shape
     num_pages, page_size = k_cache.shape[:2]
     q_desc, k_desc, v_desc = descriptors(q, k_cache, v_cache)
@@ -464,12 +653,35 @@ def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
             num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items)
     meta = dict(NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages,
                 BOUNDED=num_ctas is not None, TIMELINE=bool(timeline), num_warps=NUM_WARPS, maxnreg=MAXNREG)
-    launch_cached(_mqa_ws_kernel, _BOUND, (slots,), args, meta, bound=bound and not timeline)
+    if cta_offsets is not None:
+        _mqa_ws_kernel[(slots,)](*args, **meta, cta_ptr=cta_offsets, PERSISTENT=True)
+    else:
+        launch_cached(_mqa_ws_kernel, _BOUND, (slots,), args, meta, bound=bound and not timeline)
 
 
 #: ``launch``'s ``BoundLaunch`` per meta-parameters (``bound_launch.launch_cached``).
 _BOUND: dict = {}
 
 
-__all__ = ["ENABLED", "HEADS", "STAGE_CHOICES", "box_rows", "cache_ok", "check_launch", "launch", "mqa_decode_ws",
-           "use_ws"]
+def check_walk(cta_offsets: torch.Tensor | None, slots: int, device: torch.device, bounded: bool = False) -> None:
+    """``launch``'s rule for ``cta_offsets`` (``mla_sm90_ws.check_walk``'s): None (one item a slot), or an int32
+    vector of ``slots + 1`` entries (at least that many where ``bounded``: a capacity grid's) on the items' device;
+    else one ``SplitlabError`` line. (Its values are the work list's: not read on the host.)"""
+    if cta_offsets is None:
+        return
+    if not isinstance(cta_offsets, torch.Tensor):
+        raise SplitlabError(f"mqa_decode_ws: cta_offsets={type(cta_offsets).__name__} is not allowed; expected an "
+                            "int32 tensor (the work list's cta_offsets) or None")
+    n = cta_offsets.numel()
+    if (cta_offsets.dtype != torch.int32 or cta_offsets.dim() != 1 or cta_offsets.stride(0) != 1
+            or (n < slots + 1 if bounded else n != slots + 1)):
+        raise SplitlabError(f"mqa_decode_ws: cta_offsets {cta_offsets.dtype} of shape {tuple(cta_offsets.shape)} "
+                            f"is not allowed; expected contiguous int32 of {'at least ' if bounded else ''}"
+                            f"{slots + 1} (slots + 1)")
+    if cta_offsets.device != device:
+        raise SplitlabError(f"mqa_decode_ws: cta_offsets is on {cta_offsets.device}; expected the items' "
+                            f"device {device}")
+
+
+__all__ = ["ENABLED", "HEADS", "PERSISTENT_ENABLED", "STAGE_CHOICES", "box_rows", "cache_ok", "check_launch",
+           "check_walk", "launch", "mqa_decode_ws", "use_ws"]
