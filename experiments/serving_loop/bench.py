@@ -38,7 +38,8 @@ from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.workloads import DecodeWorkload
 
 REPO = Path(__file__).resolve().parents[2]
-SPLITLAB = ("splitlab-device", "splitlab-host", "splitlab-device-pdl")  # -pdl: the plans' pdl=True
+#: -pdl: the plans' pdl=True; -splitlab: splitlab's scheduler computed on the device (the others there: balanced)
+SPLITLAB = ("splitlab-device", "splitlab-host", "splitlab-device-pdl", "splitlab-device-splitlab")
 PEERS = {"gqa": ("flashinfer",), "mla": ("flashmla", "flashinfer-fa3")}
 
 
@@ -96,9 +97,11 @@ class Splitlab(Graphed):
         super().__init__(name, device.type == "cuda")
         plan = "device" if name.startswith("splitlab-device") else "host"
         pdl = name.endswith("-pdl")
-        same = src.c.plan == plan and src.c.pdl == pdl
-        self.bucket = src if same else loop.Bucket(loop.Config(**{**c.__dict__, "plan": plan, "pdl": pdl}), cache,
-                                                   src.size, device, dtype)
+        scheduler = "splitlab" if name.endswith("-splitlab") else c.scheduler
+        same = src.c.plan == plan and src.c.pdl == pdl and src.c.scheduler == scheduler
+        self.bucket = src if same else loop.Bucket(
+            loop.Config(**{**c.__dict__, "plan": plan, "pdl": pdl, "scheduler": scheduler}), cache, src.size, device,
+            dtype)
         b = self.bucket
         b.lens, b.table, b.q = src.lens, src.table, src.q  # the same inputs (the graph holds their addresses)
         self.host = plan == "host"
