@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from ab_scripts import assert_appends_rows, load
 
+from splitlab.kernels import _launch
 from splitlab.kernels.mqa_sm90_ws import STAGE_CHOICES
 
 
@@ -17,22 +18,33 @@ def ab():
     return load("mqa_ws")
 
 
+@pytest.fixture
+def off_interpreter(monkeypatch):
+    """The launcher's checks as on a GPU: not under the interpreter, CPU tensors standing in for CUDA ones."""
+    monkeypatch.setattr(_launch, "INTERPRET", False)
+    monkeypatch.setattr(_launch, "check_launch_device", lambda *a: None)
+
+
 def test_parses_its_commands(ab):
     a = ab.parse_args(["all", "--out", "o", "--budget-s", "150"])
     assert (a.cmd, a.out, a.budget_s, a.pages, a.peers) == ("all", "o", 150.0, [16, 64], list(ab.PEERS))
-    assert a.kernels == ["ws", "ws3"] and [ab.KERNELS[k] for k in a.kernels] == list(STAGE_CHOICES)
+    assert a.kernels == ["ws", "ws3", "wsp"] and [ab.KERNELS[k] for k in ("ws", "ws3")] == list(STAGE_CHOICES)
+    assert ab.PERSISTENT_KERNELS == {"wsp"} and ab.KERNELS["wsp"] in STAGE_CHOICES
     assert a.check_timeout_s > 0 and a.schedules == list(ab.SCHEDULES)
     a = ab.parse_args(["run", "--out", "o", "--batches", "8,64", "--keys", "8192", "--dists", "uniform",
                        "--pages", "16", "--peers", "sdpa-cudnn", "--schedules", "splitlab", "--kernels", "ws3"])
     assert (a.batches, a.keys, a.dists, a.pages, a.peers, a.schedules, a.kernels) == (
         [8, 64], [8192], ["uniform"], [16], ["sdpa-cudnn"], ["splitlab"], ["ws3"])
     assert ab.parse_args(["check", "--out", "o"]).kernel == "ws"
+    assert ab.parse_args(["check", "--out", "o", "--kernel", "wsp"]).kernel == "wsp"
+    a = ab.parse_args(["run", "--out", "o", "--kernels", "ws,wsp", "--schedules", "stream_k,flashmla"])
+    assert (a.kernels, a.schedules) == (["ws", "wsp"], ["stream_k", "flashmla"])
     a = ab.parse_args(["check", "--out", "o", "--kernel", "tl"])
     assert a.kernel == ab.BASELINE and not hasattr(a, "budget_s")
     assert ab.parse_args(["summary", "x.csv"]).csv == "x.csv"
 
 
-@pytest.mark.parametrize("argv", [["run", "--out", "o", "--schedules", "flashmla"],
+@pytest.mark.parametrize("argv", [["run", "--out", "o", "--schedules", "fa3"],
                                   ["run", "--out", "o", "--peers", "cudnn"], ["run", "--out", "o", "--pages", "32"],
                                   ["all", "--out", "o", "--dists", "bimodal"], ["run", "--out", "o", "--kernels",
                                                                                 "ws4"],
@@ -66,6 +78,59 @@ def test_the_kernels_schedules_are_ones_its_launcher_takes(ab):
         splits = bench_decode.default_knobs(w, dev)["num_splits"]
         for s in (schedulers.splitlab(w, dev, persistent=False), schedulers.uniform(w.lengths, splits)):
             assert not s.persistent and s.align % box_rows(page) == 0
+        # the persistent kernel's: items at multiples of a box, several a slot on stream-K's and FlashMLA's rule
+        for s in (schedulers.schedule(w, dev, "stream_k"), schedulers.flashmla(w.lengths, dev.sm_count),
+                  schedulers.splitlab(w, dev)):
+            assert s.align % box_rows(page) == 0
+        assert schedulers.schedule(w, dev, "stream_k").persistent
+
+
+def test_the_persistent_kernel_runs_every_schedule_the_others_only_one_item_ones(ab):
+    p = ab.pairs(["ws", "wsp"], list(ab.SCHEDULES))
+    assert [k for k, label in p if label in ab.PERSISTENT_SCHEDULES] == ["wsp"] * len(ab.PERSISTENT_SCHEDULES)
+    assert ("ws", "uniform") in p and ("wsp", "uniform") in p and ("wsp", "splitlab") in p
+    assert p[:2] == [("ws", "uniform"), ("wsp", "uniform")]  # schedule-major
+    assert ab.pairs(["ws3"], ["stream_k", "flashmla"]) == []
+
+
+def test_which_timed_rows_are_skipped(ab):
+    from splitlab.planners import schedulers
+
+    lens = [300, 70, 0]
+    sk, one = schedulers.stream_k(lens, 2), schedulers.uniform(lens, 2)
+    assert ab.skip_reason("wsp", "stream_k", sk) == "" and ab.skip_reason("wsp", "uniform", one) == ""
+    assert "runs one item a CTA slot" in ab.skip_reason("ws", "stream_k", sk)
+    assert "chose one item a slot" in ab.skip_reason("wsp", "splitlab-persistent", one)
+    assert ab.skip_reason("wsp", "splitlab-persistent", sk) == ""
+    assert ab.skip_reason("gqa", "split:4", None) == "" and ab.skip_reason("tl", "splitlab", one) == ""
+
+
+@pytest.mark.parametrize("page", [16, 64])
+def test_the_check_schedules_are_ones_the_launcher_takes(ab, off_interpreter, page):
+    """Every check batch's schedules for each kernel (the persistent one: uniform, stream-K and FlashMLA's rule, with
+    several items a slot) pass ``check_launch`` as the check calls it; the one-item kernels get uniform only."""
+    import torch
+
+    from splitlab.kernels import mqa_sm90_ws
+    from splitlab.kernels.inputs import gqa_inputs
+    from splitlab.kernels.worklist import WorkList
+    from splitlab.planners import schedulers
+
+    several = 0
+    for _, heads, lens, p, _, splits, twist in ab.CHECKS:
+        if p != page:
+            continue
+        x = gqa_inputs(len(lens), heads, 1, 128, lens, page_size=p, dtype=torch.bfloat16)
+        tile = 16 if twist == "tile16" else schedulers.TILE_KEYS
+        assert [label for label, _ in ab.check_schedules("ws", lens, splits, tile)] == [f"uniform:{splits}"]
+        got = ab.check_schedules("wsp", lens, splits, tile)
+        assert [label.split(":")[0] for label, _ in got] == ["uniform", "stream_k", "flashmla"]
+        for _, s in got:
+            work = WorkList.from_schedule(s, "cpu")
+            assert mqa_sm90_ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work,
+                                            persistent=True) is work
+            several += max(b - a for a, b in zip(s.cta_offsets, s.cta_offsets[1:], strict=False)) > 1
+    assert several > 0
 
 
 def test_writes_csv_rows(ab, tmp_path):

@@ -179,3 +179,196 @@ def test_the_work_list_launchers_take_it_where_in_scope(monkeypatch):
 
 def test_only_on_sm90_enabled_and_off_the_interpreter(monkeypatch):
     assert_gated_to_sm90(mqa_sm90_ws, _use, monkeypatch)
+
+
+# --- the persistent kernel (``launch``'s ``cta_offsets``: a program walks its CTA slot's items) ----------------------
+
+
+def test_the_persistent_kernel_takes_schedules_aligned_to_a_box(off_interpreter):
+    x = _inputs(page=64)
+    lens3 = LENS + [0]
+    x3 = gqa_inputs(3, 128, 1, 128, lens3, page_size=64, dtype=torch.bfloat16)
+    for s in (schedulers.stream_k(LENS, 3), schedulers.stream_k(lens3, 1), schedulers.flashmla(lens3, 2),
+              schedulers.uniform(LENS, 2)):
+        xs = x3 if s.batch == 3 else x
+        work = _work(s)
+        assert mqa_sm90_ws.check_launch(xs["q"], xs["k_cache"], xs["v_cache"], xs["block_table"], work,
+                                        persistent=True) is work
+    with pytest.raises(SplitlabError, match="aligned to 16 keys .* multiples of 64 \\(persistent\\)") as e:
+        mqa_sm90_ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
+                                 _work(schedulers.stream_k(LENS, 3, tile=16)), persistent=True)
+    assert "\n" not in str(e.value)
+    x16 = _inputs(page=16)  # a box is a page of 16: items at multiples of 16 are taken
+    work = _work(schedulers.stream_k(LENS, 3, tile=16))
+    assert mqa_sm90_ws.check_launch(x16["q"], x16["k_cache"], x16["v_cache"], x16["block_table"], work,
+                                    persistent=True) is work
+    _refused(x, "persistent", work=_work(schedulers.stream_k(LENS, 3)))  # the one-item kernel, as before
+
+
+def test_the_work_list_launchers_run_the_persistent_kernel_only_where_switched_on(monkeypatch):
+    """Until its GPU A/B, persistent schedules keep the tl tile (``PERSISTENT_ENABLED`` off); switched on, the
+    launchers may take it for them (the same page, tile and alignment rules)."""
+    monkeypatch.setattr(_launch, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert mqa_sm90_ws.PERSISTENT_ENABLED is False and not _use(persistent=True) and _use()
+    monkeypatch.setattr(mqa_sm90_ws, "PERSISTENT_ENABLED", True)
+    assert _use(persistent=True) and _use() and _use(persistent=True, page=64, heads=64)
+    assert not _use(persistent=True, align=16, page=64) and _use(persistent=True, align=16, page=16)
+    assert not _use(persistent=True, tile=(32, 8, 3)) and not _use(persistent=True, page=48)
+    monkeypatch.setattr(mqa_sm90_ws, "ENABLED", False)
+    assert not _use(persistent=True)
+
+
+def test_the_launch_refuses_inconsistent_cta_offsets():
+    items = torch.zeros(4, 4, dtype=torch.int32)
+    offsets = torch.tensor([0, 2, 4], dtype=torch.int32)
+
+    def refused(match, cta=offsets, slots=2, bounded=False):
+        with pytest.raises(SplitlabError, match=match) as e:
+            mqa_sm90_ws.check_walk(cta, slots, items.device, bounded)
+        assert "\n" not in str(e.value)
+
+    mqa_sm90_ws.check_walk(offsets, 2, items.device)
+    mqa_sm90_ws.check_walk(offsets, 1, items.device, bounded=True)  # a capacity's first slots
+    mqa_sm90_ws.check_walk(None, 2, items.device)  # one item a slot
+    refused("expected an int32 tensor", cta=[0, 2, 4])
+    refused("torch.int64", cta=offsets.long())
+    refused("expected contiguous int32 of 4", slots=3)
+    refused("expected contiguous int32 of at least 4", slots=3, bounded=True)
+    refused("expected contiguous int32 of 2", slots=1)
+    refused("expected contiguous int32", cta=torch.zeros(6, dtype=torch.int32)[::2])
+    refused("expected contiguous int32", cta=offsets[None])
+    refused("cta_offsets is on meta", cta=offsets.to("meta"))
+
+
+def test_the_launch_checks_cta_offsets_before_anything_else():
+    # launch's first act (before descriptors or Gluon): a wrong cta_offsets is one line, whatever else is passed
+    x = _inputs()
+    with pytest.raises(SplitlabError, match="expected contiguous int32 of 3"):
+        mqa_sm90_ws.launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], torch.zeros(2, 4, dtype=torch.int32),
+                           2, None, None, None, None, 0.1, cta_offsets=torch.zeros(2, dtype=torch.int32))
+
+
+class _Bar:
+    """An mbarrier: ``count`` arrivals complete a phase; ``wait(parity)`` passes once the phase of that parity
+    before the current one has completed (PTX ``mbarrier.try_wait.parity``; a fresh barrier passes parity 1). A TMA
+    barrier's one arrival is its copy landing (``expect`` counts bytes, the copy's landing completes the phase)."""
+
+    def __init__(self, count):
+        self.count, self.arrived, self.phases = count, 0, 0
+
+    def arrive(self):
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.arrived, self.phases = 0, self.phases + 1
+
+    def passed(self, parity):
+        return (self.phases & 1) != parity
+
+
+def _persistent_protocol(tiles, stages, ncons, rng, last_qk_frees_q=True):
+    """The persistent kernel's barriers and buffers as ``mqa_sm90_ws``'s ``_persist_*`` partitions use them, for one
+    program walking items of ``tiles`` tiles each with ``stages`` buffers and ``ncons`` consumers, under a random
+    interleaving of the partitions and of the TMA copies' landings: every wait with the kernel's phase formula, every
+    read of a buffer (at a wgmma's start and at its end: the GEMM reads shared memory while in flight) checked
+    against what it must hold. ``last_qk_frees_q`` False: the consumers free Q at their first QK instead (a bug
+    the model must catch). Returns the reads and the outputs written; a read of the wrong contents fails, a wait
+    that can never pass is a deadlock (AssertionError)."""
+    bars = {"q_ready": _Bar(1), "q_free": _Bar(ncons)}
+    for i in range(stages):
+        bars[f"k_ready{i}"], bars[f"v_ready{i}"] = _Bar(1), _Bar(1)
+        bars[f"k_free{i}"], bars[f"v_free{i}"] = _Bar(ncons), _Bar(ncons)
+    mem = {"q": None, **{f"{kv}{i}": None for kv in "kv" for i in range(stages)}}
+    landing = []  # TMA copies in flight: (buffer, contents, barrier), landing in any order
+    checked = []
+
+    def read(buf, want):
+        assert mem[buf] == want, f"{buf} holds {mem[buf]}, expected {want}"
+        checked.append(want)
+
+    def producer():
+        g0 = done = 0
+        for k, n in enumerate(tiles):
+            for t in range(n):
+                g = g0 + t
+                buf, free = g % stages, ((g // stages) & 1) ^ 1
+                yield ("wait", f"k_free{buf}", free)
+                landing.append((f"k{buf}", ("K", k, t), f"k_ready{buf}"))
+                yield ("wait", f"v_free{buf}", free)
+                landing.append((f"v{buf}", ("V", k, t), f"v_ready{buf}"))
+                if t == 0:
+                    yield ("wait", "q_free", (done & 1) ^ 1)
+                    landing.append(("q", ("Q", k), "q_ready"))
+            g0, done = g0 + n, done + (n > 0)
+
+    def consumer(side):
+        g0 = done = 0
+        for k, n in enumerate(tiles):
+            if n > 0:
+                yield ("wait", "q_ready", done & 1)
+            for t in range(n):
+                g = g0 + t
+                buf, phase = g % stages, (g // stages) & 1
+                yield ("wait", f"k_ready{buf}", phase)
+                read("q", ("Q", k)), read(f"k{buf}", ("K", k, t))
+                yield ("step",)  # (the QK wgmma in flight)
+                read("q", ("Q", k)), read(f"k{buf}", ("K", k, t))
+                bars[f"k_free{buf}"].arrive()
+                if t == (n - 1 if last_qk_frees_q else 0):
+                    bars["q_free"].arrive()
+                yield ("wait", f"v_ready{buf}", phase)
+                read(f"v{buf}", ("V", k, t))
+                yield ("step",)  # (the tail zeroed, the PV wgmma in flight)
+                read(f"v{buf}", ("V", k, t))
+                bars[f"v_free{buf}"].arrive()
+            checked.append(("out", side, k))  # (the epilogue: this consumer's own output stage)
+            yield ("step",)
+            g0, done = g0 + n, done + (n > 0)
+
+    parts = {"load": producer(), **{f"c{w}": consumer(w) for w in range(ncons)}}
+    want = {name: ("step",) for name in parts}
+    while parts or landing:
+        ready = [p for p in parts if want[p][0] == "step" or bars[want[p][1]].passed(want[p][2])]
+        assert ready or landing, f"deadlock: {want}"
+        pick = rng.randrange(len(ready) + len(landing))
+        if pick >= len(ready):  # a TMA copy lands
+            buf, what, bar = landing.pop(pick - len(ready))
+            mem[buf] = what
+            bars[bar].arrive()
+            continue
+        try:
+            want[ready[pick]] = next(parts[ready[pick]])
+        except StopIteration:
+            del parts[ready[pick]], want[ready[pick]]
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_persistent_barrier_protocol_never_deadlocks_nor_overwrites(seed):
+    """A model of the persistent kernel's synchronisation (not of the kernel, which runs only on the GPU): items of
+    0-5 tiles in random order, 2 or 3 stages, one or two consumers, the partitions and the TMA landings interleaved
+    at random. The phases carried across items (the slot's tile count: buffer and K / V barriers' phases; its
+    non-empty items: Q's and ``q_free``'s) never deadlock, no copy lands in a buffer before every read of its old
+    contents (the next item's Q only after every consumer's last QK of this one), every read sees what it must, and
+    every item's rows are written by every consumer (an empty item's too)."""
+    import random
+
+    rng = random.Random(seed)
+    tiles = [rng.choice([0, 1, 1, 2, 3, 4, 5]) for _ in range(rng.randint(1, 7))]
+    stages, ncons = rng.choice([2, 3]), rng.choice([1, 2])
+    for _ in range(25):
+        checked = _persistent_protocol(tiles, stages, ncons, rng)
+        assert sorted(c for c in checked if c[0] == "out") == sorted(
+            ("out", w, k) for w in range(ncons) for k in range(len(tiles)))
+        assert sum(c[0] == "V" for c in checked) == 2 * ncons * sum(tiles)
+
+
+def test_the_protocol_model_catches_q_freed_too_early():
+    """The model is not vacuous: with Q freed at an item's first QK instead of its last, some interleaving lands the
+    next item's Q while a consumer still reads this one's."""
+    import random
+
+    rng = random.Random(0)
+    with pytest.raises(AssertionError, match="q holds"):
+        for _ in range(200):
+            _persistent_protocol([3, 2, 0, 4], 2, 2, rng, last_qk_frees_q=False)

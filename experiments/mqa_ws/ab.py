@@ -8,7 +8,9 @@ reference first, then timed by CUDA-graph replay; one CSV.
     python experiments/mqa_ws/ab.py run --out DIR --kernels ws       # time only
     python experiments/mqa_ws/ab.py summary DIR/mqa_ws_ab.csv        # the README's tables, any machine
 
-The kernel runs at 2 and 3 stages (``KERNELS``: ``ws`` and ``ws3``). ``all`` first runs ``check`` for each and for
+The kernel runs at 2 and 3 stages (``KERNELS``: ``ws`` and ``ws3``), and persistent at 2 (``wsp``:
+``mqa_decode_ws(..., persistent=True)``, a program walking its CTA slot's items; README "Prepared: the persistent MQA
+kernel"). ``all`` first runs ``check`` for each and for
 the tl work-list kernel (``tl``: the harness's control; it has passed these checks' kind in the test suite), each in
 a child process of its own, all at once, with a time limit (``--check-timeout-s``: a kernel that never finishes, a
 barrier waited on for ever, costs that child only), then ``run`` with the kernels that passed every check (the
@@ -27,10 +29,18 @@ baselines and peers are timed either way). Rows (``FIELDS``) go to ``DIR/mqa_ws_
   ``bench.timing.time_graph`` (p50; input sets rotated past the L2). Implementations: ``gqa`` (``gqa.gqa_decode``
   at ``bench.decode.default_knobs``: the planner's split), ``tl@splitlab`` (``worklist.gqa_decode_scheduled`` on
   splitlab's schedule), ``ws@uniform`` / ``ws3@uniform`` (this kernel at the planner's split count as a work list),
-  ``ws@splitlab`` / ``ws3@splitlab`` (splitlab's scheduler, not persistent), and the peers of ``bench.peers`` /
+  ``ws@splitlab`` / ``ws3@splitlab`` (splitlab's scheduler, not persistent), ``wsp@<schedule>`` (``pairs``: the
+  persistent kernel on every schedule, and alone on the persistent ones, ``PERSISTENT_SCHEDULES``: ``stream_k``,
+  ``schedulers.schedule(w, dev, "stream_k")``; ``flashmla``, FlashMLA's split rule over one slot an SM,
+  ``schedulers.flashmla(lengths, sm_count)``, as this kernel's CTA holds every head; ``splitlab-persistent``,
+  splitlab's scheduler with stream-K among its candidates, a ``skipped`` row where it chose one item a slot), and the
+  peers of ``bench.peers`` /
   ``bench.peers_flashinfer`` on their own inputs, each checked against its own fp64 reference (SDPA takes
   same-length batches only; a peer that is not importable is one ``unavailable`` row). ``roofline`` =
   ``workloads.floor_time_us`` / time.
+- The persistent kernel's checks run each check batch on ``uniform``, ``stream_k`` and ``flashmla`` schedules of the
+  batch over its split count in slots (``check_schedules``: several items a slot, empty requests mid-slot, one slot
+  walking the whole batch at a split of 1).
 
 Budget: ``--budget-s`` (default 200) counts from the start of ``all``; ``run`` starts no new batch past it.
 """
@@ -55,10 +65,15 @@ BATCHES = (16, 64, 8)
 KEYS = (32768, 8192, 65536)
 DISTS = ("uniform", "longtail")
 PAGES = (16, 64)
-SCHEDULES = ("uniform", "splitlab")
+SCHEDULES = ("uniform", "splitlab", "stream_k", "flashmla", "splitlab-persistent")
+#: The schedules of several items a slot, which only the persistent kernel runs.
+PERSISTENT_SCHEDULES = ("stream_k", "flashmla", "splitlab-persistent")
 PEERS = ("sdpa-cudnn", "sdpa-flash", "flashinfer")
-#: The kernel at each of its stage counts (``mqa_sm90_ws.STAGE_CHOICES``), by impl name; the baseline of the checks.
-KERNELS = {"ws": 2, "ws3": 3}
+#: The kernel at each of its stage counts (``mqa_sm90_ws.STAGE_CHOICES``) and persistent, by impl name; the baseline
+#: of the checks.
+KERNELS = {"ws": 2, "ws3": 3, "wsp": 2}
+#: The impls that run the persistent kernel (``mqa_decode_ws(..., persistent=True)``: any schedule aligned to a box).
+PERSISTENT_KERNELS = frozenset({"wsp"})
 BASELINE = "tl"
 #: Check batches: (name, heads, lengths, page, dtype, split count, what is done to the inputs or the schedule).
 CHECKS = [
@@ -88,6 +103,38 @@ def shapes(batches=BATCHES, keys=KEYS, dists=DISTS, pages=PAGES) -> list[tuple[i
 
 #: This A/B's CSV (``bench.csvrows.CsvRows``: appended row by row, the header once, flushed each row).
 Rows = functools.partial(CsvRows, fields=FIELDS)
+
+
+def pairs(kernels, schedules) -> list[tuple[str, str]]:
+    """(kernel, schedule label) of the timed rows, schedule-major: a one-item kernel on the one-item schedules, the
+    persistent one on every schedule."""
+    return [(k, label) for label in schedules for k in kernels
+            if k in PERSISTENT_KERNELS or label not in PERSISTENT_SCHEDULES]
+
+
+def check_schedules(impl: str, lens: list[int], splits: int, tile: int) -> list[tuple[str, object]]:
+    """(label, Schedule) a check batch runs ``impl`` on: ``uniform`` at ``splits`` (items at multiples of
+    ``tile``); for the persistent kernel also stream-K and FlashMLA's rule over ``splits`` slots (several items a
+    slot, empty requests mid-slot)."""
+    from splitlab.planners import schedulers
+
+    out = [(f"uniform:{splits}", schedulers.uniform(lens, splits, tile=tile))]
+    if impl in PERSISTENT_KERNELS:
+        out += [(f"stream_k:{splits}", schedulers.stream_k(lens, splits, tile=tile)),
+                (f"flashmla:{splits}", schedulers.flashmla(lens, splits, block_size_n=tile))]
+    return out
+
+
+def skip_reason(kernel: str, label: str, s) -> str:
+    """Why a timed row is not run ('' where it is): a one-item kernel on a persistent schedule (``pairs`` makes
+    none), or ``@splitlab-persistent`` where splitlab's scheduler chose one item a slot (the ``@splitlab`` row)."""
+    if s is None or kernel not in KERNELS:
+        return ""
+    if s.persistent and kernel not in PERSISTENT_KERNELS:
+        return f"{label}'s schedule is persistent; {kernel} runs one item a CTA slot"
+    if label == "splitlab-persistent" and not s.persistent:
+        return "splitlab's scheduler chose one item a slot: the @splitlab row"
+    return ""
 
 
 def passed_checks(rows: list[dict], impl: str) -> bool:
@@ -141,36 +188,38 @@ def check(args) -> None:
             x["block_table"][1, 1] = x["k_cache"].shape[0] + 5
             nan_rows = (1,)
         tile = 16 if twist == "tile16" else schedulers.TILE_KEYS
-        work = WorkList.from_schedule(schedulers.uniform(lens, splits, tile=tile), "cuda")
-        t0 = time.time()
-        row = dict(phase="check", impl=impl, schedule=f"uniform:{splits}", case=name, heads=heads, batch=len(lens),
-                   longest=max(lens), dtype=dt, page=page, splits=splits)
-        try:
-            q, k, v, bt = x["q"], x["k_cache"], x["v_cache"], x["block_table"]
-            with poisoned_allocs():
-                if impl == BASELINE:
-                    out, lse = worklist.gqa_decode_scheduled(q, k, v, bt, work, return_lse=True)
-                else:
-                    out, lse = mqa_decode_ws(q, k, v, bt, work, stages=KERNELS[impl], return_lse=True)
-                torch.cuda.synchronize()
-            why = ""
-            if twist == "nan-value":  # column 3 of request 0 NaN in every head, as in the reference; the rest checked
-                if not bool(torch.isnan(out[0, :, 3]).all()):
-                    why = "request 0's value column 3 is not all NaN"
-                out, ref = out.clone(), ref.clone()
-                out[0, :, 3], ref[0, :, 3] = 0, 0
-            row.update(harness.verdict_fields(*accuracy.verdict(out, lse, ref, ref_lse, dtypes[dt], nan_rows)))
-            if why:
-                row.update(status="wrong", error=why)
-        except Exception as e:  # a refusal, a compile error, a fault: the row says which
-            row.update(status="error", error=harness.error_text(e))
-        harness.write_check(rows, row, t0)
+        for label, s in check_schedules(impl, lens, splits, tile):
+            work = WorkList.from_schedule(s, "cuda")
+            t0 = time.time()
+            row = dict(phase="check", impl=impl, schedule=label, case=name, heads=heads, batch=len(lens),
+                       longest=max(lens), dtype=dt, page=page, splits=splits)
+            try:
+                q, k, v, bt = x["q"], x["k_cache"], x["v_cache"], x["block_table"]
+                with poisoned_allocs():
+                    if impl == BASELINE:
+                        out, lse = worklist.gqa_decode_scheduled(q, k, v, bt, work, return_lse=True)
+                    else:
+                        out, lse = mqa_decode_ws(q, k, v, bt, work, stages=KERNELS[impl], return_lse=True,
+                                                 persistent=impl in PERSISTENT_KERNELS)
+                    torch.cuda.synchronize()
+                why, want = "", ref
+                if twist == "nan-value":  # column 3 of request 0 NaN in every head, as in the reference; the rest
+                    if not bool(torch.isnan(out[0, :, 3]).all()):  # checked
+                        why = "request 0's value column 3 is not all NaN"
+                    out, want = out.clone(), ref.clone()
+                    out[0, :, 3], want[0, :, 3] = 0, 0
+                row.update(harness.verdict_fields(*accuracy.verdict(out, lse, want, ref_lse, dtypes[dt], nan_rows)))
+                if why:
+                    row.update(status="wrong", error=why)
+            except Exception as e:  # a refusal, a compile error, a fault: the row says which
+                row.update(status="error", error=harness.error_text(e))
+            harness.write_check(rows, row, t0)
     rows.close()
 
 
 def splitlab_impls(w, dev, schedules, kernels):
     """(impl, schedule label, Schedule or None, inputs -> callable) of splitlab's kernels on the batch ``w``: the
-    shipped kernel, the tl work-list kernel, and each of ``kernels`` on each of ``schedules``."""
+    shipped kernel, the tl work-list kernel, and each of ``kernels`` on the ``schedules`` ``pairs`` gives it."""
     from splitlab.bench import decode as bench_decode
     from splitlab.kernels import gqa, worklist
     from splitlab.kernels.mqa_sm90_ws import mqa_decode_ws
@@ -183,17 +232,20 @@ def splitlab_impls(w, dev, schedules, kernels):
     tl_work = WorkList.from_schedule(tl, "cuda")
     out.append((f"{BASELINE}@splitlab", "splitlab", tl, lambda x: (lambda: worklist.gqa_decode_scheduled(
         x["q"], x["k_cache"], x["v_cache"], x["block_table"], tl_work))))
-    scheds = {}
-    if "uniform" in schedules:
-        scheds["uniform"] = schedulers.uniform(w.lengths, knobs["num_splits"])
-    if "splitlab" in schedules:
-        scheds["splitlab"] = schedulers.splitlab(w, dev, persistent=False)
-    for label, s in scheds.items():
-        wl = WorkList.from_schedule(s, "cuda")
-        for kernel in kernels:
-            def make(x, wl=wl, stages=KERNELS[kernel]):
-                return lambda: mqa_decode_ws(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl, stages=stages)
-            out.append((f"{kernel}@{label}", label, s, make))
+    build = {"uniform": lambda: schedulers.uniform(w.lengths, knobs["num_splits"]),
+             "splitlab": lambda: schedulers.splitlab(w, dev, persistent=False),  # one item a slot
+             "stream_k": lambda: schedulers.schedule(w, dev, "stream_k"),
+             # FlashMLA's rule over one slot an SM (its own part count assumes 64-head CTAs; this one holds all 128)
+             "flashmla": lambda: schedulers.flashmla(w.lengths, dev.sm_count),
+             "splitlab-persistent": lambda: schedulers.splitlab(w, dev)}  # stream-K among the candidates
+    todo = pairs(kernels, schedules)
+    scheds = {label: build[label]() for label in dict.fromkeys(label for _, label in todo)}
+    lists = {label: WorkList.from_schedule(s, "cuda") for label, s in scheds.items()}
+    for kernel, label in todo:
+        def make(x, wl=lists[label], stages=KERNELS[kernel], persistent=kernel in PERSISTENT_KERNELS):
+            return lambda: mqa_decode_ws(x["q"], x["k_cache"], x["v_cache"], x["block_table"], wl, stages=stages,
+                                         persistent=persistent)
+        out.append((f"{kernel}@{label}", label, scheds[label], make))
     return out
 
 
@@ -239,8 +291,12 @@ def run(args, t0: float | None = None) -> None:
             row = dict(base, impl=impl, schedule=label)
             if s is not None:
                 row.update(harness.schedule_fields(s))
+            why = skip_reason(impl.split("@")[0], label, s)
             try:
-                harness.time_row(row, make, sets, ref, floor, tol, args.replays)
+                if why:
+                    row.update(status="skipped", error=why)
+                else:
+                    harness.time_row(row, make, sets, ref, floor, tol, args.replays)
             except Exception as e:  # a refusal, out of resources: the row keeps it, the run goes on
                 row.update(status="error", error=harness.error_text(e))
             harness.write_timed(rows, row, t1, line)

@@ -624,6 +624,13 @@ class _DecodePlan:
         timelines.reset()
         return part, merge
 
+    def _walk(self, slots: int) -> torch.Tensor | None:
+        """The CTA offsets a persistent Gluon tile walks (None for one item a slot): the whole buffer under a
+        capacity grid (programs past the plan's count exit), else the plan's ``slots`` + 1 entries."""
+        if not self.persistent:
+            return None
+        return self._cta_offsets if self.use_cuda_graph else self._cta_offsets[:slots + 1]
+
     def _guard(self):
         return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
 
@@ -730,7 +737,7 @@ class GQADecodePlan(_DecodePlan):
                     and mqa_ws.cache_ok(k_cache, v_cache):
                 mqa_ws.launch(q, k_cache, v_cache, block_table, self._items, p.grid[0], out, lse, self._po, self._pl,
                               self._qk_scale, num_ctas=self._num_ctas if self.use_cuda_graph else None,
-                              timeline=part or None, bound=BOUND_LAUNCH)
+                              timeline=part or None, cta_offsets=self._walk(p.grid[0]), bound=BOUND_LAUNCH)
                 self._merge(p, out, lse, merge)
                 return (out, lse) if return_lse else out
             self._launch_partial(_wl._gqa_worklist_kernel, p.grid, (
@@ -842,7 +849,7 @@ class MLADecodePlan(_DecodePlan):
                 ws.launch(q, kv_cache, block_table, self._items, p.grid[0] // self.groups, out, lse, self._po,
                           self._pl, self._qk_scale, ws.variant_for(self.persistent),
                           num_ctas=self._num_ctas if self.use_cuda_graph else None, timeline=part or None,
-                          cta_offsets=self._cta_offsets if self.persistent else None, bound=BOUND_LAUNCH)
+                          cta_offsets=self._walk(p.grid[0] // self.groups), bound=BOUND_LAUNCH)
                 self._merge(p, out, lse, merge)
                 return (out, lse) if return_lse else out
             self._launch_partial(_wl._mla_worklist_kernel, p.grid, (

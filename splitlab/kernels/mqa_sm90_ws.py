@@ -46,10 +46,27 @@ Scope (``check_launch``, else one ``SplitlabError`` line): q ``[B, 64 or 128, 12
 page_size, 1, 128]`` of one 16-bit dtype; page size 16, 32 or a multiple of 64; each cache's rows contiguous,
 16-byte aligned, pages back to back (one 2-D TMA tensor of rows), fewer than 2^31 rows; q read as rows of
 ``[B * H, 128]`` (copied contiguous where its strides are not that); a non-persistent schedule whose items start at
-multiples of ``BOX``; an sm_90 GPU with triton 3.6's Gluon, not the interpreter.
+multiples of ``BOX`` (the persistent kernel: any schedule so aligned); an sm_90 GPU with triton 3.6's Gluon, not the
+interpreter.
 
 A plan's launches, as ``mla_sm90_ws``'s: ``BOUNDED`` (a capacity grid; programs past the plan's slot count exit at
 once) and ``TIMELINE`` (consumer 0 writes the program's ``kernels.timeline`` record).
+
+The persistent kernel (``PERSISTENT``; ``launch``'s ``cta_offsets``, the work list's; ``mqa_decode_ws(...,
+persistent=True)``; opt-in: ``PERSISTENT_ENABLED`` off, the work-list launchers run one item a slot): one program a
+CTA slot walks the slot's items ``cta_offsets[slot] .. cta_offsets[slot + 1]`` in order (``mla_sm90_ws``'s
+persistent seesaw, on this kernel), so that an item pays no CTA prologue and the next item's copies start while this
+one finishes. Each partition carries across items the slot's tile count (tile g in buffer g % stages, its K / V
+ready and free phases (g // stages) mod 2) and its count of non-empty items (the phases of ``q_ready`` and of one
+more barrier, ``q_free``: every consumer arrives once its item's last QK GEMM is done). The producer issues the next
+item's first K and V tile as soon as their buffer is released (during this item's last tile), then its Q once
+``q_free`` completes. The epilogue needs no buffer the producer fills (each consumer stages through its own output
+stage), so no release waits on it. An empty item (or one outside ``[0, max_keys]``) copies nothing and writes its
+zeros (NaN) and lse -inf (NaN) as the one-item kernel does; output rows and partial rows are the one-item kernel's.
+Shared memory 32 bytes more (164240 at 128 heads and 2 stages). The one-item build compiles to the same PTX as
+before the persistent one was added (compared instruction by instruction). Compiled only (sm_90a, no spills,
+``tests/test_compile_mqa_ws.py``); its protocol is modelled in ``tests/test_mqa_ws_scope.py``; the A/B
+(``experiments/mqa_ws``, "Prepared: the persistent MQA kernel") has not run it on a GPU.
 """
 
 from __future__ import annotations

@@ -356,7 +356,8 @@ def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
             and mqa_ws.cache_ok(k_cache, v_cache):
         with _launch.device_guard(q):
             mqa_ws.launch(q, k_cache, v_cache, block_table, work.items, work.ctas, out, lse, po, pl, scale * LOG2E,
-                          timeline=extra or None)
+                          timeline=extra or None,
+                          cta_offsets=work.cta_offsets if work.schedule.persistent else None)
             launch_merge(work, po, pl, out, lse, timelines)
         return (out, lse) if return_lse else out
     with _launch.device_guard(q):

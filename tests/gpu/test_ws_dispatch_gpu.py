@@ -185,3 +185,29 @@ def test_an_mqa_plan_runs_it_eager_and_replayed(graph):
                 random_steps(rng, B, 9000), lambda lens: _gqa_ref(x, lens))
     if not graph:
         assert sum(b.hits for b in mqa_ws._BOUND.values()) > 0
+
+
+@pytest.mark.parametrize("heads,page", [(128, 16), (64, 64)])
+def test_the_persistent_mqa_kernel_switched_on_matches_fp64(heads, page, monkeypatch):
+    """``PERSISTENT_ENABLED`` on (as its A/B would ship it): the scheduled launcher on stream-K schedules (several
+    items a slot, an empty request among them) and a stream-K plan, eager and replayed in a graph over new lengths,
+    against fp64."""
+    monkeypatch.setattr(mqa_ws, "PERSISTENT_ENABLED", True)
+    x = gqa_inputs(len(LENS), heads, 1, 128, LENS, page_size=page, dtype=torch.bfloat16, device="cuda", seed=heads)
+    args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
+    ref, ref_lse = _gqa_ref(x, LENS)
+    for ctas in (3, 7):
+        out, lse = gqa_decode_scheduled(*args, WorkList.from_schedule(S.stream_k(LENS, ctas), "cuda"),
+                                        return_lse=True)
+        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [0])
+    rng = random.Random(heads + page)
+    B = 8
+    y = gqa_inputs(B, heads, 1, 128, 9000, page_size=page, dtype=torch.bfloat16, device="cuda", seed=14)
+    for graph in (False, True):
+        p = GQADecodePlan(heads, 1, 128, page, dtype=torch.bfloat16, device="cuda", scheduler="stream_k", ctas=40,
+                          max_batch=B, use_cuda_graph=graph)
+        assert p._ws
+        out = torch.empty(B, heads, 128, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
+        replay_plan(p, (y["q"], y["k_cache"], y["v_cache"], y["block_table"]), out, lse, graph,
+                    random_steps(rng, B, 9000), lambda lens: _gqa_ref(y, lens))
