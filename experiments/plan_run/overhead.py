@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from triton.runtime.jit import KernelInterface  # noqa: E402
 
 from splitlab.devices import get as get_device  # noqa: E402
-from splitlab.kernels import decode_plan, gqa_decode, mla_decode  # noqa: E402
+from splitlab.kernels import decode_plan, default_call, gqa_decode, mla_decode  # noqa: E402
 from splitlab.kernels import worklist as wl  # noqa: E402
 from splitlab.planners import schedulers as S  # noqa: E402
 from splitlab.planners import splitlab as rule  # noqa: E402
@@ -103,6 +103,8 @@ def gqa_cases(batch: int) -> tuple[dict, object]:
     p = decode_plan.GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cpu", max_batch=batch)
     g = decode_plan.GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cpu", max_batch=batch,
                                   use_cuda_graph=True)
+    dev = decode_plan.GQADecodePlan(32, 8, 128, 16, dtype=torch.bfloat16, device="cpu", max_batch=batch,
+                                    use_cuda_graph=True, device_schedule=True)
     s = p.plan(lens)
     g.plan(lens)
     work = wl.WorkList.from_schedule(s, "cpu")
@@ -122,7 +124,22 @@ def gqa_cases(batch: int) -> tuple[dict, object]:
         "plan.plan(lens), next step": lambda: p.plan(d.step()),
         "graph plan.plan(lens), next step": lambda: g.plan(d.step()),
         "plan(): the work list's write alone": lambda: p._write(s),
+        "device plan.plan_on_device(seq_lens)": lambda: dev.plan_on_device(sl),
+        "gqa_decode() default through a plan, next step": through_plan(lambda: (d.step(),
+                                                                                 gqa_decode(q, k, v, bt, d.tensor))),
     }, s
+
+
+def through_plan(fn):
+    """``fn`` with the launchers' default call through a cached plan (``kernels.default_call``)."""
+    def call():
+        default_call.VIA_PLAN = True
+        try:
+            return fn()
+        finally:
+            default_call.VIA_PLAN = None
+
+    return call
 
 
 def mla_cases(batch: int) -> tuple[dict, object]:
@@ -142,6 +159,8 @@ def mla_cases(batch: int) -> tuple[dict, object]:
         "plan.run(out=, check=False)": lambda: p.run(q, kv, bt, out=out, check=False),
         "plan.plan(lens), same lengths": lambda: p.plan(lens),
         "plan.plan(lens), next step": lambda: p.plan(d.step()),
+        "mla_decode() default through a plan, next step": through_plan(lambda: (d.step(),
+                                                                                 mla_decode(q, kv, bt, d.tensor))),
     }, s
 
 
