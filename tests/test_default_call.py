@@ -113,6 +113,12 @@ def test_cache_is_bounded(monkeypatch, via_plan):
     assert [k[7] for k in default_call._plans] == [3, 2]  # the batch sizes, most recent last
 
 
+def test_with_plan_switches_for_the_call_only(monkeypatch):
+    monkeypatch.setattr(default_call, "VIA_PLAN", False)
+    seen = default_call.with_plan(default_call.via_plan)()
+    assert seen is True and default_call.VIA_PLAN is False
+
+
 def test_switch(monkeypatch):
     monkeypatch.setattr(default_call, "VIA_PLAN", None)
     for env, want in (("", False), ("0", False), ("1", True)):

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from mbarrier_model import Bar, interleave
 from sm90 import assert_gated_to_sm90
 
 from splitlab.errors import SplitlabError
@@ -253,31 +254,15 @@ def test_the_launch_refuses_inconsistent_cta_offsets():
     refused("cta_offsets is on meta", cta=offsets.to("meta"))
 
 
-class _Bar:
-    """An mbarrier: ``count`` arrivals complete a phase; ``wait(parity)`` passes once the phase of that parity
-    before the current one has completed (PTX ``mbarrier.try_wait.parity``; a fresh barrier passes parity 1)."""
-
-    def __init__(self, count):
-        self.count, self.arrived, self.phases = count, 0, 0
-
-    def arrive(self):
-        self.arrived += 1
-        if self.arrived == self.count:
-            self.arrived, self.phases = 0, self.phases + 1
-
-    def passed(self, parity):
-        return (self.phases & 1) != parity
-
-
 def _persistent_protocol(tiles, rng):
     """The persistent seesaw's barriers and buffers as ``mla_sm90_ws``'s ``_persist_*`` partitions use them, for
     one program walking items of ``tiles`` blocks each, under a random interleaving of the three partitions and of
     the TMA copies' landings: every wait with the kernel's phase formula, every read of a buffer checked against
     what it must hold (a block, Q, a P, a staged output half). Returns the reads checked; a read of the wrong
     contents fails, a wait that can never pass is a deadlock (AssertionError)."""
-    bars = {"q_ready": _Bar(1), "q_free": _Bar(1), "m0": _Bar(1), "s1": _Bar(1), "epi": _Bar(2)}
+    bars = {"q_ready": Bar(1), "q_free": Bar(1), "m0": Bar(1), "s1": Bar(1), "epi": Bar(2)}
     for i in range(2):
-        bars[f"ready{i}"], bars[f"free{i}"] = _Bar(1), _Bar(2)
+        bars[f"ready{i}"], bars[f"free{i}"] = Bar(1), Bar(2)
     mem = {"q": None, "v0": None, "v1": None, "r0": None, "r1": None}
     landing = []  # TMA copies in flight: (buffers, contents, barrier); a block's pieces complete one barrier
     checked = []
@@ -292,10 +277,10 @@ def _persistent_protocol(tiles, rng):
             for t in range(n):
                 g = blocks + t
                 yield ("wait", f"free{g & 1}", ((g >> 1) & 1) ^ 1)
-                landing.append(((f"v{g & 1}", f"r{g & 1}"), ((k, t), (k, t, "rope")), f"ready{g & 1}"))
+                landing.append(({f"v{g & 1}": (k, t), f"r{g & 1}": (k, t, "rope")}, f"ready{g & 1}"))
                 if t == 0:
                     yield ("wait", "q_free", (done & 1) ^ 1)
-                    landing.append((("q",), (k,), "q_ready"))
+                    landing.append(({"q": k}, "q_ready"))
             blocks, done = blocks + n, done + (n > 0)
 
     def consumer(side):
@@ -346,21 +331,7 @@ def _persistent_protocol(tiles, rng):
             bars["q_free" if side == 0 else f"free{(blocks + n - 1) & 1}"].arrive()
             blocks, steps, done = blocks + n, steps + (n + 1) // 2, done + 1
 
-    parts = {"load": producer(), "c0": consumer(0), "c1": consumer(1)}
-    want = {name: ("step",) for name in parts}
-    while parts or landing:
-        ready = [p for p in parts if want[p][0] == "step" or bars[want[p][1]].passed(want[p][2])]
-        assert ready or landing, f"deadlock: {want}"
-        pick = rng.randrange(len(ready) + len(landing))
-        if pick >= len(ready):  # a TMA copy lands (copies land in any order)
-            bufs, what, bar = landing.pop(pick - len(ready))
-            mem.update(zip(bufs, what, strict=True))
-            bars[bar].arrive()
-            continue
-        try:
-            want[ready[pick]] = next(parts[ready[pick]])
-        except StopIteration:
-            del parts[ready[pick]], want[ready[pick]]
+    interleave({"load": producer(), "c0": consumer(0), "c1": consumer(1)}, bars, mem, landing, rng)
     return checked
 
 

@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 import torch
+from mbarrier_model import Bar, interleave
 from sm90 import assert_gated_to_sm90
 
 from splitlab.errors import SplitlabError
@@ -249,23 +250,6 @@ def test_the_launch_checks_cta_offsets_before_anything_else():
                            2, None, None, None, None, 0.1, cta_offsets=torch.zeros(2, dtype=torch.int32))
 
 
-class _Bar:
-    """An mbarrier: ``count`` arrivals complete a phase; ``wait(parity)`` passes once the phase of that parity
-    before the current one has completed (PTX ``mbarrier.try_wait.parity``; a fresh barrier passes parity 1). A TMA
-    barrier's one arrival is its copy landing (``expect`` counts bytes, the copy's landing completes the phase)."""
-
-    def __init__(self, count):
-        self.count, self.arrived, self.phases = count, 0, 0
-
-    def arrive(self):
-        self.arrived += 1
-        if self.arrived == self.count:
-            self.arrived, self.phases = 0, self.phases + 1
-
-    def passed(self, parity):
-        return (self.phases & 1) != parity
-
-
 def _persistent_protocol(tiles, stages, ncons, rng, last_qk_frees_q=True):
     """The persistent kernel's barriers and buffers as ``mqa_sm90_ws``'s ``_persist_*`` partitions use them, for one
     program walking items of ``tiles`` tiles each with ``stages`` buffers and ``ncons`` consumers, under a random
@@ -274,10 +258,10 @@ def _persistent_protocol(tiles, stages, ncons, rng, last_qk_frees_q=True):
     against what it must hold. ``last_qk_frees_q`` False: the consumers free Q at their first QK instead (a bug
     the model must catch). Returns the reads and the outputs written; a read of the wrong contents fails, a wait
     that can never pass is a deadlock (AssertionError)."""
-    bars = {"q_ready": _Bar(1), "q_free": _Bar(ncons)}
+    bars = {"q_ready": Bar(1), "q_free": Bar(ncons)}
     for i in range(stages):
-        bars[f"k_ready{i}"], bars[f"v_ready{i}"] = _Bar(1), _Bar(1)
-        bars[f"k_free{i}"], bars[f"v_free{i}"] = _Bar(ncons), _Bar(ncons)
+        bars[f"k_ready{i}"], bars[f"v_ready{i}"] = Bar(1), Bar(1)
+        bars[f"k_free{i}"], bars[f"v_free{i}"] = Bar(ncons), Bar(ncons)
     mem = {"q": None, **{f"{kv}{i}": None for kv in "kv" for i in range(stages)}}
     landing = []  # TMA copies in flight: (buffer, contents, barrier), landing in any order
     checked = []
@@ -293,12 +277,12 @@ def _persistent_protocol(tiles, stages, ncons, rng, last_qk_frees_q=True):
                 g = g0 + t
                 buf, free = g % stages, ((g // stages) & 1) ^ 1
                 yield ("wait", f"k_free{buf}", free)
-                landing.append((f"k{buf}", ("K", k, t), f"k_ready{buf}"))
+                landing.append(({f"k{buf}": ("K", k, t)}, f"k_ready{buf}"))
                 yield ("wait", f"v_free{buf}", free)
-                landing.append((f"v{buf}", ("V", k, t), f"v_ready{buf}"))
+                landing.append(({f"v{buf}": ("V", k, t)}, f"v_ready{buf}"))
                 if t == 0:
                     yield ("wait", "q_free", (done & 1) ^ 1)
-                    landing.append(("q", ("Q", k), "q_ready"))
+                    landing.append(({"q": ("Q", k)}, "q_ready"))
             g0, done = g0 + n, done + (n > 0)
 
     def consumer(side):
@@ -325,21 +309,7 @@ def _persistent_protocol(tiles, stages, ncons, rng, last_qk_frees_q=True):
             yield ("step",)
             g0, done = g0 + n, done + (n > 0)
 
-    parts = {"load": producer(), **{f"c{w}": consumer(w) for w in range(ncons)}}
-    want = {name: ("step",) for name in parts}
-    while parts or landing:
-        ready = [p for p in parts if want[p][0] == "step" or bars[want[p][1]].passed(want[p][2])]
-        assert ready or landing, f"deadlock: {want}"
-        pick = rng.randrange(len(ready) + len(landing))
-        if pick >= len(ready):  # a TMA copy lands
-            buf, what, bar = landing.pop(pick - len(ready))
-            mem[buf] = what
-            bars[bar].arrive()
-            continue
-        try:
-            want[ready[pick]] = next(parts[ready[pick]])
-        except StopIteration:
-            del parts[ready[pick]], want[ready[pick]]
+    interleave({"load": producer(), **{f"c{w}": consumer(w) for w in range(ncons)}}, bars, mem, landing, rng)
     return checked
 
 

@@ -78,18 +78,6 @@ def timed(name: str, fn, ref, graph: bool, **row) -> dict:
     return row
 
 
-def via_plan(fn):
-    """``fn`` with the launchers' default call through a cached plan (``kernels.default_call``)."""
-    def call():
-        default_call.VIA_PLAN = True
-        try:
-            return fn()
-        finally:
-            default_call.VIA_PLAN = None
-
-    return call
-
-
 def mla_shape(h: int, b: int, n: int) -> list[dict]:
     """The issue's MLA row: the default call (split count, and through a plan), ``plan.run()`` eager and in a
     graph."""
@@ -103,8 +91,8 @@ def mla_shape(h: int, b: int, n: int) -> list[dict]:
     ref = reference.mla_decode(**x, head_dim_v=512)
     shape = dict(shape=f"mla-{h}", batch=b, keys=n)
     return [timed("default mla_decode()", lambda: mla.mla_decode(**x, head_dim_v=512), ref, False, **shape),
-            timed("default mla_decode() via plan", via_plan(lambda: mla.mla_decode(**x, head_dim_v=512)), ref, True,
-                  **shape),
+            timed("default mla_decode() via plan", default_call.with_plan(lambda: mla.mla_decode(**x, head_dim_v=512)),
+                  ref, True, **shape),
             timed("plan.run()", lambda: p.run(*args), ref, False, **shape),
             dict(timed("plan.run(out=, check=False)", lambda: p.run(*args, out=o, check=False), ref, False, **shape),
                  graph_us=round(graph_us(lambda: g.run(*args, out=o, check=False)), 1))]
@@ -122,7 +110,7 @@ def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
     s = gqa.gqa_launch_facts(gqa_workload(hq, hkv, b, n)).num_splits
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
     calls = {"default gqa_decode()": lambda: gqa.gqa_decode(**x),
-             "default gqa_decode() via plan": via_plan(lambda: gqa.gqa_decode(**x)),
+             "default gqa_decode() via plan": default_call.with_plan(lambda: gqa.gqa_decode(**x)),
              f"gqa_decode(num_splits={s})": lambda: gqa.gqa_decode(**x, num_splits=s),
              "plan.run()": lambda: p.run(*args),
              "plan.run(out=, check=False)": lambda: p.run(*args, out=o, check=False),

@@ -125,21 +125,10 @@ def gqa_cases(batch: int) -> tuple[dict, object]:
         "graph plan.plan(lens), next step": lambda: g.plan(d.step()),
         "plan(): the work list's write alone": lambda: p._write(s),
         "device plan.plan_on_device(seq_lens)": lambda: dev.plan_on_device(sl),
-        "gqa_decode() default through a plan, next step": through_plan(lambda: (d.step(),
-                                                                                 gqa_decode(q, k, v, bt, d.tensor))),
+        "gqa_decode() default through a plan, next step": default_call.with_plan(
+            lambda: (d.step(), gqa_decode(q, k, v, bt, d.tensor))),
     }, s
 
-
-def through_plan(fn):
-    """``fn`` with the launchers' default call through a cached plan (``kernels.default_call``)."""
-    def call():
-        default_call.VIA_PLAN = True
-        try:
-            return fn()
-        finally:
-            default_call.VIA_PLAN = None
-
-    return call
 
 
 def mla_cases(batch: int) -> tuple[dict, object]:
@@ -159,8 +148,8 @@ def mla_cases(batch: int) -> tuple[dict, object]:
         "plan.run(out=, check=False)": lambda: p.run(q, kv, bt, out=out, check=False),
         "plan.plan(lens), same lengths": lambda: p.plan(lens),
         "plan.plan(lens), next step": lambda: p.plan(d.step()),
-        "mla_decode() default through a plan, next step": through_plan(lambda: (d.step(),
-                                                                                 mla_decode(q, kv, bt, d.tensor))),
+        "mla_decode() default through a plan, next step": default_call.with_plan(
+            lambda: (d.step(), mla_decode(q, kv, bt, d.tensor))),
     }, s
 
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
@@ -42,6 +44,7 @@ ENV = "SPLITLAB_DEFAULT_PLAN"
 CACHE_PLANS = 4
 
 _plans: OrderedDict[tuple, object] = OrderedDict()
+T = TypeVar("T")
 
 
 def via_plan() -> bool:
@@ -52,6 +55,20 @@ def via_plan() -> bool:
     if env not in ("", "0", "1"):
         raise SplitlabError(f"{ENV}={env!r} is not allowed; expected 1 (the default call through a plan), 0 or unset")
     return env == "1"
+
+
+def with_plan(fn: Callable[[], T]) -> Callable[[], T]:
+    """``fn`` to be called with the default call through a plan (``VIA_PLAN`` on during the call, as it was after):
+    for A/B runs that time both paths in one process (``experiments/plan_run``)."""
+    def call() -> T:
+        global VIA_PLAN
+        was, VIA_PLAN = VIA_PLAN, True
+        try:
+            return fn()
+        finally:
+            VIA_PLAN = was
+
+    return call
 
 
 def _plan(key: tuple, what: str, q: torch.Tensor, make):
@@ -122,4 +139,4 @@ def mla(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_
 
 _launch._planned_default = sys.modules[__name__]
 
-__all__ = ["CACHE_PLANS", "ENV", "VIA_PLAN", "clear", "gqa", "mla", "via_plan"]
+__all__ = ["CACHE_PLANS", "ENV", "VIA_PLAN", "clear", "gqa", "mla", "via_plan", "with_plan"]

@@ -1123,18 +1123,23 @@ def check_walk(variant: str, cta_offsets: torch.Tensor | None, slots: int, devic
     if cta_offsets is None:
         raise SplitlabError(f"mla_decode_ws: variant={variant!r} walks each slot's items; expected cta_offsets "
                             "(the work list's)")
+    check_offsets(cta_offsets, slots, device, bounded, "mla_decode_ws")
+
+
+def check_offsets(cta_offsets: object, slots: int, device: torch.device, bounded: bool, what: str) -> None:
+    """The persistent kernels' CTA offsets (``mqa_sm90_ws`` asks it too): an int32 vector of ``slots + 1`` entries
+    (at least that many where ``bounded``) on ``device``, else one ``SplitlabError`` line naming ``what``."""
     if not isinstance(cta_offsets, torch.Tensor):
-        raise SplitlabError(f"mla_decode_ws: cta_offsets={type(cta_offsets).__name__} is not allowed; expected an "
+        raise SplitlabError(f"{what}: cta_offsets={type(cta_offsets).__name__} is not allowed; expected an "
                             "int32 tensor (the work list's cta_offsets)")
     n = cta_offsets.numel()
     if (cta_offsets.dtype != torch.int32 or cta_offsets.dim() != 1 or cta_offsets.stride(0) != 1
             or (n < slots + 1 if bounded else n != slots + 1)):
-        raise SplitlabError(f"mla_decode_ws: cta_offsets {cta_offsets.dtype} of shape {tuple(cta_offsets.shape)} "
+        raise SplitlabError(f"{what}: cta_offsets {cta_offsets.dtype} of shape {tuple(cta_offsets.shape)} "
                             f"is not allowed; expected contiguous int32 of {'at least ' if bounded else ''}"
                             f"{slots + 1} (slots + 1)")
     if cta_offsets.device != device:
-        raise SplitlabError(f"mla_decode_ws: cta_offsets is on {cta_offsets.device}; expected the items' "
-                            f"device {device}")
+        raise SplitlabError(f"{what}: cta_offsets is on {cta_offsets.device}; expected the items' device {device}")
 
 
 __all__ = ["DEFAULT_VARIANT", "ENABLED", "PERSISTENT_VARIANTS", "VARIANTS", "cache_ok", "check_launch", "check_walk",

@@ -86,6 +86,7 @@ from splitlab.kernels.mla_sm90_ws import (
     NUM_WARPS,
     _tma_rows,
     box_layout,
+    check_offsets,
 )
 from splitlab.kernels.mla_sm90_ws import cache_ok as rows_ok  # the paged-cache rule, asked of each cache
 from splitlab.kernels.workitems import LN2, LOG2E, WorkList, alloc_partials, check_worklist, launch_merge
@@ -684,20 +685,8 @@ def check_walk(cta_offsets: torch.Tensor | None, slots: int, device: torch.devic
     """``launch``'s rule for ``cta_offsets`` (``mla_sm90_ws.check_walk``'s): None (one item a slot), or an int32
     vector of ``slots + 1`` entries (at least that many where ``bounded``: a capacity grid's) on the items' device;
     else one ``SplitlabError`` line. (Its values are the work list's: not read on the host.)"""
-    if cta_offsets is None:
-        return
-    if not isinstance(cta_offsets, torch.Tensor):
-        raise SplitlabError(f"mqa_decode_ws: cta_offsets={type(cta_offsets).__name__} is not allowed; expected an "
-                            "int32 tensor (the work list's cta_offsets) or None")
-    n = cta_offsets.numel()
-    if (cta_offsets.dtype != torch.int32 or cta_offsets.dim() != 1 or cta_offsets.stride(0) != 1
-            or (n < slots + 1 if bounded else n != slots + 1)):
-        raise SplitlabError(f"mqa_decode_ws: cta_offsets {cta_offsets.dtype} of shape {tuple(cta_offsets.shape)} "
-                            f"is not allowed; expected contiguous int32 of {'at least ' if bounded else ''}"
-                            f"{slots + 1} (slots + 1)")
-    if cta_offsets.device != device:
-        raise SplitlabError(f"mqa_decode_ws: cta_offsets is on {cta_offsets.device}; expected the items' "
-                            f"device {device}")
+    if cta_offsets is not None:
+        check_offsets(cta_offsets, slots, device, bounded, "mqa_decode_ws")
 
 
 __all__ = ["ENABLED", "HEADS", "PERSISTENT_ENABLED", "STAGE_CHOICES", "box_rows", "cache_ok", "check_launch",
