@@ -33,8 +33,8 @@ Variants (``VARIANTS``, constexprs of one kernel, so that an A/B measures each i
 - ``seesaw``: the schedule above.
 - ``*-fine``: each block lands as nine 64 x 64 pieces with a barrier each, and the QK GEMM waits piece by piece;
   without it, one barrier for the block's 72 KiB.
-- ``seesaw-persistent`` (``PERSISTENT_VARIANTS``; opt-in for the A/B, not the launchers'): the seesaw with a
-  persistent slot, below.
+- ``seesaw-persistent`` (``PERSISTENT_VARIANTS``; opt-in: the work-list launchers run it on persistent schedules
+  only with ``PERSISTENT_VARIANT`` set): the seesaw with a persistent slot, below.
 
 Partitions (``gl.warp_specialize``): consumer 0 (the default partition, 4 warps), consumer 1 (4 warps,
 ``CONSUMER_REGS``), the producer (1 warp, ``LOADER_REGS``): Q once (nine TMA pieces, 72 KiB), then block t into
@@ -121,8 +121,8 @@ PIECES = HEAD_DIM_QK // PIECE  # 9 a block: 8 of V, 1 of rope
 VARIANTS = {"recompute": (False, False), "recompute-fine": (False, True), "seesaw": (True, False),
             "seesaw-fine": (True, True), "seesaw-persistent": (True, False)}
 #: The variants whose program walks its CTA slot's items (``PERSISTENT``; ``launch``'s ``cta_offsets``): they run
-#: any schedule aligned to 64 keys, persistent or not. An opt-in for the A/B (``experiments/mla_ws``), not the
-#: work-list launchers' kernel (``use_ws`` asks for one item a slot).
+#: any schedule aligned to 64 keys, persistent or not. Opt-in (``experiments/mla_ws``): the work-list launchers run
+#: one on persistent schedules only where ``PERSISTENT_VARIANT`` names it (``use_ws``, ``variant_for``).
 PERSISTENT_VARIANTS = frozenset({"seesaw-persistent"})
 #: Warps: the default partition (consumer 0) runs the launch's 4; consumer 1 has 4, the producer 1.
 NUM_WARPS = 4
