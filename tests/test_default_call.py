@@ -128,3 +128,25 @@ def test_switch(monkeypatch):
     with pytest.raises(SplitlabError, match="SPLITLAB_DEFAULT_PLAN='yes' is not allowed") as e:
         default_call.via_plan()
     assert "\n" not in str(e.value)
+
+
+def test_scales_and_an_fp8_cache_reach_the_plan(via_plan, monkeypatch):
+    """``sm_scale`` (GQA, MLA) and an fp8 cache's ``kv_scale`` (MLA) mean through the plan what they mean on the
+    split-count path: the same results within fp32 rounding (the fp8 cache: within bf16's tolerance of each other,
+    the paths rounding q differently at 64 rows)."""
+    lens = [130, 0, 64]
+    x = gqa_case(lens, seed=4)
+    got = gqa_decode(**x, sm_scale=0.3)
+    monkeypatch.setattr(default_call, "VIA_PLAN", False)
+    torch.testing.assert_close(got, gqa_decode(**x, sm_scale=0.3), rtol=2e-6, atol=2e-6)
+    from splitlab.kernels.inputs import quantize_fp8
+
+    m = mla_inputs(3, 16, 96, lens, page_size=64, dtype=torch.bfloat16, seed=5)
+    m8 = dict(m, kv_cache=quantize_fp8(m["kv_cache"], 0.37))
+    want = mla_decode(**m8, head_dim_v=64, sm_scale=0.2, kv_scale=0.37)
+    monkeypatch.setattr(default_call, "VIA_PLAN", True)
+    got = mla_decode(**m8, head_dim_v=64, sm_scale=0.2, kv_scale=0.37)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert not torch.isnan(got).any()
+    with pytest.raises(SplitlabError, match="kv_scale=0.37 is not allowed"):  # a 16-bit cache: refused as there
+        mla_decode(**m, head_dim_v=64, kv_scale=0.37)
