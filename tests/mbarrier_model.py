@@ -1,6 +1,7 @@
 """A CPU model of the warp-specialized Gluon kernels' mbarrier protocols, shared by their scope tests
-(``test_mla_ws_scope``, ``test_mqa_ws_scope``): ``Bar`` (an mbarrier's phases) and ``interleave`` (the partitions, as
-generators, and the TMA copies in flight, run in a random order until all finish or none can move: a deadlock)."""
+(``test_mla_ws_scope``, ``test_mqa_ws_scope``): ``Bar`` (an mbarrier's phases), ``Memory`` (the buffers' contents,
+each read checked) and ``interleave`` (the partitions, as generators, and the TMA copies in flight, run in a random
+order until all finish or none can move: a deadlock)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,19 @@ class Bar:
 
     def passed(self, parity: int) -> bool:
         return (self.phases & 1) != parity
+
+
+class Memory(dict):
+    """Shared-memory buffers' contents by name; ``read(buf, want)`` asserts that ``buf`` holds ``want`` and records it
+    in ``checked`` (the reads a model made, in order)."""
+
+    def __init__(self, *buffers: str) -> None:
+        super().__init__(dict.fromkeys(buffers))
+        self.checked: list = []
+
+    def read(self, buf: str, want: object) -> None:
+        assert self[buf] == want, f"{buf} holds {self[buf]}, expected {want}"
+        self.checked.append(want)
 
 
 def interleave(parts: dict, bars: dict[str, Bar], mem: dict, landing: list, rng: random.Random) -> None:

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from mbarrier_model import Bar, interleave
+from mbarrier_model import Bar, Memory, interleave
 from sm90 import assert_gated_to_sm90
 
 from splitlab.errors import SplitlabError
@@ -263,13 +263,9 @@ def _persistent_protocol(tiles, rng):
     bars = {"q_ready": Bar(1), "q_free": Bar(1), "m0": Bar(1), "s1": Bar(1), "epi": Bar(2)}
     for i in range(2):
         bars[f"ready{i}"], bars[f"free{i}"] = Bar(1), Bar(2)
-    mem = {"q": None, "v0": None, "v1": None, "r0": None, "r1": None}
-    landing = []  # TMA copies in flight: (buffers, contents, barrier); a block's pieces complete one barrier
-    checked = []
-
-    def read(buf, want):
-        assert mem[buf] == want, f"{buf} holds {mem[buf]}, expected {want}"
-        checked.append(want)
+    mem = Memory("q", "v0", "v1", "r0", "r1")
+    read, checked = mem.read, mem.checked
+    landing = []  # TMA copies in flight: (contents by buffer, barrier); a block's pieces complete one barrier
 
     def producer():
         blocks = done = 0

@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 import torch
-from mbarrier_model import Bar, interleave
+from mbarrier_model import Bar, Memory, interleave
 from sm90 import assert_gated_to_sm90
 
 from splitlab.errors import SplitlabError
@@ -262,13 +262,9 @@ def _persistent_protocol(tiles, stages, ncons, rng, last_qk_frees_q=True):
     for i in range(stages):
         bars[f"k_ready{i}"], bars[f"v_ready{i}"] = Bar(1), Bar(1)
         bars[f"k_free{i}"], bars[f"v_free{i}"] = Bar(ncons), Bar(ncons)
-    mem = {"q": None, **{f"{kv}{i}": None for kv in "kv" for i in range(stages)}}
-    landing = []  # TMA copies in flight: (buffer, contents, barrier), landing in any order
-    checked = []
-
-    def read(buf, want):
-        assert mem[buf] == want, f"{buf} holds {mem[buf]}, expected {want}"
-        checked.append(want)
+    mem = Memory("q", *(f"{kv}{i}" for kv in "kv" for i in range(stages)))
+    read, checked = mem.read, mem.checked
+    landing = []  # TMA copies in flight: (contents by buffer, barrier), landing in any order
 
     def producer():
         g0 = done = 0

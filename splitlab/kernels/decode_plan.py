@@ -592,14 +592,13 @@ class _DecodePlan:
             return
         args = (self._po, self._pl, self._partial_offsets, out, lse, self.num_heads, self.head_dim_v,
                 *self._po_strides, *self._pl_strides, *out.stride(), *lse.stride())
-        meta = dict(p.merge_meta, WAIT_PRIOR=True, launch_pdl=True) if pdl else p.merge_meta
         if timeline or not BOUND_LAUNCH:
-            _wi._merge_kernel[p.merge_grid](*args, **meta, **timeline)
+            _wi._merge_kernel[p.merge_grid](*args, **_merge_meta(p, pdl), **timeline)
             return
-        key = tuple(meta.items())
+        key = (pdl, *p.merge_meta.values())  # (the meta dict made only at a new key: run() is the hot path)
         bound = self._bound_merges.get(key)
         if bound is None:
-            bound = self._bound_merges[key] = BoundLaunch(_wi._merge_kernel, **meta)
+            bound = self._bound_merges[key] = BoundLaunch(_wi._merge_kernel, **_merge_meta(p, pdl))
         bound.launch(p.merge_grid, *args)
 
     def _timelines(self, p: _Planned, timelines: object, q: torch.Tensor) -> tuple[dict, dict]:
@@ -748,6 +747,12 @@ class GQADecodePlan(_DecodePlan):
                 *out.stride(), *lse.stride(), *self._po_strides, *self._pl_strides), part)
             self._merge(p, out, lse, merge, self.pdl)
         return (out, lse) if return_lse else out
+
+
+def _merge_meta(p: _Planned, pdl: bool) -> dict:
+    """The merge's meta-parameters for plan ``p``; with ``pdl``, launched by programmatic dependent launch, its
+    programs waiting for the partial kernel (``workitems._merge_kernel``'s ``WAIT_PRIOR``)."""
+    return dict(p.merge_meta, WAIT_PRIOR=True, launch_pdl=True) if pdl else p.merge_meta
 
 
 def _pdl_trigger(pdl: bool) -> dict:
