@@ -13,6 +13,8 @@ back-to-back calls, then one sync; best of 3) of:
 * ``jit``: the partial kernel launched as ``run`` launches it (``kernel[grid](...)``, Triton's whole path);
 * ``bind``: Triton's binding and cache lookup alone (``kernel.run(..., warmup=True)``: no launch);
 * ``direct``: the compiled kernel's launcher called with its arguments already bound (``CompiledKernel.run``);
+* ``direct-ints``: the same with every tensor passed as its address (an int: the launcher then neither calls
+  ``data_ptr()`` nor asks the driver what the pointer is);
 * ``direct+args``: the same, the argument list rebuilt each call from the call's tensors (what a cached launch
   would do).
 
@@ -101,18 +103,23 @@ def probe(family: str, calls: int) -> list[dict]:
         stream = torch.cuda.current_stream().cuda_stream
         compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None, *vals)
 
+    ints = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in values]
+
     def direct_args():
         fn2, _, a, k2 = partial_call(plan, family, q, caches, bt, out, lse)
         direct(list(a) + [k2[n] if n in k2 else values[i] for i, n in enumerate(fn.arg_names) if i >= len(a)])
 
-    out.fill_(float("nan"))
-    direct()
-    torch.cuda.synchronize()
-    same = bool(torch.equal(out, ref))
+    same = True
+    for vals in (values, ints):
+        out.fill_(float("nan"))
+        direct(vals)
+        torch.cuda.synchronize()
+        same = same and bool(torch.equal(out, ref))
     rows = []
     bound = BoundLaunch(fn, **kw)
     pieces = {"run": run, "run-triton": run, "jit": lambda: fn[grid](*args, **kw),
-              "bind": lambda: fn.run(*args, grid=grid, warmup=True, **kw), "direct": direct, "direct+args": direct_args,
+              "bind": lambda: fn.run(*args, grid=grid, warmup=True, **kw), "direct": direct,
+              "direct-ints": lambda: direct(ints), "direct+args": direct_args,
               "bound": lambda: bound.launch(grid, *args)}
     out.fill_(float("nan"))
     bound.launch(grid, *args)
