@@ -25,7 +25,7 @@ are made: ``phase`` is ``check`` or ``time``.
   64-row tile at the planner's split count), ``ws-<variant>@uniform`` (the same split count as a work list) and
   ``ws-<variant>@splitlab`` (splitlab's scheduler, one item a slot: ``persistent=False``), ``flashmla``
   (``bench.peers_flashmla``, its own scheduler). ``roofline`` = ``workloads.floor_time_us`` / time.
-- The persistent seesaw (``seesaw-persistent``: a program walks its CTA slot's items, README "Prepared: the persistent
+- The persistent seesaw (``seesaw-persistent``: a program walks its CTA slot's items, README "The persistent
   seesaw") runs on every schedule, and alone on the persistent ones (``PERSISTENT_SCHEDULES``): ``@stream_k``
   (``schedulers.schedule(w, dev, "stream_k")``: stream-K over ``slots_per_group`` slots), ``@flashmla`` (FlashMLA's
   own schedule, ``schedulers.flashmla_schedule``: the kernels compared at one work split) and

@@ -9,7 +9,7 @@ reference first, then timed by CUDA-graph replay; one CSV.
     python experiments/mqa_ws/ab.py summary DIR/mqa_ws_ab.csv        # the README's tables, any machine
 
 The kernel runs at 2 and 3 stages (``KERNELS``: ``ws`` and ``ws3``), and persistent at 2 (``wsp``:
-``mqa_decode_ws(..., persistent=True)``, a program walking its CTA slot's items; README "Prepared: the persistent MQA
+``mqa_decode_ws(..., persistent=True)``, a program walking its CTA slot's items; README "The persistent MQA
 kernel"). ``all`` first runs ``check`` for each and for
 the tl work-list kernel (``tl``: the harness's control; it has passed these checks' kind in the test suite), each in
 a child process of its own, all at once, with a time limit (``--check-timeout-s``: a kernel that never finishes, a

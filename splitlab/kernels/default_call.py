@@ -42,6 +42,8 @@ VIA_PLAN: bool | None = None
 ENV = "SPLITLAB_DEFAULT_PLAN"
 #: Plans kept, least recently used dropped first.
 CACHE_PLANS = 4
+#: The plans' merge by programmatic dependent launch (``decode_plan``'s ``pdl``); part of a plan's key.
+PDL = False
 
 _plans: OrderedDict[tuple, object] = OrderedDict()
 T = TypeVar("T")
@@ -108,10 +110,11 @@ def gqa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tab
 
     B, Hq, D = q.shape
     _, page_size, Hkv, _ = k_cache.shape
-    key = ("gqa", Hq, Hkv, D, page_size, q.dtype, q.device, B, block_n, num_warps, num_stages, sm_scale)
+    key = ("gqa", Hq, Hkv, D, page_size, q.dtype, q.device, B, block_n, num_warps, num_stages, sm_scale, PDL)
     p = _plan(key, "gqa_decode", q, lambda: GQADecodePlan(
         Hq, Hkv, D, page_size, dtype=q.dtype, device=q.device, max_batch=B, use_cuda_graph=True,
-        device_schedule=True, block_n=block_n, num_warps=num_warps, num_stages=num_stages, sm_scale=sm_scale))
+        device_schedule=True, block_n=block_n, num_warps=num_warps, num_stages=num_stages, sm_scale=sm_scale,
+        pdl=PDL))
     p.plan_on_device(_lengths(seq_lens))
     return p.run(q, k_cache, v_cache, block_table, return_lse=True, check=False)
 
@@ -127,16 +130,16 @@ def mla(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_
     B, H, Dqk = q.shape
     page_size = kv_cache.shape[1]
     key = ("mla", H, Dqk, head_dim_v, page_size, q.dtype, kv_cache.dtype, kv_scale, q.device, B, block_n, block_h,
-           num_warps, num_stages, sm_scale)
+           num_warps, num_stages, sm_scale, PDL)
     p = _plan(key, "mla_decode", q, lambda: MLADecodePlan(
         H, Dqk, head_dim_v, page_size, dtype=q.dtype, device=q.device, kv_dtype=kv_cache.dtype,
         kv_scale=kv_scale if kv_cache.dtype == _launch.FP8_KV_DTYPE else None, max_batch=B, use_cuda_graph=True,
         device_schedule=True, block_n=block_n, block_h=block_h, num_warps=num_warps, num_stages=num_stages,
-        sm_scale=sm_scale))
+        sm_scale=sm_scale, pdl=PDL))
     p.plan_on_device(_lengths(seq_lens))
     return p.run(q, kv_cache, block_table, return_lse=True, check=False)
 
 
 _launch._planned_default = sys.modules[__name__]
 
-__all__ = ["CACHE_PLANS", "ENV", "VIA_PLAN", "clear", "gqa", "mla", "via_plan", "with_plan"]
+__all__ = ["CACHE_PLANS", "ENV", "PDL", "VIA_PLAN", "clear", "gqa", "mla", "via_plan", "with_plan"]
