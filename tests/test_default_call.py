@@ -42,6 +42,7 @@ def test_gqa_matches_reference(allocs, via_plan, dtype, hq, hkv, d, page, lens):
         out, lse = gqa_decode(**x, return_lse=True)
         assert_matches_reference(out, lse, ref, ref_lse, dtype, [b for b, n in enumerate(lens) if n == 0])
         assert not torch.isnan(out).any()
+    assert torch.equal(gqa_decode(**x), out)  # without lse: the plan's scratch rows, the same output
     assert len(default_call._plans) == 1
 
 
@@ -53,6 +54,7 @@ def test_mla_matches_reference(allocs, via_plan):
     out, lse = mla_decode(**x, head_dim_v=64, return_lse=True)
     assert_matches_reference(out, lse, ref, ref_lse, torch.float32, [1])
     assert not torch.isnan(out).any()
+    assert torch.equal(mla_decode(**x, head_dim_v=64), out)
 
 
 def test_the_split_count_path_agrees_and_strided_lengths_are_read_as_given(monkeypatch):

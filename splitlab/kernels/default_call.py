@@ -96,6 +96,10 @@ def clear() -> None:
     _plans.clear()
 
 
+def _pair(result, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return result if return_lse else (result, None)
+
+
 def _lengths(seq_lens: torch.Tensor) -> torch.Tensor:
     # plan_on_device reads the lengths densely: a strided view is copied (on the device, capturable)
     return seq_lens if seq_lens.is_contiguous() else seq_lens.contiguous()
@@ -103,9 +107,10 @@ def _lengths(seq_lens: torch.Tensor) -> torch.Tensor:
 
 def gqa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
         seq_lens: torch.Tensor, *, block_n: int | None, num_warps: int | None, num_stages: int | None,
-        sm_scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``gqa_decode``'s default call through the cached ``GQADecodePlan`` of its shape: ``(out, lse)``; ``sm_scale``
-    as the caller gave it. The inputs were checked by the launcher (metadata only)."""
+        sm_scale: float | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``gqa_decode``'s default call through the cached ``GQADecodePlan`` of its shape: ``(out, lse)``, lse None
+    unless ``return_lse`` (the plan's scratch rows then, no allocation); ``sm_scale`` as the caller gave it. The inputs
+    were checked by the launcher (metadata only)."""
     from splitlab.kernels.decode_plan import GQADecodePlan
 
     B, Hq, D = q.shape
@@ -116,15 +121,15 @@ def gqa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tab
         device_schedule=True, block_n=block_n, num_warps=num_warps, num_stages=num_stages, sm_scale=sm_scale,
         pdl=PDL))
     p.plan_on_device(_lengths(seq_lens))
-    return p.run(q, k_cache, v_cache, block_table, return_lse=True, check=False)
+    return _pair(p.run(q, k_cache, v_cache, block_table, return_lse=return_lse, check=False), return_lse)
 
 
 def mla(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, *,
         head_dim_v: int, block_n: int | None, block_h: int | None, num_warps: int | None, num_stages: int | None,
-        sm_scale: float | None, kv_scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``mla_decode``'s default call through the cached ``MLADecodePlan`` of its shape: ``(out, lse)``; ``sm_scale``
-    as the caller gave it, ``kv_scale`` as the launcher resolved it (1.0 for a 16-bit cache, which the plan takes as
-    None). The inputs were checked by the launcher (metadata only)."""
+        sm_scale: float | None, kv_scale: float | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``mla_decode``'s default call through the cached ``MLADecodePlan`` of its shape: ``(out, lse)`` as ``gqa``'s;
+    ``sm_scale`` as the caller gave it, ``kv_scale`` as the launcher resolved it (1.0 for a 16-bit cache, which the
+    plan takes as None). The inputs were checked by the launcher (metadata only)."""
     from splitlab.kernels.decode_plan import MLADecodePlan
 
     B, H, Dqk = q.shape
@@ -137,7 +142,7 @@ def mla(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_
         device_schedule=True, block_n=block_n, block_h=block_h, num_warps=num_warps, num_stages=num_stages,
         sm_scale=sm_scale, pdl=PDL))
     p.plan_on_device(_lengths(seq_lens))
-    return p.run(q, kv_cache, block_table, return_lse=True, check=False)
+    return _pair(p.run(q, kv_cache, block_table, return_lse=return_lse, check=False), return_lse)
 
 
 _launch._planned_default = sys.modules[__name__]

@@ -324,7 +324,7 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bl
     if planned is not None:  # a cached plan, scheduled on the device: no sync (kernels.default_call)
         check_paged_launch(q, "gqa_decode", block_table, seq_lens, num_pages, page_size, planning=False, want=want)
         out, lse = planned.gqa(q, k_cache, v_cache, block_table, seq_lens, block_n=block_n, num_warps=num_warps,
-                               num_stages=num_stages, sm_scale=sm_scale)
+                               num_stages=num_stages, sm_scale=sm_scale, return_lse=return_lse or want)
         if want:
             check_result("gqa_decode", out, lse, seq_lens > 0, request, scale)
         return (out, lse) if return_lse else out

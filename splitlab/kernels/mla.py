@@ -658,7 +658,8 @@ def mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tenso
     if planned is not None:  # a cached plan, scheduled on the device: no sync (kernels.default_call)
         check_paged_launch(q, "mla_decode", block_table, seq_lens, num_pages, page_size, planning=False, want=want)
         out, lse = planned.mla(q, kv_cache, block_table, seq_lens, head_dim_v=Dv, block_n=block_n, block_h=block_h,
-                               num_warps=num_warps, num_stages=num_stages, sm_scale=sm_scale, kv_scale=kv_scale)
+                               num_warps=num_warps, num_stages=num_stages, sm_scale=sm_scale, kv_scale=kv_scale,
+                               return_lse=return_lse or want)
         if want:
             check_result("mla_decode", out, lse, seq_lens > 0,
                          paged_request(q, kv_cache, block_table, seq_lens, Dv, kv_scale), scale, kv_scale=kv_scale,
