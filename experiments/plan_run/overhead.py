@@ -1,14 +1,15 @@
 """Host overhead of a decode call, kernels stubbed: plan/run (``kernels.decode_plan``) against the launchers.
 
     python experiments/plan_run/overhead.py overhead [--out experiments/plan_run/overhead.csv]
-    python experiments/plan_run/overhead.py budget [--out experiments/plan_run/budget.csv]
+    python experiments/plan_run/overhead.py budget [--out experiments/plan_run/budget.csv] [--waves W]
     python experiments/plan_run/overhead.py floors [--out experiments/plan_run/floors.csv]
 
 ``overhead``: microseconds of Python per call on the CPU (CPU tensors, ``TRITON_INTERPRET=1`` so the launchers take
 them; every jitted kernel's ``__getitem__`` is a no-op, so nothing is launched and what is timed is the launcher's
 own work: checks, planning, allocation, argument marshalling), in CPU time of the process, the best of 7 repeats of
 about 0.1 s. ``budget``: the modelled cost of holding splitlab's scheduler to a plan's default capacity
-(``decode_plan.BUDGET_WAVES`` / ``BUDGET_SPLITS``) against the unbounded scheduler, on the H200 preset.
+(``decode_plan.BUDGET_WAVES`` / ``BUDGET_SPLITS``; ``--waves`` another ``BUDGET_WAVES``, written to
+``budget_<W>waves.csv``) against the unbounded scheduler, on the H200 preset.
 ``floors``: ``schedulers.splitlab`` on the serving loop's batches (``experiments/serving_loop``: the chat profile's
 steady state, 16 and 64 slots, held to a plan's capacity), skipping the candidates whose price floor is above its
 best price (``schedulers.FLOOR_MARGIN``) against pricing every one (margin infinite): milliseconds of CPU time a
@@ -242,6 +243,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("overhead", "budget", "floors"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--waves", type=int, default=None, help="budget: BUDGET_WAVES to model (default the plans')")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
+    if a.waves is not None:
+        decode_plan.BUDGET_WAVES = a.waves
+        a.out = a.out or os.path.join(here, f"budget_{a.waves}waves.csv")
     {"overhead": overhead, "budget": budget, "floors": floors}[a.what](a.out or os.path.join(here, f"{a.what}.csv"))
