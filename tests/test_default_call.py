@@ -116,15 +116,17 @@ def test_cache_is_bounded(monkeypatch, via_plan):
 
 
 def test_pdl_is_part_of_a_plans_key(monkeypatch, via_plan):
-    """Switching ``PDL`` makes a new plan (asked for ``pdl``; the interpreter runs the same launches without it)."""
+    """Switching ``PDL`` makes a new plan (asked for with or without ``pdl``; the interpreter runs the same launches
+    without it)."""
     x = gqa_case([40, 7])
     ref = gqa_decode(**x)
     made = []
     real = default_call._plan
     monkeypatch.setattr(default_call, "_plan", lambda key, *a: made.append(key) or real(key, *a))
-    monkeypatch.setattr(default_call, "PDL", True)
+    flipped = not default_call.PDL
+    monkeypatch.setattr(default_call, "PDL", flipped)
     torch.testing.assert_close(gqa_decode(**x), ref, rtol=0, atol=0)
-    assert len(default_call._plans) == 2 and made[-1][-1] is True
+    assert len(default_call._plans) == 2 and made[-1][-1] is flipped
 
 
 def test_with_plan_switches_for_the_call_only(monkeypatch):
