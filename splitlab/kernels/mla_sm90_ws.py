@@ -76,8 +76,8 @@ keeps the item's last block past its last GEMM, stages its half there and only t
 copies the next item's first block once both consumers released the buffer the item's second-to-last block held
 (during the item's last step), then that item's Q once ``q_free`` says Q's buffer is free, then its second block
 once consumer 1 released the last one. An item without blocks copies nothing and writes its zeros (NaN) from
-registers, without the row-sum exchange. Shared memory 223056 bytes (one barrier more). Compiled only (sm_90a, no
-spills, ``tests/test_compile_mla_ws.py``); its protocol is modelled in ``tests/test_mla_ws_scope.py``; on a GPU
+registers, without the row-sum exchange. Shared memory 223056 bytes (one barrier more). Compiled for sm_90a without
+spills (``tests/test_compile_mla_ws.py``); its protocol is modelled in ``tests/test_mla_ws_scope.py``; on a GPU
 (``experiments/mla_ws``, "The persistent seesaw") it passes every check and is not faster, so it stays opt-in.
 """
 

@@ -64,8 +64,8 @@ item's first K and V tile as soon as their buffer is released (during this item'
 stage), so no release waits on it. An empty item (or one outside ``[0, max_keys]``) copies nothing and writes its
 zeros (NaN) and lse -inf (NaN) as the one-item kernel does; output rows and partial rows are the one-item kernel's.
 Shared memory 32 bytes more (164240 at 128 heads and 2 stages). The one-item build compiles to the same PTX as
-before the persistent one was added (compared instruction by instruction). Compiled only (sm_90a, no spills,
-``tests/test_compile_mqa_ws.py``); its protocol is modelled in ``tests/test_mqa_ws_scope.py``; on a GPU
+before the persistent one was added (compared instruction by instruction). Compiled for sm_90a without spills
+(``tests/test_compile_mqa_ws.py``); its protocol is modelled in ``tests/test_mqa_ws_scope.py``; on a GPU
 (``experiments/mqa_ws``, "The persistent MQA kernel") it passes every check and is not faster, so it stays opt-in.
 """
 
