@@ -4,11 +4,11 @@
 
 For GQA 32/8/128 (8 requests of 4K keys, page 16) and MLA-128 576/512 (16 requests of 8K keys, page 64), bf16, the
 default call through a cached plan (``default_call.with_plan``): its host time a call without a sync (back-to-back
-calls, the GPU never holding the host back at these sizes), and that of its two pieces, ``plan_on_device`` and
-``run(return_lse=True, check=False)``; the wall time a call (synchronised at the end) with the plans' ``PDL`` off and
-on; then ``torch.profiler`` (CPU and CUDA, 20 calls: which launches, how long each takes on the host) and ``cProfile``
-(200 calls: the Python functions by own time). Writes OUT/default_profile.txt (everything printed) and
-OUT/default_profile.csv (one row per timing).
+calls, the GPU never holding the host back at these sizes: ``launch_probe.host_us``), and that of its two pieces,
+``plan_on_device`` and ``run(return_lse=True, check=False)``; the wall time a call (``gpu.eager_us``) with the plans'
+``PDL`` off and on; then ``torch.profiler`` (CPU and CUDA, 20 calls: which launches, how long each takes on the host)
+and ``cProfile`` (200 calls: the Python functions by own time). Writes OUT/default_profile.txt (everything printed)
+and OUT/default_profile.csv (one row per timing).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import cProfile
 import io
 import pstats
-import time
+import sys
 from pathlib import Path
 
 import torch
@@ -27,30 +27,9 @@ from splitlab.bench.csvrows import write_rows
 from splitlab.kernels import default_call, gqa, mla
 from splitlab.kernels.inputs import gqa_inputs, mla_inputs
 
-
-def host_us(fn, calls: int = 300) -> float:
-    """Host time a call of ``calls`` back-to-back calls, before the closing sync."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    us = (time.perf_counter() - t) / calls * 1e6
-    torch.cuda.synchronize()
-    return round(us, 1)
-
-
-def wall_us(fn, calls: int = 300) -> float:
-    """Wall time a call, host and GPU, synchronised at the end."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return round((time.perf_counter() - t) / calls * 1e6, 1)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu import eager_us  # noqa: E402  (wall time a call, synchronised at the end)
+from launch_probe import host_us  # noqa: E402  (host time a call before the sync, best of 3)
 
 
 def main() -> None:
@@ -80,7 +59,8 @@ def main() -> None:
                              ("plan_on_device, host", lambda p=plan, n=lens: p.plan_on_device(n)),
                              ("run(return_lse, check=False), host",
                               lambda p=plan, a=args: p.run(*a, return_lse=True, check=False))):
-                us = wall_us(f) if piece.endswith("wall") else host_us(f)
+                f()
+                us = round(eager_us(f, 300) if piece.endswith("wall") else host_us(f, 300), 1)
                 rows.append(dict(case=name, pdl=pdl, piece=piece, us=us, gpu=torch.cuda.get_device_name(),
                                  torch=torch.__version__))
                 say(rows[-1])
