@@ -75,6 +75,20 @@ def test_a_smaller_plan_leaves_no_stale_record_and_reuses_the_buffers():
     assert {k: v.data_ptr() for k, v in t.buffers.items()} == ptrs
 
 
+def test_an_eager_plan_without_a_merge_drops_the_merge_records_of_the_run_before():
+    p = GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="uniform", num_splits=4,
+                      max_ctas=16, max_items=16)
+    t = timeline.Timelines()
+    p.plan([700, 300, 2, 0])
+    p.run(*gqa_args([700, 300, 2, 0]), timelines=t)
+    assert t.read()["merge"]
+    sb = p.plan([64, 5, 0, 0])
+    assert sb.partial_rows == 0  # no merge launched
+    p.run(*gqa_args([64, 5, 0, 0]), timelines=t)
+    recs = t.read()
+    assert "merge" not in recs and [r["program"] for r in recs["partial"]] == list(range(sb.ctas * 2))
+
+
 def test_mla_plan_records_the_launchers_records():
     lens = [90, 0, 33]
     x = mla_inputs(3, 16, 96, lens, page_size=64, dtype=torch.float32, seed=3)

@@ -118,3 +118,24 @@ def test_anything_but_timelines_is_refused_in_one_line():
     work = WorkList.from_schedule(S.uniform(lens, 1), "cpu")
     with pytest.raises(SplitlabError, match=r"timelines=dict is not allowed; expected a kernels\.timeline"):
         gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work, timelines={})
+
+
+def test_a_timelines_of_one_kernel_records_that_kernel_alone(monkeypatch):
+    seen: list = []
+    for mod, name in ((worklist, "_gqa_worklist_kernel"), (workitems, "_merge_kernel")):
+        monkeypatch.setattr(mod, name, _Spy(getattr(mod, name), seen))
+    lens = [100, 40]
+    x = gqa_inputs(2, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=2)
+    work = WorkList.from_schedule(S.uniform(lens, 2), "cpu")
+    args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"], work)
+    plain = gqa_decode_scheduled(*args)
+    for only in ("partial", "merge"):
+        seen.clear()
+        t = timeline.Timelines(kernels=(only,))
+        assert torch.equal(gqa_decode_scheduled(*args, timelines=t), plain)
+        assert [bool(kw & TIMELINE_ARGS) for kw in seen] == [only == "partial", only == "merge"]
+        assert set(t.read()) == {only} and len(t.read()[only]) > 0
+        other = "merge" if only == "partial" else "partial"
+        assert t.ready(other, 7, "cpu") and t.args(other, 7, torch.device("cpu")) == {}
+    with pytest.raises(SplitlabError, match=r"kernels=\('combine',\) is not allowed; expected one or more of"):
+        timeline.Timelines(kernels=("combine",))

@@ -3,7 +3,9 @@ them costs (issue 38). README.md states the question, the command and the files.
 
 For each point (a shape, a batch's lengths, a scheduler's schedule): the work-list launcher is checked against the
 fp64 reference; timed plain and with timelines on (``kernels.timeline``), each by CUDA-graph replay over input sets
-rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead against the <= 3% goal); then one graph
+rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead against the <= 3% goal), then with the
+partial kernel alone recording (``timed_partial_us``: each kernel's share of that overhead) and plain once more
+(``plain_again_us``: how far the plain timing moved meanwhile); then one graph
 of [a marker kernel that records the clock, the instrumented decode] is replayed and its last replay's records
 read: the anchor (the marker's clock), every program's SM, start and end. The gap ledger (``splitlab.ledger``) of the
 point is the plain wall time against the floor, split with that timeline, the instrumented timing (its
@@ -45,9 +47,12 @@ from triton.language.extra.cuda import globaltimer  # noqa: E402
 
 from splitlab import ledger as _ledger  # noqa: E402  (pure Python)
 
+#: Measured columns a set written before them lacks (``reledger`` writes them only where the set has them).
+LATER_MEASURED = ("timed_partial_us", "plain_again_us")
 POINT_FIELDS = ["shape", "kind", "batch", "longest", "dist", "scheduler", "schedule_hash", "ctas", "items",
                 "partial_rows", "programs", "merge_programs", "rel_err", "status", "plain_us", "plain_p20_us",
-                "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead", "launch_pair_us", "sets",
+                "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead",
+                "timed_partial_us", "plain_again_us", "launch_pair_us", "sets",
                 "replay_cost_us", "replay_cost_source", "floor_us", "partial_bytes", "model_launch", "model_tail",
                 "model_units", "clock_step_ns", "model_err_median", "measured_us", "gap_us", "launch_us", "idle_us",
                 "merge_us", "below_peak_us", "extra_bytes_us", "recording_us", "replay_us", "unexplained_us",
@@ -231,6 +236,10 @@ def run(args) -> None:
             else:
                 plain = time_graph([decode_call(w, wl, x) for x in sets])
                 timed = time_graph([decode_call(w, wl, x, Timelines()) for x in sets])
+                # The partial kernel recording alone (the merge's plain build), and the plain build once more: what
+                # each kernel's recording costs, and how far the plain timing moved meanwhile.
+                part_only = time_graph([decode_call(w, wl, x, Timelines(kernels=("partial",))) for x in sets])
+                plain_again = time_graph([decode_call(w, wl, x) for x in sets])
                 # One graph of [marker, instrumented decode] per rotated set, as the plain timing ran them (each
                 # set's inputs evicted from the L2 by the sets before it); the last set's records of the last
                 # replay are the point's timeline.
@@ -252,6 +261,7 @@ def run(args) -> None:
                            plain_p80_us=round(plain.p80_us, 3), timed_us=round(timed.p50_us, 3),
                            timed_p20_us=round(timed.p20_us, 3), timed_p80_us=round(timed.p80_us, 3),
                            overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3),
+                           timed_partial_us=round(part_only.p50_us, 3), plain_again_us=round(plain_again.p50_us, 3),
                            replay_cost_us=round(replay_c, 3), replay_cost_source="measured")
             recs = rec.read()
             partial, merge = recs.get("partial", []), recs.get("merge", [])
@@ -413,7 +423,8 @@ def reledger(folder, *, replay_cost_us: float | None = None) -> dict[str, object
             led = _ledger.ledger_from_parts({p: float(row[f"{p}_us"]) for p in _ledger.TIMELINE_PARTS}, **timings)
         row.update(_cells(led, POINT_LEDGER), sets=sets, replay_cost_us=round(cost, 3), replay_cost_source=source)
         explained += abs(led.parts["unexplained"]) <= 0.05 * led.measured_us
-    _write_csv(folder / "points.csv", POINT_FIELDS, points, nl)
+    had = set(points[0]) if points else set()
+    _write_csv(folder / "points.csv", [f for f in POINT_FIELDS if f not in LATER_MEASURED or f in had], points, nl)
     peers_, nl = _read_csv(folder / "peers.csv")
     for row in peers_:
         if row["status"] != "ok" or launch_pair is None:

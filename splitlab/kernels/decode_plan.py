@@ -603,11 +603,12 @@ class _DecodePlan:
 
     def _timelines(self, p: _Planned, timelines: object, q: torch.Tensor) -> tuple[dict, dict]:
         """The partial kernel's and the merge's timeline arguments (``kernels.timeline``; none without
-        ``timelines``), every buffer of ``timelines`` refilled with ``ABSENT`` first (on the device, captured with
-        the launches: a ``BOUNDED`` slot past the plan's count, or a merge not launched, leaves no stale record).
-        The buffers are sized to the launch grids (the capacity's under ``use_cuda_graph``: allocated at the first
-        run and reused by every later one). Refused in one line: anything but a ``Timelines``, and a capture whose
-        buffers do not exist yet (allocating inside a capture would give the graph memory the host never set)."""
+        ``timelines``). No buffer is refilled between runs: every program of a launch writes its record, a
+        ``BOUNDED`` slot past the plan's count marks its own absent, and a run without a merge drops the merge's
+        buffer (so no record of an earlier run stands). The buffers are sized to the launch grids (the capacity's
+        under ``use_cuda_graph``: allocated at the first run and reused by every later one). Refused in one line:
+        anything but a ``Timelines``, and a capture whose buffers do not exist yet (allocating inside a capture
+        would give the graph memory the host never set)."""
         if timelines is None:
             return {}, {}
         if not isinstance(timelines, Timelines):
@@ -620,7 +621,8 @@ class _DecodePlan:
                                 "capture (it allocates them; the graph then reuses them)")
         part = timelines.args("partial", programs["partial"], self.device)
         merge = timelines.args("merge", programs["merge"], self.device) if p.merge else {}
-        timelines.reset()
+        if not p.merge:
+            timelines.buffers.pop("merge", None)
         return part, merge
 
     def _walk(self, slots: int) -> torch.Tensor | None:

@@ -759,6 +759,11 @@ if HAVE_GLUON:
         return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [j], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def absent_record(timeline_ptr, pid):
+        """A program past a capacity's slot count marks its record absent (``kernels.timeline.absent_record``)."""
+        gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD, (pid * 0 - 1).to(gl.int64))
+
+    @gluon.jit
     def start_record(timeline_ptr, pid):
         """A program's ``start_ns`` (``kernels.timeline``'s record), stored at once."""
         gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, _now_ns(pid))
@@ -869,6 +874,8 @@ if HAVE_GLUON:
         it = pid // num_head_tiles
         if BOUNDED:
             if it >= gl.load(num_ctas_ptr):
+                if TIMELINE:
+                    absent_record(timeline_ptr, pid)
                 return
         if PERSISTENT:
             first = gl.load(cta_ptr + it)

@@ -106,6 +106,7 @@ if HAVE_GLUON:
     from splitlab.kernels.mla_sm90_ws import (
         _load_item,
         _pages_bad,
+        absent_record,
         end_record,
         end_record_slot,
         start_record,
@@ -469,6 +470,8 @@ if HAVE_GLUON:
         it = gl.program_id(0)
         if BOUNDED:
             if it >= gl.load(num_ctas_ptr):
+                if TIMELINE:
+                    absent_record(timeline_ptr, it)
                 return
         if PERSISTENT:
             first = gl.load(cta_ptr + it)

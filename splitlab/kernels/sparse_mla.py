@@ -426,6 +426,8 @@ def _sparse_mla_worklist_kernel(
     cta = pid // num_head_tiles
     if BOUNDED:
         if cta >= tl.load(num_ctas_ptr):
+            if TIMELINE:
+                tlog.absent_record(timeline_ptr, pid)
             return
     if TIMELINE:
         tlog.start_record(timeline_ptr, pid, CLOCK)

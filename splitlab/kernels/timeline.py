@@ -14,8 +14,9 @@ record per program, ``FIELDS`` in order (8 x 8 = 64 bytes a program: ``start_ns`
 
 The clock is the constexpr ``CLOCK``: Triton's interpreter cannot run inline PTX, so without it (``CLOCK=False``,
 what ``clock_on`` says for the device) a record holds the program's identity and work with ``sm``, ``start_ns``
-and ``end_ns`` left ``ABSENT`` (-1). The buffer starts filled with ``ABSENT``, so a program that exits before
-recording (``BOUNDED``'s slots past the count) leaves no record (``read`` drops it).
+and ``end_ns`` left ``ABSENT`` (-1). The buffer starts filled with ``ABSENT``, and a program that exits before
+recording (``BOUNDED``'s slots past the count) marks its record ``ABSENT`` (``absent_record``): ``read`` drops it,
+and a buffer reused by later launches (a CUDA graph's) needs no refill.
 
 The clock reads are Triton's own (``triton.language.extra.cuda.globaltimer`` / ``smid``: ``mov.u64 $0,
 %globaltimer`` and ``mov.u32 $0, %smid``), the per-SM timeline as ThunderKittens' and ThunderMLA's schedulers record
@@ -61,6 +62,14 @@ def now_ns(CLOCK: tl.constexpr):
 
 
 @triton.jit
+def absent_record(timeline_ptr, program):
+    """Mark the calling program's record absent (``program`` = ``ABSENT``, 8 bytes): a program that exits without
+    running anything (``BOUNDED``'s slots past the count), so that no record of an earlier launch stands in its
+    place and a buffer needs no refill between launches."""
+    tl.store(timeline_ptr + program.to(tl.int64) * RECORD, -1)
+
+
+@triton.jit
 def start_record(timeline_ptr, program, CLOCK: tl.constexpr):
     """Store the calling program's start time (``start_ns``, 8 bytes) in its record, so that no register holds it
     through the program; ``write_record`` writes the rest at the program's end."""
@@ -96,20 +105,31 @@ class Timelines:
     the kernel launches and reused by later calls of the same count (a CUDA graph captures the launch with its
     buffer). Pass it to a work-list launcher as ``timelines=``; ``read`` returns the records after the launch."""
 
-    def __init__(self) -> None:
+    def __init__(self, kernels: tuple[str, ...] = KERNELS) -> None:
+        """``kernels``: the kernels that record (``KERNELS`` by default); the others launch their plain build, so
+        that a timing can tell one kernel's recording cost from the other's."""
+        bad = [k for k in kernels if k not in KERNELS]
+        if bad or not kernels:
+            raise SplitlabError(f"kernels={kernels!r} is not allowed; expected one or more of {', '.join(KERNELS)}")
+        self.kernels = tuple(kernels)
         self.buffers: dict[str, torch.Tensor] = {}
 
     def args(self, kernel: str, programs: int, device: torch.device) -> dict[str, Any]:
-        """The keyword arguments that turn ``kernel``'s timeline on for a launch of ``programs`` programs."""
+        """The keyword arguments that turn ``kernel``'s timeline on for a launch of ``programs`` programs (none for
+        a kernel this ``Timelines`` does not record)."""
         if kernel not in KERNELS:
             raise SplitlabError(f"kernel={kernel!r} is not allowed; expected one of {', '.join(KERNELS)}")
+        if kernel not in self.kernels:
+            return {}
         if not self.ready(kernel, programs, device):
             self.buffers[kernel] = torch.full((programs, len(FIELDS)), ABSENT, dtype=torch.int64, device=device)
         return dict(timeline_ptr=self.buffers[kernel], TIMELINE=True, CLOCK=clock_on(device))
 
     def ready(self, kernel: str, programs: int, device: torch.device | str) -> bool:
         """Whether ``kernel``'s buffer exists for ``programs`` programs on ``device`` (``args`` then allocates
-        nothing: what a launch inside a CUDA graph capture needs)."""
+        nothing: what a launch inside a CUDA graph capture needs); True for a kernel not recorded."""
+        if kernel not in self.kernels:
+            return True
         buf = self.buffers.get(kernel)
         return buf is not None and buf.shape[0] == programs and buf.device == torch.device(device)
 
@@ -141,5 +161,6 @@ def record(launch: Callable[[Timelines], object]) -> tuple[object, dict[str, lis
     return out, t.read()
 
 
-__all__ = ["ABSENT", "FIELDS", "KERNELS", "RECORD", "Timelines", "clock_on", "now_ns", "read", "record",
+__all__ = ["ABSENT", "FIELDS", "KERNELS", "RECORD", "Timelines", "absent_record", "clock_on", "now_ns", "read",
+           "record",
            "start_record", "write_record"]

@@ -249,6 +249,8 @@ def _gqa_worklist_kernel(
     cta = pid // num_kv_heads
     if BOUNDED:  # a grid sized to a capacity (kernels.decode_plan, CUDA graphs): slots past the count exit
         if cta >= tl.load(num_ctas_ptr):
+            if TIMELINE:
+                tlog.absent_record(timeline_ptr, pid)
             return
     if TIMELINE:
         tlog.start_record(timeline_ptr, pid, CLOCK)
@@ -493,6 +495,8 @@ def _mla_worklist_kernel(
     cta = pid // num_head_tiles
     if BOUNDED:  # as _gqa_worklist_kernel's
         if cta >= tl.load(num_ctas_ptr):
+            if TIMELINE:
+                tlog.absent_record(timeline_ptr, pid)
             return
     if TIMELINE:
         tlog.start_record(timeline_ptr, pid, CLOCK)
