@@ -43,7 +43,7 @@ class FakeKernel:
 @pytest.fixture
 def compiled_path(monkeypatch):
     monkeypatch.setattr(bl, "INTERPRET", False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: type("S", (), {"cuda_stream": 7})())
+    monkeypatch.setattr(bl, "_stream_of", lambda: 7)
 
 
 def test_the_key_separates_what_triton_specializes():
@@ -124,3 +124,29 @@ def test_launch_cached_keeps_one_bound_launch_per_kernel_and_meta(compiled_path)
     bl.launch_cached(a, cache, (2,), (x, 10, 0.5), dict(BLOCK=32))  # other meta: its own, through Triton first
     bl.launch_cached(a, cache, (2,), (x, 10, 0.5), dict(BLOCK=64), bound=False)  # not bound: Triton
     assert [e[0] for e in a.log[2:]] == ["triton", "triton"] and len(cache) == 3
+
+
+def test_the_fast_key_never_runs_a_binary_spec_key_would_not(compiled_path):
+    """A call whose other arguments, tensor dtypes and alignment repeat an earlier call's takes the fast key; any
+    difference (a value, a type, an alignment, a tensor where an int was) goes the classified way, so each launch
+    is the one spec_key alone picks."""
+    k = FakeKernel()
+    b = bl.BoundLaunch(k, BLOCK=64)
+    x, y = torch.zeros(32), torch.ones(32)
+    calls = [(x, 10, 0.5), (y, 10, 0.5), (y, 10, 0.5), (x, 12, 0.5), (x, True, 0.5), (x, 1, 0.5), (x[1:], 10, 0.5),
+             (x.half(), 10, 0.5), (x, x, 0.5), (x, 10, 1), (x, 10, 0.5), (y, 16, 0.25), (y, 16, 0.25)]
+    plain = bl.BoundLaunch(k, BLOCK=64)
+    plain._split = None
+    want = []
+    for c in calls:  # the classified path alone (no split ever made): which calls go through Triton
+        plain.launch((2,), *c)
+        plain._split, plain._fast = None, {}
+        want.append(k.log[-1][0])
+    k.log.clear()
+    got = []
+    for c in calls:
+        b.launch((2,), *c)
+        got.append(k.log[-1][0])
+    assert got == want and b._fast  # the same launches, and the fast keys were used
+    assert want == ["triton", "direct", "direct", "direct", "triton", "triton", "triton", "triton", "triton",
+                    "triton", "direct", "triton", "direct"]

@@ -19,6 +19,8 @@ launch hook installed (a profiler: ``triton.knobs.runtime.launch_enter_hook``), 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -78,6 +80,51 @@ def spec_key(args: tuple) -> tuple | None:
     return tuple(key)
 
 
+#: Fast keys a ``BoundLaunch`` keeps before it forgets them (each new plan's sizes make one).
+FAST_KEYS = 256
+_stream_of: Callable[[], int] | None = None
+
+
+def _current_stream() -> int:
+    """The current CUDA stream's handle, read as Triton's own launch path reads it (its driver's getters: C calls,
+    not ``torch.cuda.current_stream()``'s objects)."""
+    global _stream_of
+    if _stream_of is None:
+        from triton.runtime.driver import driver
+
+        d = driver.active
+        _stream_of = lambda: d.get_current_stream(d.get_current_device())  # noqa: E731
+    return _stream_of()
+
+
+def _getter(idx: list[int]) -> Callable[[tuple], tuple]:
+    """``args -> tuple(args[i] for i in idx)`` at C speed (``itemgetter`` returns a bare item for one index)."""
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda a: (a[i],)
+    return itemgetter(*idx) if idx else (lambda a: ())
+
+
+class _Split:
+    """The positions of a call's tensors and of its other arguments (ints, floats, bools, None), from a classified
+    call: a later call's fast key is its other arguments' values and types and its tensors' dtypes and alignment,
+    the same or a finer class than ``spec_key``'s (two calls of one fast key always have one ``spec_key``)."""
+
+    def __init__(self, args: tuple) -> None:
+        self.n = len(args)
+        tpos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.tensors = _getter(tpos)
+        self.others = _getter([i for i in range(len(args)) if i not in set(tpos)])
+
+    def key(self, grid_len: int, args: tuple) -> tuple:
+        """The fast key of ``args`` (TypeError or AttributeError where an argument is not of its position's kind:
+        a tensor where another kind was, an unhashable one)."""
+        ts = self.tensors(args)
+        others = self.others(args)
+        return (grid_len, others, tuple(map(type, others)), tuple(t.dtype for t in ts),
+                tuple(t.data_ptr() % 16 == 0 for t in ts))
+
+
 class BoundLaunch:
     """``fn`` (a ``triton.jit`` function) with its keyword arguments ``meta`` (constexprs, options, the kernel's
     defaulted parameters) fixed; ``launch(grid, *args)`` launches it on the current stream with ``args`` as its
@@ -87,6 +134,8 @@ class BoundLaunch:
     def __init__(self, fn: Any, **meta: Any) -> None:
         self.fn, self.meta = fn, meta
         self._compiled: dict[tuple, tuple[Any, list]] = {}
+        self._split: _Split | None = None
+        self._fast: dict[tuple, tuple[Any, list]] = {}
         self.hits = 0
 
     def _tail(self, n_args: int) -> list:
@@ -95,18 +144,35 @@ class BoundLaunch:
 
     def launch(self, grid: tuple[int, ...], *args: Any) -> None:
         hooked = knobs is None or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
-        key = None if INTERPRET or hooked else spec_key(args)
-        hit = None if key is None else self._compiled.get((len(grid), key))
-        if hit is None:
-            compiled = self.fn[grid](*args, **self.meta)
-            if key is not None and hasattr(compiled, "run"):
-                self._compiled[(len(grid), key)] = (compiled, self._tail(len(args)))
+        if INTERPRET or hooked:
+            self.fn[grid](*args, **self.meta)
             return
+        # The fast key first (a plan's later calls: the same sizes and strides, new tensors), then spec_key.
+        split, fast, hit = self._split, None, None
+        if split is not None and split.n == len(args):
+            try:
+                fast = split.key(len(grid), args)
+                hit = self._fast.get(fast)
+            except (TypeError, AttributeError):  # an argument of another kind at a position: the classified path
+                fast = None
+        if hit is None:
+            key = spec_key(args)
+            hit = None if key is None else self._compiled.get((len(grid), key))
+            if hit is None:
+                compiled = self.fn[grid](*args, **self.meta)
+                if key is not None and hasattr(compiled, "run"):
+                    self._compiled[(len(grid), key)] = (compiled, self._tail(len(args)))
+                    if self._split is None:
+                        self._split = _Split(args)
+                return
+            if fast is not None:
+                if len(self._fast) >= FAST_KEYS:
+                    self._fast.clear()
+                self._fast[fast] = hit
         compiled, tail = hit
         g = (*grid, 1, 1)
-        stream = torch.cuda.current_stream().cuda_stream
-        compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None, *args,
-                     *tail)
+        compiled.run(g[0], g[1], g[2], _current_stream(), compiled.function, compiled.packed_metadata, None, None,
+                     None, *args, *tail)
         self.hits += 1
 
 
@@ -125,4 +191,4 @@ def launch_cached(kernel: Any, cache: dict, grid: tuple[int, ...], args: tuple, 
     b.launch(grid, *args)
 
 
-__all__ = ["BoundLaunch", "launch_cached", "spec_key"]
+__all__ = ["FAST_KEYS", "BoundLaunch", "launch_cached", "spec_key"]
