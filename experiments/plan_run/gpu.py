@@ -15,6 +15,7 @@ OUT/device_schedule.csv (one row per shape and scheduler).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from splitlab.bench.csvrows import write_rows
-from splitlab.kernels import default_call, gqa, mla, reference
+from splitlab.kernels import decode_plan, default_call, gqa, mla, reference
 from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
 from splitlab.kernels.inputs import gqa_inputs, mla_inputs
@@ -261,6 +262,25 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
                                                                for _ in range(LAYERS)]))
     host_step, dev_step = replay_us(g_host_step, 20), replay_us(g_dev_step, 20)
     del g_host_step, g_dev_step
+    # The merge tile apart: the host plan's step with the device plan's merge tile (the same work list, so the ratio
+    # to host_step is the tile's cost), and device plans whose merge tile holds 8 or 32 rows a chunk.
+    planned = host._planned
+    host._planned = dataclasses.replace(planned, merge_grid=dev._planned.merge_grid, merge_meta=dev._planned.merge_meta)
+    g = capture(lambda: [host.run(*args, out=o, check=False) for _ in range(LAYERS)])
+    host_step_dev_tile = replay_us(g, 20)
+    host._planned = planned
+    del g
+    tiles = {}
+    for rows_a_chunk in (8, 32):
+        was, decode_plan.DEVICE_MERGE_ROWS = decode_plan.DEVICE_MERGE_ROWS, rows_a_chunk
+        try:
+            d = make(device_schedule=True)
+            g = capture(lambda d=d: (d.plan_on_device(lens_t), [d.run(*args, out=o, check=False)
+                                                                for _ in range(LAYERS)]))
+            tiles[rows_a_chunk] = round(replay_us(g, 20), 2)
+            del g, d
+        finally:
+            decode_plan.DEVICE_MERGE_ROWS = was
     same = work_list_equal(dev, host)
     rows, bad, differ, checked = [], 0, 0, 0
     tol = TOLERANCE[torch.bfloat16]
@@ -284,6 +304,9 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
                device_schedule_graph_us=round(dev_us, 2), ratio=round(dev_us / host_us, 4),
                schedule_kernels_us=round(sched_us, 2), step_layers=LAYERS, host_step_graph_us=round(host_step, 2),
                device_step_graph_us=round(dev_step, 2), step_ratio=round(dev_step / host_step, 4),
+               host_step_device_merge_tile_us=round(host_step_dev_tile, 2),
+               merge_rows=decode_plan.DEVICE_MERGE_ROWS, device_step_merge_rows_8_us=tiles[8],
+               device_step_merge_rows_32_us=tiles[32],
                same_work_list=same, replays=count, outside_tolerance=bad,
                work_lists_checked=checked, work_lists_differing=differ)
     print(row, flush=True)
