@@ -112,9 +112,9 @@ class _Split:
 
     def __init__(self, args: tuple) -> None:
         self.n = len(args)
-        tpos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        self.tensors = _getter(tpos)
-        self.others = _getter([i for i in range(len(args)) if i not in set(tpos)])
+        is_tensor = [isinstance(a, torch.Tensor) for a in args]
+        self.tensors = _getter([i for i, t in enumerate(is_tensor) if t])
+        self.others = _getter([i for i, t in enumerate(is_tensor) if not t])
 
     def key(self, grid_len: int, args: tuple) -> tuple:
         """The fast key of ``args`` (TypeError or AttributeError where an argument is not of its position's kind:

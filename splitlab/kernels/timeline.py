@@ -162,5 +162,4 @@ def record(launch: Callable[[Timelines], object]) -> tuple[object, dict[str, lis
 
 
 __all__ = ["ABSENT", "FIELDS", "KERNELS", "RECORD", "Timelines", "absent_record", "clock_on", "now_ns", "read",
-           "record",
-           "start_record", "write_record"]
+           "record", "start_record", "write_record"]
