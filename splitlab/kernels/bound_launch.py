@@ -15,6 +15,11 @@ calls of one key always run the binary Triton itself would pick (``tests/test_bo
 descriptor's key against Triton's native one). Triton's path is kept, every call, under the interpreter, with a
 launch hook installed (a profiler: ``triton.knobs.runtime.launch_enter_hook``), and for arguments of any other type
 (``spec_key`` returns None).
+
+Computing ``spec_key`` is most of a bound call's Python (a plan's kernels take 50-55 arguments), so a call is looked
+up first by a cheaper key: its non-tensor arguments' values and types, taken by position at C speed, and its tensors'
+dtypes and alignment (``_Split``), which fix ``spec_key``'s class; only a call that key has not seen computes
+``spec_key``. The stream is read as Triton's launch path reads it (its driver's getters).
 """
 
 from __future__ import annotations
