@@ -119,8 +119,10 @@ PERSISTENT_SCHEDULERS = ("stream_k", "flashmla")
 BOUND_LAUNCH = True
 #: The merge tile of a plan made on the device (which never sees a request's row count): rows a chunk. With the
 #: tile sized for a request's worst case (64 rows a chunk), MLA-128's device plan ran 42 us a layer slower than the
-#: host plan of the same work list (H200, experiments/plan_run/gpu.py, 16 requests of 8K keys).
-DEVICE_MERGE_ROWS = 16
+#: host plan of the same work list (H200, 16 requests of 8K keys); at 16 rows its 32-layer step was 1.047x the host
+#: plan's, at 8 rows 1.019x, at 32 1.155x, and no other case of experiments/plan_run/gpu.py's device cases past 1.019x
+#: at 8 (H100, one run; the host plan's step at the device tile: 1.043x, so the tile was that extra).
+DEVICE_MERGE_ROWS = 8
 #: The ``splitlab`` scheduler's default budget: ``max(BUDGET_SPLITS x max_batch, BUDGET_WAVES x a head group's
 #: slots)`` CTA slots. Its candidates past it are left out; modelled on the H200 over 56 batches a shape (1-256
 #: requests, 1K-128K keys, ragged and not; GQA 32/8, 64/8, 16/2, MQA-128, MLA-16, MLA-128), that costs at most 1.2%
