@@ -83,18 +83,24 @@ class _Spy:
         return run
 
 
-def test_the_plain_launch_passes_no_timeline_argument(monkeypatch):
+def _spied_launch(monkeypatch) -> tuple[list, tuple]:
+    """The partial kernel and the merge spied on (``seen``: each launch's keyword names) and the arguments of a
+    two-request GQA work-list launch that runs both."""
     seen: list = []
     for mod, name in ((worklist, "_gqa_worklist_kernel"), (workitems, "_merge_kernel")):
         monkeypatch.setattr(mod, name, _Spy(getattr(mod, name), seen))
     lens = [100, 40]
     x = gqa_inputs(2, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=2)
-    work = WorkList.from_schedule(S.uniform(lens, 2), "cpu")
-    gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work)
+    return seen, (x["q"], x["k_cache"], x["v_cache"], x["block_table"], WorkList.from_schedule(S.uniform(lens, 2),
+                                                                                              "cpu"))
+
+
+def test_the_plain_launch_passes_no_timeline_argument(monkeypatch):
+    seen, args = _spied_launch(monkeypatch)
+    gqa_decode_scheduled(*args)
     assert len(seen) == 2 and all(not (kw & TIMELINE_ARGS) for kw in seen)
     seen.clear()
-    timeline.record(lambda t: gqa_decode_scheduled(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work,
-                                                   timelines=t))
+    timeline.record(lambda t: gqa_decode_scheduled(*args, timelines=t))
     assert len(seen) == 2 and all(TIMELINE_ARGS <= kw for kw in seen)
 
 
@@ -121,13 +127,7 @@ def test_anything_but_timelines_is_refused_in_one_line():
 
 
 def test_a_timelines_of_one_kernel_records_that_kernel_alone(monkeypatch):
-    seen: list = []
-    for mod, name in ((worklist, "_gqa_worklist_kernel"), (workitems, "_merge_kernel")):
-        monkeypatch.setattr(mod, name, _Spy(getattr(mod, name), seen))
-    lens = [100, 40]
-    x = gqa_inputs(2, 4, 2, 16, lens, page_size=16, dtype=torch.float32, seed=2)
-    work = WorkList.from_schedule(S.uniform(lens, 2), "cpu")
-    args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"], work)
+    seen, args = _spied_launch(monkeypatch)
     plain = gqa_decode_scheduled(*args)
     for only in ("partial", "merge"):
         seen.clear()
