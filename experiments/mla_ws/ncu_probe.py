@@ -23,12 +23,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab import load_flashmla  # noqa: E402  (FlashMLA from the kit: '' when loaded, else why not)
 
+from splitlab.kernels.accuracy import TOLERANCE  # noqa: E402
+
 
 def build(impl: str, heads: int, batch: int, longest: int, dist: str):
     from splitlab.bench import abharness as harness
     from splitlab.bench.decode import rotated_inputs
     from splitlab.devices import detect
     from splitlab.kernels import reference
+    from splitlab.kernels.accuracy import rel_err
     from splitlab.kernels.worklist import WorkList, mla_decode_scheduled
     from splitlab.planners import schedulers
 
@@ -46,9 +49,7 @@ def build(impl: str, heads: int, batch: int, longest: int, dist: str):
         fn = lambda: mla_decode_scheduled(x["q"], x["kv_cache"], x["block_table"], wl)  # noqa: E731
     out = fn()
     out = out[0] if isinstance(out, tuple) else out
-    ref = reference.mla_decode(**x, head_dim_v=512)
-    err = ((out.double() - ref).norm() / ref.norm()).item()
-    return fn, err
+    return fn, rel_err(out, reference.mla_decode(**x, head_dim_v=512))
 
 
 def main() -> None:
@@ -67,7 +68,7 @@ def main() -> None:
         except Exception as e:  # a case that cannot run is a line, the others go on
             print(f"CASE {case} error {type(e).__name__}: {e}", flush=True)
             continue
-        if not err <= 1e-2:
+        if not err <= TOLERANCE[torch.bfloat16]:
             print(f"CASE {case} wrong rel_err={err:.2e}", flush=True)
             continue
         for _ in range(3):

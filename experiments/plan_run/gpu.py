@@ -211,6 +211,8 @@ def replay_us(g, replays: int = 200) -> float:
 
 #: Layers a decode step runs on one plan (Llama-3-8B's 32): the step graph of device_case.
 LAYERS = 32
+#: Merge tiles (rows a chunk) a device plan's step is also timed at, beside ``DEVICE_MERGE_ROWS``.
+MERGE_ROWS = (4, 8, 16, 32)
 
 
 def random_lens(rng: random.Random, b: int, n: int) -> list[int]:
@@ -263,7 +265,7 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
     host_step, dev_step = replay_us(g_host_step, 20), replay_us(g_dev_step, 20)
     del g_host_step, g_dev_step
     # The merge tile apart: the host plan's step with the device plan's merge tile (the same work list, so the ratio
-    # to host_step is the tile's cost), and device plans whose merge tile holds 8 or 32 rows a chunk.
+    # to host_step is the tile's cost), and device plans whose merge tile holds other row counts a chunk.
     planned = host._planned
     host._planned = dataclasses.replace(planned, merge_grid=dev._planned.merge_grid, merge_meta=dev._planned.merge_meta)
     g = capture(lambda: [host.run(*args, out=o, check=False) for _ in range(LAYERS)])
@@ -271,7 +273,7 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
     host._planned = planned
     del g
     tiles = {}
-    for rows_a_chunk in (8, 32):
+    for rows_a_chunk in [r for r in MERGE_ROWS if r != decode_plan.DEVICE_MERGE_ROWS]:
         was, decode_plan.DEVICE_MERGE_ROWS = decode_plan.DEVICE_MERGE_ROWS, rows_a_chunk
         try:
             d = make(device_schedule=True)
@@ -305,8 +307,8 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
                schedule_kernels_us=round(sched_us, 2), step_layers=LAYERS, host_step_graph_us=round(host_step, 2),
                device_step_graph_us=round(dev_step, 2), step_ratio=round(dev_step / host_step, 4),
                host_step_device_merge_tile_us=round(host_step_dev_tile, 2),
-               merge_rows=decode_plan.DEVICE_MERGE_ROWS, device_step_merge_rows_8_us=tiles[8],
-               device_step_merge_rows_32_us=tiles[32],
+               merge_rows=decode_plan.DEVICE_MERGE_ROWS,
+               **{f"device_step_merge_rows_{r}_us": us for r, us in tiles.items()},
                same_work_list=same, replays=count, outside_tolerance=bad,
                work_lists_checked=checked, work_lists_differing=differ)
     print(row, flush=True)
