@@ -43,7 +43,8 @@ def case(variant, heads, page, dtype, bounded=False, timeline=False):
     ws.launch(x["q"], x["kv_cache"], x["block_table"], work.items, slots,
               torch.empty(len(lens), heads, 512, dtype=dtype), torch.empty(len(lens), heads), po, pl, 0.1, variant,
               num_ctas=torch.tensor([work.ctas], dtype=torch.int32) if bounded else None,
-              timeline=Timelines().args("partial", slots * tiles, "cpu") if timeline else None, cta_offsets=offsets)
+              timeline=Timelines(hold_start=timeline == "hold").args("partial", slots * tiles, "cpu") if timeline
+              else None, cta_offsets=offsets)
 
 
 # name, variant, heads, page, dtype; (QK m64n64k16, PV m64n256k16) wgmma in the code: recompute runs its loop body
@@ -70,6 +71,8 @@ WGMMA = {"recompute": {64: 72, 256: 8}, "recompute-fine": {64: 72, 256: 8}, "see
 REGS = {ws.CONSUMER_REGS, ws.LOADER_REGS, 3 * ws.MAXNREG - ws.CONSUMER_REGS - ws.LOADER_REGS}
 RUNS = [(name, lambda a=(v, h, p, d): case(*a), REGS, WGMMA[v]) for name, v, h, p, d in CASES] + [
     (name, lambda a=(v, h, p, d): case(*a, bounded=True, timeline=True), REGS, WGMMA[v]) for name, v, h, p, d in EXTRA]
+RUNS += [("seesaw 128/576 bf16 page 64, bounded + timeline, held start",  # the start held to the end (HOLD_START)
+          lambda: case("seesaw", 128, 64, torch.bfloat16, bounded=True, timeline="hold"), REGS, WGMMA["seesaw"])]
 sys.exit(1 if check_ws(RUNS, SMEM_BUDGET) else 0)
 """
 

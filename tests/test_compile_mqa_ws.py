@@ -39,17 +39,20 @@ def case(heads, page, dtype, stages, plan=False, persistent=False):
     work = ws.check_launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], WorkList.from_schedule(s, "cpu"),
                            stages, persistent)
     po, pl = alloc_partials(work, heads, 128, "cpu")
-    slots = work.ctas + 2 * plan  # a plan's launch: a capacity grid (BOUNDED) with a recorded timeline
-    offsets = torch.cat([work.cta_offsets, work.cta_offsets[-1:].repeat(2 * plan)]) if persistent else None
+    extra = 2 * bool(plan)  # a plan's launch: a capacity grid (BOUNDED) with a recorded timeline
+    slots = work.ctas + extra
+    offsets = torch.cat([work.cta_offsets, work.cta_offsets[-1:].repeat(extra)]) if persistent else None
     ws.launch(x["q"], x["k_cache"], x["v_cache"], x["block_table"], work.items, slots,
               torch.empty(len(lens), heads, 128, dtype=dtype), torch.empty(len(lens), heads), po, pl, 0.1, stages,
               num_ctas=torch.tensor([work.ctas], dtype=torch.int32) if plan else None,
-              timeline=Timelines().args("partial", slots, "cpu") if plan else None, cta_offsets=offsets)
+              timeline=Timelines(hold_start=plan == "hold").args("partial", slots, "cpu") if plan else None,
+              cta_offsets=offsets)
 
 
 CASES = [(h, p, d, 2) for h in (128, 64) for p in (16, 64) for d in (torch.bfloat16, torch.float16)] + [
     (128, 32, torch.bfloat16, 2), (128, 128, torch.bfloat16, 2), (128, 16, torch.bfloat16, 3),
-    (128, 64, torch.float16, 3), (64, 16, torch.bfloat16, 3), (128, 16, torch.bfloat16, 2, True)]
+    (128, 64, torch.float16, 3), (64, 16, torch.bfloat16, 3), (128, 16, torch.bfloat16, 2, True),
+    (128, 16, torch.bfloat16, 2, "hold")]  # plan "hold": the timeline's start held to the end (HOLD_START)
 # The persistent build: 128 and 64 heads at page 16 and 64 (bf16; fp16 and 3 stages once each), bounded + timeline
 # at both head counts (a capacity grid's slots past the count exit before they read their CTA offsets).
 CASES += [(h, p, torch.bfloat16, 2, False, True) for h in (128, 64) for p in (16, 64)] + [
@@ -60,7 +63,7 @@ CASES += [(h, p, torch.bfloat16, 2, False, True) for h in (128, 64) for p in (16
 
 def name(heads, page, dtype, stages, plan=False, persistent=False):
     return (("persistent " if persistent else "") + f"MQA-{heads} page {page} {str(dtype)[6:]} stages {stages}"
-            + (", bounded + timeline" if plan else ""))
+            + (", bounded + timeline" if plan else "") + (", held start" if plan == "hold" else ""))
 
 
 # One consumer body a warpgroup that runs one (64 heads: consumer 0 only; the persistent build's item loop holds one

@@ -167,8 +167,11 @@ for label, s in (("one item", S.uniform(lens, 4)), ("persistent", S.stream_k(len
         n0 = len(compiled)
         launch(None)
         launch(timeline.Timelines())
-        plain_partial, plain_merge, on_partial, on_merge = compiled[n0:n0 + 4]
-        for kernel, plain, on in (("partial", plain_partial, on_partial), ("merge", plain_merge, on_merge)):
+        launch(timeline.Timelines(hold_start=True))
+        plain_partial, plain_merge, on_partial, on_merge, held_partial, held_merge = compiled[n0:n0 + 6]
+        for kernel, plain, on in (("partial", plain_partial, on_partial), ("merge", plain_merge, on_merge),
+                                  ("partial, held start", plain_partial, held_partial),
+                                  ("merge, held start", plain_merge, held_merge)):
             p, t = plain.asm["ptx"], on.asm["ptx"]
             if "%globaltimer" in p or "%smid" in p:
                 print(f"PLAIN {name} {label} {kernel}: the plain build reads the clock")
@@ -185,6 +188,7 @@ sys.exit(1 if failed else 0)
 
 def test_timeline_kernels_read_the_clock():
     """With timelines on (``kernels.timeline``, the GPU's build: ``CLOCK``), every work-list kernel reads
-    ``%globaltimer`` at its start and end and ``%smid`` once; the plain build reads neither."""
+    ``%globaltimer`` at its start and end and ``%smid`` once, the start stored at once or held to the end
+    (``hold_start``); the plain build reads neither."""
     r = compile_in_child(TIMELINE_SCRIPT)
     print(r.stdout)

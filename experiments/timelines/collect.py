@@ -4,8 +4,9 @@ them costs (issue 38). README.md states the question, the command and the files.
 For each point (a shape, a batch's lengths, a scheduler's schedule): the work-list launcher is checked against the
 fp64 reference; timed plain and with timelines on (``kernels.timeline``), each by CUDA-graph replay over input sets
 rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead against the <= 3% goal), then with the
-partial kernel alone recording (``timed_partial_us``: each kernel's share of that overhead) and plain once more
-(``plain_again_us``: how far the plain timing moved meanwhile); then one graph
+partial kernel alone recording (``timed_partial_us``: each kernel's share of that overhead), with the builds that
+hold a program's start time to its end (``timed_hold_us``: ``Timelines(hold_start=True)``, the other way to record)
+and plain once more (``plain_again_us``: how far the plain timing moved meanwhile); then one graph
 of [a marker kernel that records the clock, the instrumented decode] is replayed and its last replay's records
 read: the anchor (the marker's clock), every program's SM, start and end. The gap ledger (``splitlab.ledger``) of the
 point is the plain wall time against the floor, split with that timeline, the instrumented timing (its
@@ -48,11 +49,11 @@ from triton.language.extra.cuda import globaltimer  # noqa: E402
 from splitlab import ledger as _ledger  # noqa: E402  (pure Python)
 
 #: Measured columns a set written before them lacks (``reledger`` writes them only where the set has them).
-LATER_MEASURED = ("timed_partial_us", "plain_again_us")
+LATER_MEASURED = ("timed_partial_us", "timed_hold_us", "plain_again_us")
 POINT_FIELDS = ["shape", "kind", "batch", "longest", "dist", "scheduler", "schedule_hash", "ctas", "items",
                 "partial_rows", "programs", "merge_programs", "rel_err", "status", "plain_us", "plain_p20_us",
                 "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead",
-                "timed_partial_us", "plain_again_us", "launch_pair_us", "sets",
+                "timed_partial_us", "timed_hold_us", "plain_again_us", "launch_pair_us", "sets",
                 "replay_cost_us", "replay_cost_source", "floor_us", "partial_bytes", "model_launch", "model_tail",
                 "model_units", "clock_step_ns", "model_err_median", "measured_us", "gap_us", "launch_us", "idle_us",
                 "merge_us", "below_peak_us", "extra_bytes_us", "recording_us", "replay_us", "unexplained_us",
@@ -236,9 +237,11 @@ def run(args) -> None:
             else:
                 plain = time_graph([decode_call(w, wl, x) for x in sets])
                 timed = time_graph([decode_call(w, wl, x, Timelines()) for x in sets])
-                # The partial kernel recording alone (the merge's plain build), and the plain build once more: what
-                # each kernel's recording costs, and how far the plain timing moved meanwhile.
+                # The partial kernel recording alone (the merge's plain build), the builds that hold the start time
+                # to the end, and the plain build once more: what each kernel's recording costs, what the other way
+                # to record costs, and how far the plain timing moved meanwhile.
                 part_only = time_graph([decode_call(w, wl, x, Timelines(kernels=("partial",))) for x in sets])
+                held = time_graph([decode_call(w, wl, x, Timelines(hold_start=True)) for x in sets])
                 plain_again = time_graph([decode_call(w, wl, x) for x in sets])
                 # One graph of [marker, instrumented decode] per rotated set, as the plain timing ran them (each
                 # set's inputs evicted from the L2 by the sets before it); the last set's records of the last
@@ -261,7 +264,8 @@ def run(args) -> None:
                            plain_p80_us=round(plain.p80_us, 3), timed_us=round(timed.p50_us, 3),
                            timed_p20_us=round(timed.p20_us, 3), timed_p80_us=round(timed.p80_us, 3),
                            overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3),
-                           timed_partial_us=round(part_only.p50_us, 3), plain_again_us=round(plain_again.p50_us, 3),
+                           timed_partial_us=round(part_only.p50_us, 3), timed_hold_us=round(held.p50_us, 3),
+                           plain_again_us=round(plain_again.p50_us, 3),
                            replay_cost_us=round(replay_c, 3), replay_cost_source="measured")
             recs = rec.read()
             partial, merge = recs.get("partial", []), recs.get("merge", [])

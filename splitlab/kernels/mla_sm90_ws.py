@@ -91,7 +91,7 @@ from splitlab.errors import SplitlabError
 from splitlab.kernels import _launch as launch_common
 from splitlab.kernels.bound_launch import launch_cached
 from splitlab.kernels.mla_sm90 import BLOCK_H, BLOCK_N, HAVE_GLUON
-from splitlab.kernels.timeline import FIELDS, Timelines
+from splitlab.kernels.timeline import FIELDS, HOLD_START, Timelines
 from splitlab.kernels.workitems import (
     LN2,
     LOG2E,
@@ -141,6 +141,7 @@ if HAVE_GLUON:
     _NP = gl.constexpr(PIECES)
     _SCAN = gl.constexpr(SCAN)
     _RECORD = gl.constexpr(len(FIELDS))
+    _HOLD_START = gl.constexpr(HOLD_START)
     _LN2 = gl.constexpr(LN2.value)
     _BH = gl.constexpr(BLOCK_H)
     _BN = gl.constexpr(BLOCK_N)
@@ -764,16 +765,22 @@ if HAVE_GLUON:
         gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD, (pid * 0 - 1).to(gl.int64))
 
     @gluon.jit
-    def start_record(timeline_ptr, pid):
-        """A program's ``start_ns`` (``kernels.timeline``'s record), stored at once."""
-        gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, _now_ns(pid))
+    def start_record(timeline_ptr, pid, TIMELINE: gl.constexpr):
+        """A program's ``start_ns`` (``kernels.timeline``'s record), stored at once unless ``TIMELINE`` is
+        ``HOLD_START``; returned for ``end_record``."""
+        t = _now_ns(pid)
+        if TIMELINE != _HOLD_START:
+            gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, t)
+        return t
 
     @gluon.jit
-    def end_record(timeline_ptr, pid, it, group):
+    def end_record(timeline_ptr, pid, it, group, start, TIMELINE: gl.constexpr):
         """The rest of a one-item program's record (``kernels.timeline.FIELDS``): its end and SM, slot and item
-        ``it``, head group ``group``, one item."""
+        ``it``, head group ``group``, one item; ``start`` too where ``TIMELINE`` is ``HOLD_START``."""
         end = _now_ns(pid)
         base = timeline_ptr + pid.to(gl.int64) * _RECORD
+        if TIMELINE == _HOLD_START:
+            gl.store(base + 2, start)
         gl.store(base, pid.to(gl.int64))
         gl.store(base + 1, _smid(pid).to(gl.int64))
         gl.store(base + 3, end)
@@ -810,13 +817,13 @@ if HAVE_GLUON:
         (``kernels.timeline``: 64 bytes, the start stored at once, the rest after this half's last store)."""
         timeline_ptr, pid, it, head_tile = rec
         if TIMELINE:
-            start_record(timeline_ptr, pid)
+            t_start = start_record(timeline_ptr, pid, TIMELINE)
         if SEESAW:
             _seesaw_consumer0(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
         else:
             _recompute(smem, bars, item, geo, outs, 0, True, FINE, PAGE_SIZE)
         if TIMELINE:
-            end_record(timeline_ptr, pid, it, head_tile)
+            end_record(timeline_ptr, pid, it, head_tile, t_start, TIMELINE)
 
     @gluon.jit
     def _part_consumer1(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
@@ -1103,8 +1110,8 @@ def launch(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, i
             H, tiles, qk_scale, num_pages, block_table.shape[1] * page_size,
             *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
             num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items)
-    meta = dict(PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, BOUNDED=num_ctas is not None, TIMELINE=bool(timeline),
-                num_warps=NUM_WARPS, maxnreg=MAXNREG)
+    meta = dict(PAGE_SIZE=page_size, SEESAW=seesaw, FINE=fine, BOUNDED=num_ctas is not None,
+                TIMELINE=timeline["TIMELINE"] if timeline else False, num_warps=NUM_WARPS, maxnreg=MAXNREG)
     if persistent:
         _mla_ws_kernel[(slots * tiles,)](*args, **meta, cta_ptr=cta_offsets, PERSISTENT=True)
     else:

@@ -273,10 +273,10 @@ if HAVE_GLUON:
         once, the rest after its rows)."""
         timeline_ptr, it = rec
         if TIMELINE:
-            start_record(timeline_ptr, it)
+            t_start = start_record(timeline_ptr, it, TIMELINE)
         _consumer(smem, bars, item, geo, outs, 0, PAGE_SIZE)
         if TIMELINE:
-            end_record(timeline_ptr, it, it, it * 0)  # head group: the one kv head
+            end_record(timeline_ptr, it, it, it * 0, t_start, TIMELINE)  # head group: the one kv head
 
     @gluon.jit
     def _part_consumer1(smem, bars, item, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
@@ -673,7 +673,8 @@ def launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
             *block_table.stride(), *out.stride(), *lse.stride(), *po.stride(), *pl.stride(),
             num_ctas if num_ctas is not None else items, timeline["timeline_ptr"] if timeline else items)
     meta = dict(NCONS=H // BLOCK_H, PAGE_SIZE=page_size, BOX=box_rows(page_size), STAGES=stages,
-                BOUNDED=num_ctas is not None, TIMELINE=bool(timeline), num_warps=NUM_WARPS, maxnreg=MAXNREG)
+                BOUNDED=num_ctas is not None, TIMELINE=timeline["TIMELINE"] if timeline else False,
+                num_warps=NUM_WARPS, maxnreg=MAXNREG)
     if cta_offsets is not None:
         _mqa_ws_kernel[(slots,)](*args, **meta, cta_ptr=cta_offsets, PERSISTENT=True)
     else:

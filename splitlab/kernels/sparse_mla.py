@@ -430,7 +430,7 @@ def _sparse_mla_worklist_kernel(
                 tlog.absent_record(timeline_ptr, pid)
             return
     if TIMELINE:
-        tlog.start_record(timeline_ptr, pid, CLOCK)
+        t_start = tlog.start_record(timeline_ptr, pid, CLOCK, TIMELINE)
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_t = tl.arange(0, BLOCK_K)
@@ -452,7 +452,7 @@ def _sparse_mla_worklist_kernel(
                      HEAD_DIM_V, HEAD_DIM_R, BLOCK_H, BLOCK_K, BLOCK_DV, BLOCK_DR, UPCAST, DOT_PRECISION,
                      ISOLATE_QK, KV_FP8, FP8_QK)
     if TIMELINE:
-        record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+        record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK, t_start, TIMELINE)
 
 
 def worklist_meta(num_heads: int, head_dim_qk: int, head_dim_v: int, dtype: torch.dtype, kv_dtype: torch.dtype, *,

@@ -49,6 +49,11 @@ RECORD = tl.constexpr(len(FIELDS))
 ABSENT = -1
 #: The kernels a work-list decode launches, by the name ``Timelines`` keeps their buffers under.
 KERNELS = ("partial", "merge")
+#: ``TIMELINE``'s value for a build that holds a one-item program's start time in a register and stores it with the
+#: rest at the end (``Timelines(hold_start=True)``), where ``TIMELINE=True`` stores it at once: what each costs is
+#: ``experiments/timelines``'s A/B. The Gluon kernels' persistent programs store theirs at once either way.
+HOLD_START = 2
+_HOLD = tl.constexpr(HOLD_START)
 
 
 @triton.jit
@@ -70,16 +75,21 @@ def absent_record(timeline_ptr, program):
 
 
 @triton.jit
-def start_record(timeline_ptr, program, CLOCK: tl.constexpr):
-    """Store the calling program's start time (``start_ns``, 8 bytes) in its record, so that no register holds it
-    through the program; ``write_record`` writes the rest at the program's end."""
-    tl.store(timeline_ptr + program.to(tl.int64) * RECORD + 2, now_ns(CLOCK))
+def start_record(timeline_ptr, program, CLOCK: tl.constexpr, TIMELINE: tl.constexpr = True):
+    """The calling program's start time, stored in its record at once (``start_ns``, 8 bytes: no register holds it
+    through the program) unless ``TIMELINE`` is ``HOLD_START``; returned for ``write_record``, which writes the
+    rest at the program's end."""
+    t = now_ns(CLOCK)
+    if TIMELINE != _HOLD:
+        tl.store(timeline_ptr + program.to(tl.int64) * RECORD + 2, t)
+    return t
 
 
 @triton.jit
-def write_record(timeline_ptr, program, slot, group, item, items, CLOCK: tl.constexpr):
-    """Write the rest of the calling program's record (``FIELDS`` order, ``start_ns`` stored by ``start_record``)
-    after reading the end time and the SM."""
+def write_record(timeline_ptr, program, slot, group, item, items, CLOCK: tl.constexpr, start=None,
+                 TIMELINE: tl.constexpr = True):
+    """Write the rest of the calling program's record (``FIELDS`` order; ``start_ns`` stored by ``start_record``,
+    or here from ``start`` where ``TIMELINE`` is ``HOLD_START``) after reading the end time and the SM."""
     end = now_ns(CLOCK)
     if CLOCK:
         sm = smid().to(tl.int64)
@@ -93,6 +103,8 @@ def write_record(timeline_ptr, program, slot, group, item, items, CLOCK: tl.cons
     tl.store(base + 5, group.to(tl.int64))
     tl.store(base + 6, item.to(tl.int64))
     tl.store(base + 7, items.to(tl.int64))
+    if TIMELINE == _HOLD:
+        tl.store(base + 2, start)
 
 
 def clock_on(device: torch.device | str) -> bool:
@@ -105,13 +117,15 @@ class Timelines:
     the kernel launches and reused by later calls of the same count (a CUDA graph captures the launch with its
     buffer). Pass it to a work-list launcher as ``timelines=``; ``read`` returns the records after the launch."""
 
-    def __init__(self, kernels: tuple[str, ...] = KERNELS) -> None:
+    def __init__(self, kernels: tuple[str, ...] = KERNELS, *, hold_start: bool = False) -> None:
         """``kernels``: the kernels that record (``KERNELS`` by default); the others launch their plain build, so
-        that a timing can tell one kernel's recording cost from the other's."""
+        that a timing can tell one kernel's recording cost from the other's. ``hold_start``: the builds that hold a
+        one-item program's start time until its end (``HOLD_START``); the records are the same."""
         bad = [k for k in kernels if k not in KERNELS]
         if bad or not kernels:
             raise SplitlabError(f"kernels={kernels!r} is not allowed; expected one or more of {', '.join(KERNELS)}")
         self.kernels = tuple(kernels)
+        self.hold_start = bool(hold_start)
         self.buffers: dict[str, torch.Tensor] = {}
 
     def args(self, kernel: str, programs: int, device: torch.device) -> dict[str, Any]:
@@ -123,7 +137,8 @@ class Timelines:
             return {}
         if not self.ready(kernel, programs, device):
             self.buffers[kernel] = torch.full((programs, len(FIELDS)), ABSENT, dtype=torch.int64, device=device)
-        return dict(timeline_ptr=self.buffers[kernel], TIMELINE=True, CLOCK=clock_on(device))
+        return dict(timeline_ptr=self.buffers[kernel], TIMELINE=HOLD_START if self.hold_start else True,
+                    CLOCK=clock_on(device))
 
     def ready(self, kernel: str, programs: int, device: torch.device | str) -> bool:
         """Whether ``kernel``'s buffer exists for ``programs`` programs on ``device`` (``args`` then allocates
@@ -161,5 +176,5 @@ def record(launch: Callable[[Timelines], object]) -> tuple[object, dict[str, lis
     return out, t.read()
 
 
-__all__ = ["ABSENT", "FIELDS", "KERNELS", "RECORD", "Timelines", "absent_record", "clock_on", "now_ns", "read",
-           "record", "start_record", "write_record"]
+__all__ = ["ABSENT", "FIELDS", "HOLD_START", "KERNELS", "RECORD", "Timelines", "absent_record", "clock_on",
+           "now_ns", "read", "record", "start_record", "write_record"]

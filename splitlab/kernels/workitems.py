@@ -116,7 +116,7 @@ def _merge_kernel(
     # runs next reads), even when a plan's capacity launch has no partial rows at all.
     pid = tl.program_id(0)
     if TIMELINE:
-        tlog.start_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), CLOCK)
+        t_start = tlog.start_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), CLOCK, TIMELINE)
     b = pid // num_heads
     head = pid % num_heads
     first = tl.load(offsets_ptr + b)
@@ -138,7 +138,7 @@ def _merge_kernel(
             tl.store(lse_ptr + b64 * lse_stride_b + head * lse_stride_h, lse)
     if TIMELINE:
         tlog.write_record(timeline_ptr, pid * tl.num_programs(1) + tl.program_id(1), b, head,
-                          tl.program_id(1), n, CLOCK)
+                          tl.program_id(1), n, CLOCK, t_start, TIMELINE)
 
 
 def launch_merge(work: WorkList, po: torch.Tensor, pl: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,

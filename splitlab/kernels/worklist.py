@@ -253,7 +253,7 @@ def _gqa_worklist_kernel(
                 tlog.absent_record(timeline_ptr, pid)
             return
     if TIMELINE:
-        tlog.start_record(timeline_ptr, pid, CLOCK)
+        t_start = tlog.start_record(timeline_ptr, pid, CLOCK, TIMELINE)
     offs_g = tl.arange(0, BLOCK_G)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -284,20 +284,21 @@ def _gqa_worklist_kernel(
     if LAUNCH_DEPENDENTS == 2:
         gdc_launch_dependents()
     if TIMELINE:
-        record_slot(timeline_ptr, pid, cta, kvh, cta_ptr, PERSISTENT, CLOCK)
+        record_slot(timeline_ptr, pid, cta, kvh, cta_ptr, PERSISTENT, CLOCK, t_start, TIMELINE)
 
 
 @triton.jit
-def record_slot(timeline_ptr, pid, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr):
+def record_slot(timeline_ptr, pid, cta, group, cta_ptr, PERSISTENT: tl.constexpr, CLOCK: tl.constexpr, start,
+                TIMELINE: tl.constexpr):
     """A partial kernel program's record: its slot's first item and item count (8 bytes read back when
-    persistent), else its own item."""
+    persistent), else its own item; ``start`` and ``TIMELINE`` as ``timeline.write_record``'s."""
     if PERSISTENT:
         first = tl.load(cta_ptr + cta)
         n = tl.load(cta_ptr + cta + 1) - first
     else:
         first = cta
         n = tl.full([], 1, tl.int32)
-    tlog.write_record(timeline_ptr, pid, cta, group, first, n, CLOCK)
+    tlog.write_record(timeline_ptr, pid, cta, group, first, n, CLOCK, start, TIMELINE)
 
 
 def gqa_decode_scheduled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
@@ -499,7 +500,7 @@ def _mla_worklist_kernel(
                 tlog.absent_record(timeline_ptr, pid)
             return
     if TIMELINE:
-        tlog.start_record(timeline_ptr, pid, CLOCK)
+        t_start = tlog.start_record(timeline_ptr, pid, CLOCK, TIMELINE)
     offs_h = head_tile * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_t = tl.arange(0, BLOCK_N)
@@ -523,7 +524,7 @@ def _mla_worklist_kernel(
     if LAUNCH_DEPENDENTS == 2:
         gdc_launch_dependents()
     if TIMELINE:
-        record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK)
+        record_slot(timeline_ptr, pid, cta, head_tile, cta_ptr, PERSISTENT, CLOCK, t_start, TIMELINE)
 
 
 def mla_decode_scheduled(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, work: WorkList, *,
