@@ -6,7 +6,8 @@ record per program, ``FIELDS`` in order (8 x 8 = 64 bytes a program: ``start_ns`
 * ``program``: the program's linear id (``program_id(0)``; the merge's 2-D grid: ``pid0 * grid1 + pid1``);
 * ``sm``: the SM it ran on (PTX ``%smid``);
 * ``start_ns`` / ``end_ns``: ``%globaltimer`` (ns, one clock for the whole GPU) read when the program begins (stored
-  at once, so that no register holds it through the program) and after it issued its last store;
+  at once, so that no register holds it through the program; with ``TIMELINE = HOLD_START`` held and stored at the
+  end instead) and after it issued its last store;
 * ``slot``, ``group``, ``item``, ``items``: what it ran. Partial kernels: its CTA slot, its head group (GQA's kv
   head, MLA's head tile), its first work item and the number of items it ran (1 for a non-persistent schedule;
   a persistent slot's run in order from ``item``). The merge: the request, the head, the column block, and the
