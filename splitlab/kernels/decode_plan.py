@@ -624,7 +624,7 @@ class _DecodePlan:
         part = timelines.args("partial", programs["partial"], self.device)
         merge = timelines.args("merge", programs["merge"], self.device) if p.merge else {}
         if not p.merge:
-            timelines.buffers.pop("merge", None)
+            timelines.drop("merge")
         return part, merge
 
     def _walk(self, slots: int) -> torch.Tensor | None:

@@ -149,6 +149,10 @@ class Timelines:
         buf = self.buffers.get(kernel)
         return buf is not None and buf.shape[0] == programs and buf.device == torch.device(device)
 
+    def drop(self, kernel: str) -> None:
+        """Forget ``kernel``'s buffer (a launch that does not run that kernel: no record of an earlier one stands)."""
+        self.buffers.pop(kernel, None)
+
     def reset(self) -> None:
         """Fill every buffer with ``ABSENT`` again (before a launch whose programs may exit unrecorded)."""
         for buf in self.buffers.values():
