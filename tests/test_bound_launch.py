@@ -150,3 +150,35 @@ def test_the_fast_key_never_runs_a_binary_spec_key_would_not(compiled_path):
     assert got == want and b._fast  # the same launches, and the fast keys were used
     assert want == ["triton", "direct", "direct", "direct", "triton", "triton", "triton", "triton", "triton",
                     "triton", "direct", "triton", "direct"]
+
+
+def test_the_fast_key_takes_gluon_descriptors(compiled_path):
+    """Calls with Gluon TMA descriptors take the fast key too (a descriptor of another base or shape, the same
+    class: no classification), and each launch is the one spec_key alone picks (another box, dtype or a tensor in
+    the descriptor's place: Triton first)."""
+    ws = pytest.importorskip("splitlab.kernels.mla_sm90_ws")
+    if not ws.HAVE_GLUON:
+        pytest.skip("no Gluon in this triton")
+    TD, layout = ws.TensorDescriptor, ws.box_layout
+    bf = torch.zeros(256, 576, dtype=torch.bfloat16)
+    d0 = TD(bf, [256, 576], [576, 1], [64, 64], layout(torch.bfloat16))
+    d1 = TD(bf[:128], [128, 576], [576, 1], [64, 64], layout(torch.bfloat16))
+    d_box = TD(bf, [256, 576], [576, 1], [32, 64], layout(torch.bfloat16))
+    k = FakeKernel()
+    x = torch.zeros(32)
+    calls = [(d0, 10, 0.5), (d1, 10, 0.5), (d0, 10, 0.5), (d_box, 10, 0.5), (d_box, 10, 0.5), (x, 10, 0.5),
+             (d1, 12, 0.5), (d0, 10, 0.5)]
+    plain = bl.BoundLaunch(k, BLOCK=64)
+    want = []
+    for c in calls:  # the classified path alone
+        plain.launch((2,), *c)
+        plain._split, plain._fast = None, {}
+        want.append(k.log[-1][0])
+    k.log.clear()
+    b = bl.BoundLaunch(k, BLOCK=64)
+    got = []
+    for c in calls:
+        b.launch((2,), *c)
+        got.append(k.log[-1][0])
+    assert got == want == ["triton", "direct", "direct", "triton", "direct", "triton", "direct", "direct"]
+    assert len(b._fast) == 3  # (d, 10), (d_box, 10), (d, 12): every direct call after the first of its key was fast

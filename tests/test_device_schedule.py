@@ -274,6 +274,56 @@ def test_a_negative_length_is_a_bad_item():
         assert {r for r, b, e, _ in items if (b, e) != (1, 0)} == {0, 2}
 
 
+REUSE_MODES = [("balanced", dict(budget=33), lambda lens: S.balanced(lens, 33)),
+               ("uniform", dict(num_splits=3), lambda lens: S.uniform(lens, 3)),
+               ("stream_k", dict(ctas=7), lambda lens: S.stream_k(lens, 7)),
+               ("flashmla", dict(ctas=7), lambda lens: S.flashmla(lens, 7)),
+               ("splitlab", {}, None)]
+
+
+@pytest.mark.parametrize("scheduler,kw,host", REUSE_MODES, ids=[m[0] for m in REUSE_MODES])
+def test_reuse_keeps_the_schedule_of_the_same_lengths(scheduler, kw, host):
+    """With a memo and reuse=True the kernels leave the buffers (and splitlab's prices) untouched for the lengths of
+    the kept schedule, in a new tensor too, and write the host's schedule for any other lengths (one changed, another
+    batch size); reuse=False forgets the memo, so the next reuse=True writes again."""
+    cap = 200
+    memo = torch.zeros(9, dtype=torch.int32)
+    buf = buffers(cap, cap, 8)
+    w0 = workload("mla-16", [1] * 5)
+    pricing = splitlab_pricing(w0, SMALL, rule.constants_for(SMALL, "mla").constants, cap, "cpu")
+    if scheduler == "splitlab":
+        kw = dict(pricing=pricing)
+        host = lambda lens: S.splitlab(workload("mla-16", lens), SMALL, max_ctas=cap, max_items=cap,  # noqa: E731
+                                       persistent=False)
+
+    def call(lens, reuse=True):
+        B = len(lens)
+        b = dict(buf, partial_offsets=buf["partial_offsets"][:B + 1])
+        schedule_on_device(torch.tensor(lens, dtype=torch.int32), **b, scheduler=scheduler, max_batch=8,
+                           memo=memo[:B + 1], reuse=reuse, **kw)
+        return dict(b, partial_offsets=buf["partial_offsets"][:B + 1])
+
+    def poison():
+        for t in (*buf.values(), pricing.res_f, pricing.res_i):
+            t.fill_(-7)
+
+    a, b = [300, 0, 5000, 64, 129], [300, 0, 5000, 65, 129]
+    assert_equal_to_host(call(a), host(a))
+    assert memo[:6].tolist() == [5, *a]
+    poison()
+    call(list(a))
+    assert all((t == -7).all() for t in (*buf.values(), pricing.res_f, pricing.res_i))  # kept: nothing written
+    assert_equal_to_host(call(b), host(b))
+    poison()
+    assert_equal_to_host(call(b, reuse=False), host(b))
+    assert memo[0].item() == 0  # forgotten
+    poison()
+    assert_equal_to_host(call(b), host(b))
+    if scheduler != "splitlab":  # (the pricing is for one batch size)
+        poison()
+        assert_equal_to_host(call(b[:4]), host(b[:4]))  # another batch size: written, though its lengths are a prefix
+
+
 def test_refusals_are_one_line():
     buf = buffers(8, 8, 2)
     t = torch.tensor([5, 6], dtype=torch.int32)
@@ -412,6 +462,45 @@ def test_mla_plan_on_device_matches_reference():
         assert dev[0] == s.ctas and p.status.item() == 0
         for lo, k in ((p._off_po, len(lens) + 1), (p._off_co, s.ctas + 1), (p._off_it, 4 * n)):
             assert torch.equal(dev[lo:lo + k], p._meta[lo:lo + k])
+
+
+def test_plan_on_device_reuse_follows_the_lengths_and_host_plans(launches):
+    """plan_on_device(reuse=True) as the default call makes it before every layer: recorded once, replayed over
+    lengths changed in place (a kept schedule for repeated lengths, a new one for new lengths), and after a host
+    plan() of other lengths (whose copy forgets the memo) a device plan of the first lengths again: each run the fp64
+    reference's outputs for the lengths it was given."""
+    a, b = [64, 5, 0, 0], [700, 300, 2, 0]
+    x, _, _ = gqa_case(b, seed=6)
+    p = GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="splitlab", max_batch=4,
+                      use_cuda_graph=True, device_schedule=True, device_spec=SMALL)
+    lens_t = torch.tensor(a, dtype=torch.int32)
+    out, lse = torch.full((4, 6, 32), float("nan")), torch.full((4, 6), float("nan"))
+
+    def check(lens):
+        ref, ref_lse = reference.gqa_decode(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
+                                            torch.tensor(lens, dtype=torch.int32), return_lse=True)
+        assert_matches_reference(out, lse, ref, ref_lse, torch.float32, [i for i, n in enumerate(lens) if n == 0])
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+
+    p.plan_on_device(lens_t, reuse=True)
+    p.run(x["q"], x["k_cache"], x["v_cache"], x["block_table"], out=out, lse=lse)
+    recorded = list(launches)
+    launches.clear()
+    replay(recorded)
+    check(a)
+    for lens in (b, b, a, a):
+        lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
+        replay(recorded)
+        check(lens)
+    p.plan(b)  # the host's schedule of b, copied over the buffers
+    replay(launches)
+    launches.clear()
+    p.run(x["q"], x["k_cache"], x["v_cache"], x["block_table"], out=out, lse=lse)
+    replay(launches)
+    check(b)
+    replay(recorded)  # lengths a, the memo's before the host plan: written again
+    check(a)
 
 
 def test_over_capacity_run_is_nan():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import random
 import time
 from pathlib import Path
@@ -94,6 +95,8 @@ def mla_shape(h: int, b: int, n: int) -> list[dict]:
     return [timed("default mla_decode()", lambda: mla.mla_decode(**x, head_dim_v=512), ref, False, **shape),
             timed("default mla_decode() via plan", default_call.with_plan(lambda: mla.mla_decode(**x, head_dim_v=512)),
                   ref, True, **shape),
+            timed(NEW_LENGTHS.format("mla"), default_call.with_plan(
+                turning(x, lambda y: mla.mla_decode(**y, head_dim_v=512))), ref, False, **shape),
             timed("plan.run()", lambda: p.run(*args), ref, False, **shape),
             dict(timed("plan.run(out=, check=False)", lambda: p.run(*args, out=o, check=False), ref, False, **shape),
                  graph_us=round(graph_us(lambda: g.run(*args, out=o, check=False)), 1))]
@@ -112,6 +115,7 @@ def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
     calls = {"default gqa_decode()": lambda: gqa.gqa_decode(**x),
              "default gqa_decode() via plan": default_call.with_plan(lambda: gqa.gqa_decode(**x)),
+             NEW_LENGTHS.format("gqa"): default_call.with_plan(turning(x, lambda y: gqa.gqa_decode(**y))),
              f"gqa_decode(num_splits={s})": lambda: gqa.gqa_decode(**x, num_splits=s),
              "plan.run()": lambda: p.run(*args),
              "plan.run(out=, check=False)": lambda: p.run(*args, out=o, check=False),
@@ -131,6 +135,18 @@ def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
         rows.append(row)
         print(row, flush=True)
     return rows
+
+
+#: The default call through a plan given other lengths at every call (its schedule made each time; the row above it
+#: gives the same lengths, as every layer of a step does, and keeps the schedule after the first call).
+NEW_LENGTHS = "default {}_decode() via plan, new lengths"
+
+
+def turning(x: dict, call):
+    """``call`` of inputs ``x`` with their lengths, then the lengths one shorter, in turn (each call a schedule to
+    make; the first call's output the reference's)."""
+    lens = itertools.cycle([x["seq_lens"], x["seq_lens"] - 1])
+    return lambda: call(dict(x, seq_lens=next(lens)))
 
 
 def gqa_workload(hq: int, hkv: int, b: int, n: int):

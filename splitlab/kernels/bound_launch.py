@@ -17,9 +17,9 @@ launch hook installed (a profiler: ``triton.knobs.runtime.launch_enter_hook``), 
 (``spec_key`` returns None).
 
 Computing ``spec_key`` is most of a bound call's Python (a plan's kernels take 50-55 arguments), so a call is looked
-up first by a cheaper key: its non-tensor arguments' values and types, taken by position at C speed, and its tensors'
-dtypes and alignment (``_Split``), which fix ``spec_key``'s class; only a call that key has not seen computes
-``spec_key``. The stream is read as Triton's launch path reads it (its driver's getters).
+up first by a cheaper key: its non-tensor arguments' values and types, taken by position at C speed, its tensors'
+dtypes and alignment and its TMA descriptors' classes (``_Split``), which fix ``spec_key``'s class; only a call that
+key has not seen computes ``spec_key``. The stream is read as Triton's launch path reads it (its driver's getters).
 """
 
 from __future__ import annotations
@@ -111,23 +111,26 @@ def _getter(idx: list[int]) -> Callable[[tuple], tuple]:
 
 
 class _Split:
-    """The positions of a call's tensors and of its other arguments (ints, floats, bools, None), from a classified
-    call: a later call's fast key is its other arguments' values and types and its tensors' dtypes and alignment,
-    the same or a finer class than ``spec_key``'s (two calls of one fast key always have one ``spec_key``)."""
+    """The positions of a call's tensors, of its Gluon TMA descriptors and of its other arguments (ints, floats,
+    bools, None), from a classified call: a later call's fast key is its other arguments' values and types, its
+    tensors' dtypes and alignment and its descriptors' ``spec_key`` class, the same or a finer class than
+    ``spec_key``'s (two calls of one fast key always have one ``spec_key``)."""
 
     def __init__(self, args: tuple) -> None:
         self.n = len(args)
-        is_tensor = [isinstance(a, torch.Tensor) for a in args]
-        self.tensors = _getter([i for i, t in enumerate(is_tensor) if t])
-        self.others = _getter([i for i, t in enumerate(is_tensor) if not t])
+        kind = [0 if isinstance(a, torch.Tensor) else 1 if _descriptor_key(a) is not None else 2 for a in args]
+        self.tensors = _getter([i for i, k in enumerate(kind) if k == 0])
+        self.descs = _getter([i for i, k in enumerate(kind) if k == 1]) if 1 in kind else None
+        self.others = _getter([i for i, k in enumerate(kind) if k == 2])
 
     def key(self, grid_len: int, args: tuple) -> tuple:
         """The fast key of ``args`` (TypeError or AttributeError where an argument is not of its position's kind:
         a tensor where another kind was, an unhashable one)."""
         ts = self.tensors(args)
         others = self.others(args)
+        descs = () if self.descs is None else tuple(map(_descriptor_key, self.descs(args)))
         return (grid_len, others, tuple(map(type, others)), tuple(t.dtype for t in ts),
-                tuple(t.data_ptr() % 16 == 0 for t in ts))
+                tuple(t.data_ptr() % 16 == 0 for t in ts), descs)
 
 
 class BoundLaunch:

@@ -235,8 +235,8 @@ class _DecodePlan:
             raise SplitlabError(f"{name} with scheduler {self.scheduler!r}; expected one of "
                                 f"{', '.join(_ds.DEVICE_SCHEDULERS)} (the schedulers computed on the device)")
         self._pricing: dict[int, _ds.SplitlabPricing] = {}  # splitlab's, by batch size
-        # by batch size: the schedule's launches and run()'s plan, made at the batch size's first plan_on_device
-        self._device_launches: dict[int, tuple[_ds.ScheduleLaunch, _Planned]] = {}
+        # by batch size and reuse: the schedule's launches and run()'s plan, made at their first plan_on_device
+        self._device_launches: dict[tuple[int, bool], tuple[_ds.ScheduleLaunch, _Planned]] = {}
         if self.scheduler == "uniform":
             if self._num_splits is None:
                 raise SplitlabError(f"{name} with scheduler 'uniform' and no num_splits; expected num_splits (the "
@@ -311,7 +311,9 @@ class _DecodePlan:
             raise SplitlabError(f"{self.what}: max_ctas={cap.ctas}, max_items={cap.items} for max_batch={batch}; "
                                 "expected both at least max_batch (a request is one item at least)")
         dev = self.device
-        self._off_po = _ALIGN
+        # [slot count, status, ..., the memo's batch | the memo's lengths | partial_offsets | cta_offsets | items]:
+        # a host plan's copy zeroes everything before partial_offsets, the memo's batch with it
+        self._off_po = _ALIGN + _seg(cap.batch)
         self._off_co = self._off_po + _seg(cap.batch + 1)
         self._off_it = self._off_co + _seg(cap.ctas + 1)
         total = self._off_it + 4 * cap.items
@@ -321,6 +323,7 @@ class _DecodePlan:
         self._cta_offsets = self._meta[self._off_co:self._off_co + cap.ctas + 1]
         self._items = self._meta[self._off_it:].view(cap.items, 4)
         self._status = self._meta[1:2]  # plan_on_device's status (device_schedule); 0 after a host plan
+        self._memo = self._meta[_ALIGN - 1:_ALIGN + cap.batch]  # plan_on_device(reuse=True)'s kept lengths
         if self.device_schedule:
             self._scratch = torch.zeros(2 * cap.batch, dtype=torch.int32, device=dev)
         if dev.type == "cuda":  # two pinned staging buffers in turn (the module docstring)
@@ -388,7 +391,7 @@ class _DecodePlan:
         self._write(s)
         return s
 
-    def plan_on_device(self, seq_lens: torch.Tensor) -> None:
+    def plan_on_device(self, seq_lens: torch.Tensor, *, reuse: bool = False) -> None:
         """Plan a batch from device lengths without a host sync (``device_schedule=True``): ``seq_lens`` a 1-D int32
         tensor on the plan's device (padded slots 0), its length the batch. Launches the schedule kernel
         (``kernels.device_schedule``) into the plan's work-list buffers: capturable, so a CUDA graph holds it before
@@ -397,7 +400,12 @@ class _DecodePlan:
         metadata; the buffers are allocated at the first plan (pass ``max_batch``, or make the first call outside a
         capture). A schedule past the capacity (only where
         capacities below ``capacity_bound`` were given) makes every row NaN and ``status`` 1; lengths past the block
-        table make their request NaN (``run()`` cannot check them)."""
+        table make their request NaN (``run()`` cannot check them).
+
+        ``reuse=True``: the kernels first compare the lengths with those of the schedule the buffers hold (written by
+        an earlier ``plan_on_device(reuse=True)`` of this batch size, with no host ``plan()`` or other
+        ``plan_on_device`` since) and, where every one is equal, keep it: each kernel then costs one load and a
+        compare (for a caller that plans before every layer of a step, as the launchers' default call does)."""
         if not self.device_schedule:
             raise SplitlabError(f"{self.what}.plan_on_device without device_schedule=True; expected the plan made "
                                 "with device_schedule=True (or plan(seq_lens) on the host)")
@@ -409,7 +417,7 @@ class _DecodePlan:
             raise SplitlabError(f"{self.what}.plan_on_device: seq_lens must be a non-empty contiguous 1-D int32 "
                                 f"tensor on {self.device} (the schedule kernel reads it densely); got {got}")
         B = seq_lens.shape[0]
-        ready = self._device_launches.get(B)
+        ready = self._device_launches.get((B, reuse))
         if ready is not None:  # this batch size's launches and run() plan, made and checked at its first call
             ready[0].launch(seq_lens, bound=BOUND_LAUNCH)
             self._planned = ready[1]
@@ -429,7 +437,8 @@ class _DecodePlan:
             kw["pricing"] = self._splitlab_pricing(B)
         launch = _ds.prepare_schedule(seq_lens, self._items, self._cta_offsets, self._partial_offsets[:B + 1],
                                       self._num_ctas, self._status, max_partial_rows=cap.partial_rows,
-                                      scratch=self._scratch, max_batch=cap.batch, **kw)
+                                      scratch=self._scratch, max_batch=cap.batch, memo=self._memo[:B + 1],
+                                      reuse=reuse, **kw)
         launch.launch(seq_lens, bound=BOUND_LAUNCH)
         # the merge's tile: for the most rows a request may have, at most DEVICE_MERGE_ROWS a chunk (any count is
         # merged correctly, in chunks)
@@ -442,7 +451,7 @@ class _DecodePlan:
             merge_grid=(B * heads, cdiv(dv, block_d)), merge_meta=dict(BLOCK_S=block_s, BLOCK_D=block_d,
                                                                         num_warps=warps),
             lse_scratch=self._lse[:B], q_shape=(B, heads, self.head_dim_qk), out_shape=(B, heads, dv))
-        self._device_launches[B] = (launch, self._planned)
+        self._device_launches[(B, reuse)] = (launch, self._planned)
 
     @property
     def status(self) -> torch.Tensor | None:

@@ -5,11 +5,13 @@ The launchers' own default path reads ``seq_lens`` on the host, plans a split co
 split-count kernel: several times its kernels' time on an eager call, and refused under CUDA-graph capture. This path
 keeps one plan per shape (``GQADecodePlan`` / ``MLADecodePlan``, scheduler ``splitlab``, ``use_cuda_graph=True``,
 ``device_schedule=True``, ``pdl=PDL``: the capacity grid, the splitlab scheduler's pricing on the device, the merge
-by programmatic dependent launch) and runs
-``plan_on_device(seq_lens)`` then ``run(...)``: a few launches, nothing read back, capturable once a first call of the
-shape has made the plan outside the capture. What changes with it: the work-list kernels and the splitlab
-scheduler's schedule run (the results agree with the split-count path within fp32 rounding), validation is off by
-default as with an explicit ``num_splits`` (``validate=True`` / ``SPLITLAB_VALIDATE=1`` add the launchers' host
+by programmatic dependent launch) and runs ``plan_on_device(seq_lens, reuse=True)`` then ``run(...)``: a few
+launches, nothing read back, capturable once a first call of the shape has made the plan outside the capture.
+``reuse``: the schedule kernels compare the lengths with those of the schedule the plan holds and keep it where they
+are equal, so the layers of a step after its first pay one load and a compare for their schedule
+(``kernels.device_schedule``'s "Reuse"). What changes with it: the work-list kernels and the splitlab scheduler's
+schedule run (the results agree with the split-count path within fp32 rounding), validation is off by default as
+with an explicit ``num_splits`` (``validate=True`` / ``SPLITLAB_VALIDATE=1`` add the launchers' host
 checks), and a length past the block table makes its request NaN instead of an error.
 
 The launchers reach this module through ``_launch.planned_default`` (it imports the plans, whose kernels import the
@@ -123,7 +125,7 @@ def gqa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tab
         Hq, Hkv, D, page_size, dtype=q.dtype, device=q.device, max_batch=B, use_cuda_graph=True,
         device_schedule=True, block_n=block_n, num_warps=num_warps, num_stages=num_stages, sm_scale=sm_scale,
         pdl=PDL))
-    p.plan_on_device(_lengths(seq_lens))
+    p.plan_on_device(_lengths(seq_lens), reuse=True)
     return _pair(p.run(q, k_cache, v_cache, block_table, return_lse=return_lse, check=False), return_lse)
 
 
@@ -144,7 +146,7 @@ def mla(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_
         kv_scale=kv_scale if kv_cache.dtype == _launch.FP8_KV_DTYPE else None, max_batch=B, use_cuda_graph=True,
         device_schedule=True, block_n=block_n, block_h=block_h, num_warps=num_warps, num_stages=num_stages,
         sm_scale=sm_scale, pdl=PDL))
-    p.plan_on_device(_lengths(seq_lens))
+    p.plan_on_device(_lengths(seq_lens), reuse=True)
     return _pair(p.run(q, kv_cache, block_table, return_lse=return_lse, check=False), return_lse)
 
 

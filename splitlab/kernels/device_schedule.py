@@ -57,6 +57,12 @@ sets ``status`` (an int32 on the device) to 1: every row of the run is NaN, noth
 nothing is read back to the host. A negative length makes its request's item bad too (status bit 2); the host plan
 refuses both in one line instead. ``status`` is 0 after a good schedule. Lengths are int32 (a request's tile count times
 the batch must fit int32).
+
+Reuse. Given a ``memo`` (a plan's: the batch size and lengths of the schedule its buffers hold), the kernels note the
+lengths they schedule; with ``reuse=True`` each first compares the lengths with the memo and, where the batch size and
+every length are equal, writes nothing (one load and a compare a program): the launchers' default call plans before
+every layer of a step with the same lengths, and keeps the step's first schedule. Without ``reuse`` they forget the
+memo; whatever else writes the buffers zeroes its batch (a plan's host ``plan()`` copy does).
 """
 
 from __future__ import annotations
@@ -91,6 +97,8 @@ PRICE_WARPS = 1
 PRICE_TILE = 512
 
 _BALANCED, _UNIFORM_RM, _UNIFORM_SM, _STREAM_K, _SPLITLAB, _FLASHMLA = 0, 1, 2, 3, 4, 5
+#: The kernels' ``MEMO``: no memo, forget the kept schedule, keep it where the lengths are its lengths.
+_MEMO_NONE, _MEMO_FORGET, _MEMO_REUSE = 0, 1, 2
 
 
 @triton.jit
@@ -221,17 +229,55 @@ def _splitlab_winner(res_f_ptr, res_i_ptr, n_cands):
 
 
 @triton.jit
+def _kept(memo_ptr, raw, offs, valid, batch):
+    """Whether the plan's kept schedule (``memo``: its batch size, 0 for none, then its lengths) was made for these
+    lengths ``raw``: one load of the lengths and a compare."""
+    old = tl.load(memo_ptr + 1 + offs, mask=valid, other=0)
+    return (tl.load(memo_ptr) == batch) & (tl.sum(((old != raw) & valid).to(tl.int32), axis=0) == 0)
+
+
+@triton.jit
+def _keep(memo_ptr, raw, offs, valid, batch):
+    """Note the lengths the schedule just written was made for (``_kept``'s memo)."""
+    tl.store(memo_ptr + 1 + offs, raw, mask=valid)
+    tl.store(memo_ptr, batch)
+
+
+@triton.jit
 def _device_schedule_kernel(
-    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr, res_i_ptr,
+    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr, res_i_ptr, memo_ptr,
     batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands,
     MODE: tl.constexpr, SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
-    LOG_B: tl.constexpr,
+    LOG_B: tl.constexpr, MEMO: tl.constexpr,
 ):
     # One program. param: balanced's budget, uniform's split count, or stream-K's CTAs; splitlab (MODE 4): the
-    # winner's, read from the priced candidates (uniform at a split count or balanced at a budget).
+    # winner's, read from the priced candidates (uniform at a split count or balanced at a budget). MEMO (``_MEMO_*``):
+    # none, forget the kept schedule, or keep the buffers as they are where the lengths are the kept schedule's.
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
+    if MEMO == 2:
+        if _kept(memo_ptr, raw, offs, valid, batch) == 0:
+            _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
+                      res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
+                      MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B)
+            _keep(memo_ptr, raw, offs, valid, batch)
+    else:
+        _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
+                  res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
+                  MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B)
+        if MEMO == 1:
+            tl.store(memo_ptr, 0)
+
+
+@triton.jit
+def _schedule(
+    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr, res_i_ptr,
+    batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
+    MODE: tl.constexpr, SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
+    LOG_B: tl.constexpr,
+):
+    # _device_schedule_kernel's work: the schedule of the lengths `raw` (`offs` < batch `valid`) into the buffers.
     neg = valid & (raw < 0)
     lens = tl.maximum(raw, 0)
     t1 = tl.maximum((lens + tile - 1) // tile, 1)
@@ -323,14 +369,33 @@ def _device_schedule_kernel(
 
 @triton.jit
 def _flashmla_kernel(
-    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr,
+    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, memo_ptr,
     batch, parts, block_n, overhead, cap_items, cap_ctas, cap_rows,
-    BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr, MEMO: tl.constexpr,
 ):
-    # One program: FlashMLA's get_mla_metadata walk (planners.flashmla), one step a finished request or a closed part.
+    # One program: FlashMLA's get_mla_metadata walk (planners.flashmla), one step a finished request or a closed part;
+    # MEMO as _device_schedule_kernel's.
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
+    if MEMO == 2:
+        if _kept(memo_ptr, raw, offs, valid, batch) == 0:
+            _flashmla_walk(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, batch,
+                           parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I)
+            _keep(memo_ptr, raw, offs, valid, batch)
+    else:
+        _flashmla_walk(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, batch,
+                       parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I)
+        if MEMO == 1:
+            tl.store(memo_ptr, 0)
+
+
+@triton.jit
+def _flashmla_walk(
+    seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr,
+    batch, parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I: tl.constexpr,
+):
+    # _flashmla_kernel's work for the lengths `raw`.
     neg = valid & (raw < 0)
     lens = tl.maximum(raw, 0)
     blocks = tl.maximum(lens - 1, 0) // block_n + 1  # a zero length still counts one block
@@ -459,6 +524,26 @@ def _lesser(a, b):
 
 @triton.jit(do_not_specialize=["batch", "h", "slots", "sm_count", "cap_items", "cap_ctas", "closed_ctas"])
 def _splitlab_price_kernel(
+    seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, memo_ptr,
+    batch, max_splits, min_keys, h, slots, sm_count, cap_items, cap_ctas, tile, closed_ctas,
+    SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_S: tl.constexpr,
+    MEMO: tl.constexpr,
+):
+    # MEMO 2: nothing to price where the lengths are the kept schedule's (the schedule kernel after it keeps it too).
+    if MEMO == 2:
+        offs = tl.arange(0, BLOCK_B)
+        valid = offs < batch
+        raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
+        if _kept(memo_ptr, raw, offs, valid, batch) == 0:
+            _price(seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, batch, max_splits, min_keys, h,
+                   slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
+    else:
+        _price(seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, batch, max_splits, min_keys, h,
+               slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
+
+
+@triton.jit
+def _price(
     seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr,
     batch, max_splits, min_keys, h, slots, sm_count, cap_items, cap_ctas, tile, closed_ctas,
     SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_S: tl.constexpr,
@@ -690,7 +775,8 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
                      ctas: int | None = None,
                      request_major: bool = False, tile: int = TILE_KEYS, max_partial_rows: int | None = None,
                      scratch: torch.Tensor | None = None, max_batch: int | None = None,
-                     pricing: SplitlabPricing | None = None) -> ScheduleLaunch:
+                     pricing: SplitlabPricing | None = None, memo: torch.Tensor | None = None,
+                     reuse: bool = False) -> ScheduleLaunch:
     """The schedule kernel's launches (the module docstring), checked: ``seq_lens [B]`` int32 on the device (padded
     slots 0) into ``items [cap, 4]``, ``cta_offsets [>= 1]`` (its length - 1 is the CTA slots' capacity),
     ``partial_offsets [>= B + 1]``, ``num_ctas`` and ``status`` (int32, one element each), all int32 on
@@ -702,7 +788,14 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
     2 x B entries (allocated here if not given: pass it inside a graph capture); ``max_batch`` sizes the program's
     block (default B: a plan passes its capacity, so one compiled kernel serves every batch). Checks only host-visible
     metadata (no host sync); the launches are capturable. ``seq_lens`` is not kept: ``ScheduleLaunch.launch`` takes
-    the lengths to schedule."""
+    the lengths to schedule.
+
+    ``memo`` (int32, at least B + 1 entries, zeroed before its first use; a plan's) notes the lengths of the schedule
+    the buffers hold: with ``reuse=True`` the kernels compare the lengths with it first and, where they are equal
+    (the same batch size and every length), leave the buffers as they are (each kernel one load and a compare: for
+    a caller that plans before each layer of a step with the same lengths); without it they forget it (a schedule
+    they write is not noted). Whatever else writes the buffers must zero ``memo[0]`` (a plan's host ``plan()``
+    does)."""
     what = "schedule_on_device"
     if scheduler not in DEVICE_SCHEDULERS:
         raise bad("scheduler", scheduler, "one of " + ", ".join(DEVICE_SCHEDULERS) + " (on the device)")
@@ -751,6 +844,18 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
     if cap_items < B or cta_offsets.numel() - 1 < B:
         raise SplitlabError(f"{what}: capacities of {cap_items} items and {cta_offsets.numel() - 1} CTA slots for "
                             f"{B} requests; expected both at least the batch (a request is one item at least)")
+    if not isinstance(reuse, bool):
+        raise bad("reuse", reuse, "True or False")
+    if memo is None:
+        if reuse:
+            raise SplitlabError(f"{what}: reuse=True without a memo; expected memo (int32, at least B + 1 entries)")
+        memo_mode = _MEMO_NONE
+    elif not isinstance(memo, torch.Tensor) or memo.dtype != torch.int32 or memo.device != dev \
+            or not memo.is_contiguous() or memo.numel() < B + 1:
+        raise SplitlabError(f"{what}: memo must be a contiguous int32 tensor on {dev} with at least B + 1 = {B + 1} "
+                            "entries")
+    else:
+        memo_mode = _MEMO_REUSE if reuse else _MEMO_FORGET
     if scratch is None:
         scratch = torch.empty(2 * B, dtype=torch.int32, device=dev)
     elif scratch.dtype != torch.int32 or scratch.device != dev or scratch.numel() < 2 * B:
@@ -758,11 +863,12 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
     block_b = max(16, next_power_of_two(max_batch))
     warps = 4 if block_b <= 256 else 8
     cap_ctas = cta_offsets.numel() - 1
+    memo_t = scratch if memo is None else memo  # (unread without a memo)
     if mode == _FLASHMLA:
         return ScheduleLaunch(B, dev, ((_flashmla_kernel, (1,), (
-            items, cta_offsets, partial_offsets, num_ctas, status, scratch,
+            items, cta_offsets, partial_offsets, num_ctas, status, scratch, memo_t,
             B, param, S.FLASHMLA_BLOCK_N, S.FLASHMLA_OVERHEAD, cap_items, cap_ctas, cap_rows),
-            dict(BLOCK_B=block_b, BLOCK_I=BLOCK_I, num_warps=warps)),))
+            dict(BLOCK_B=block_b, BLOCK_I=BLOCK_I, MEMO=memo_mode, num_warps=warps)),))
     launches = []
     res_f = res_i = scratch  # (unread but by splitlab's)
     n_cands = 1
@@ -771,15 +877,16 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
         n_cands = p.cands.shape[0]
         res_f, res_i = p.res_f, p.res_i
         launches.append((_splitlab_price_kernel, (n_cands,), (
-            p.cands, p.consts, p.durations, p.res_f, p.res_i,
+            p.cands, p.consts, p.durations, p.res_f, p.res_i, memo_t,
             B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas),
             dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
-                 BLOCK_S=max(32, next_power_of_two(p.slots)), num_warps=PRICE_WARPS, enable_fp_fusion=False)))
+                 BLOCK_S=max(32, next_power_of_two(p.slots)), MEMO=memo_mode, num_warps=PRICE_WARPS,
+                 enable_fp_fusion=False)))
     launches.append((_device_schedule_kernel, (1,), (
-        items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i,
+        items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i, memo_t,
         B, param, tile, cap_items, cap_ctas, cap_rows, n_cands),
         dict(MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-             num_warps=warps)))
+             MEMO=memo_mode, num_warps=warps)))
     return ScheduleLaunch(B, dev, tuple(launches))
 
 

@@ -6,7 +6,8 @@ capacity compiles; FlashMLA's walk; splitlab's choice within a plan's default ca
 candidate's fp64 price equal to the host's: the GPU's fp64 arithmetic, not the interpreter's numpy); a plan with
 ``device_schedule=True`` captured once in a CUDA graph (``plan_on_device`` then ``run``) replays over new lengths in
 the same device tensor with the reference's results (GQA: balanced, uniform, stream-K, splitlab; MLA: FlashMLA,
-splitlab); and each scheduler's kernels' time per replay (printed with ``-s``).
+splitlab; with ``reuse=True``, each lengths replayed twice: splitlab for GQA, FlashMLA for MLA); and each scheduler's
+kernels' time per replay, and FlashMLA's and splitlab's where they keep the schedule (printed with ``-s``).
 """
 
 import os
@@ -81,30 +82,33 @@ def check(buf, s):
     assert (buf["num_ctas"].item(), buf["status"].item()) == (s.ctas, 0)
 
 
-def assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys, ref_of):
-    """Captures ``p.plan_on_device(lens_t)`` then ``p.run`` in one CUDA graph, then replays it 12 times over new
-    lengths written into ``lens_t`` (outputs NaN-poisoned each time), checking each replay against ``ref_of()``
-    (the fp64 reference's (out, lse) for the lengths in ``lens_t``) and the plan's status."""
+def assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys, ref_of, reuse=False):
+    """Captures ``p.plan_on_device(lens_t, reuse=reuse)`` then ``p.run`` in one CUDA graph, then replays it 12 times
+    over new lengths written into ``lens_t`` (with ``reuse``, twice each: the second keeps the schedule; outputs
+    NaN-poisoned each time), checking each replay against ``ref_of()`` (the fp64 reference's (out, lse) for the
+    lengths in ``lens_t``) and the plan's status."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        p.plan_on_device(lens_t)
+        p.plan_on_device(lens_t, reuse=reuse)
         p.run(*args, out=out, lse=lse)  # warm-up: compile outside the capture
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        p.plan_on_device(lens_t)
+        p.plan_on_device(lens_t, reuse=reuse)
         p.run(*args, out=out, lse=lse)
     for _ in range(12):
         lens = [min(n, max_keys) for n in lens_of(rng, len(lens_t))]
         lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        ref, ref_lse = ref_of()
-        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [i for i, n in enumerate(lens) if n == 0])
-        assert p.status.item() == 0
+        for _ in range(1 + reuse):
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            ref, ref_lse = ref_of()
+            assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16,
+                                     [i for i, n in enumerate(lens) if n == 0])
+            assert p.status.item() == 0
 
 
 def schedule_kernel_us(t, buf, max_batch, kw):
@@ -186,9 +190,11 @@ def test_splitlab_equals_host_compiled(shape):
             assert got == want
 
 
-@pytest.mark.parametrize("scheduler,knobs", [("balanced", dict(ctas=132)), ("uniform", dict(num_splits=4)),
-                                             ("stream_k", dict(ctas=132)), ("splitlab", {})])
-def test_graph_replays_over_new_lengths(scheduler, knobs):
+@pytest.mark.parametrize("scheduler,knobs,reuse", [("balanced", dict(ctas=132), False),
+                                                   ("uniform", dict(num_splits=4), False),
+                                                   ("stream_k", dict(ctas=132), False), ("splitlab", {}, False),
+                                                   ("splitlab", {}, True)])
+def test_graph_replays_over_new_lengths(scheduler, knobs, reuse):
     B, max_keys = 32, 8192
     rng = random.Random(3)
     x = gqa_inputs(B, 32, 8, 128, [max_keys] * B, page_size=16, dtype=torch.bfloat16, device="cuda", seed=1)
@@ -199,11 +205,11 @@ def test_graph_replays_over_new_lengths(scheduler, knobs):
     lse = torch.empty(B, 32, dtype=torch.float32, device="cuda")
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_table"])
     assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys,
-                                    lambda: reference.gqa_decode(*args, lens_t, return_lse=True))
+                                    lambda: reference.gqa_decode(*args, lens_t, return_lse=True), reuse)
 
 
-@pytest.mark.parametrize("scheduler", ["flashmla", "splitlab"])
-def test_mla_graph_replays_over_new_lengths(scheduler):
+@pytest.mark.parametrize("scheduler,reuse", [("flashmla", False), ("splitlab", False), ("flashmla", True)])
+def test_mla_graph_replays_over_new_lengths(scheduler, reuse):
     B, max_keys = 16, 8192
     rng = random.Random(4)
     x = mla_inputs(B, 128, 576, [max_keys] * B, page_size=64, dtype=torch.bfloat16, device="cuda", seed=1)
@@ -214,7 +220,7 @@ def test_mla_graph_replays_over_new_lengths(scheduler):
     lse = torch.empty(B, 128, dtype=torch.float32, device="cuda")
     args = (x["q"], x["kv_cache"], x["block_table"])
     assert_replays_over_new_lengths(p, args, lens_t, out, lse, rng, max_keys,
-                                    lambda: reference.mla_decode(*args, lens_t, head_dim_v=512, return_lse=True))
+                                    lambda: reference.mla_decode(*args, lens_t, head_dim_v=512, return_lse=True), reuse)
 
 
 def test_schedule_kernel_time():
@@ -240,5 +246,7 @@ def test_schedule_kernel_time():
                 buf, pricing, _, _ = splitlab_case(shape, lens, max_batch)
                 kw = dict(scheduler="splitlab", pricing=pricing)
             us = schedule_kernel_us(t, buf, max_batch, kw)
+            memo = torch.zeros(B + 1, dtype=torch.int32, device="cuda")
+            kept = schedule_kernel_us(t, buf, max_batch, dict(kw, memo=memo, reuse=True))  # all but the first kept
             print(f"schedule kernels {name} {shape if name == 'splitlab' else ''} B={B} (block {max_batch}) "
-                  f"items={buf['num_ctas'].item()}: {us:.2f} us")
+                  f"items={buf['num_ctas'].item()}: {us:.2f} us, kept (reuse, same lengths) {kept:.2f} us")
