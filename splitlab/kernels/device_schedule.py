@@ -202,29 +202,25 @@ def _write_request_major(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, scratch_ptr, 
 
 
 @triton.jit
-def _splitlab_winner(res_f_ptr, res_i_ptr, n_cands):
+def _splitlab_winner(res_f_ptr, res_i_ptr, n_cands, BLOCK_C: tl.constexpr):
     """splitlab's choice among the priced candidates: the least (modelled time, partial rows, items, rank) of those
-    that fit (``schedulers.splitlab``'s key and order); returns (uniform?, its split count or budget)."""
-    best_t = tl.load(res_f_ptr)
-    best_p = tl.load(res_i_ptr + 1)
-    best_n = tl.load(res_i_ptr + 2)
-    best_r = tl.load(res_i_ptr + 3)
-    best_k = tl.where(tl.load(res_i_ptr) != 0, 0, -1)
-    for k in range(1, n_cands):
-        fit = tl.load(res_i_ptr + 6 * k)
-        t = tl.load(res_f_ptr + k)
-        pr = tl.load(res_i_ptr + 6 * k + 1)
-        nn = tl.load(res_i_ptr + 6 * k + 2)
-        rk = tl.load(res_i_ptr + 6 * k + 3)
-        less = (t < best_t) | ((t == best_t) & ((pr < best_p) | ((pr == best_p) & (
-            (nn < best_n) | ((nn == best_n) & (rk < best_r))))))
-        better = (fit != 0) & ((best_k < 0) | less)
-        best_t = tl.where(better, t, best_t)
-        best_p = tl.where(better, pr, best_p)
-        best_n = tl.where(better, nn, best_n)
-        best_r = tl.where(better, rk, best_r)
-        best_k = tl.where(better, k, best_k)
-    best_k = tl.maximum(best_k, 0)  # uniform at one split always fits a capacity of the batch (the launcher's check)
+    that fit (``schedulers.splitlab``'s key and order; the ranks differ, so the least is one candidate), all
+    candidates loaded at once and the key narrowed field by field; uniform at one split (candidate 0) where none
+    fits. Returns (uniform?, its split count or budget)."""
+    k = tl.arange(0, BLOCK_C)
+    live = k < n_cands
+    fit = live & (tl.load(res_i_ptr + 6 * k, mask=live, other=0) != 0)
+    t = tl.load(res_f_ptr + k, mask=live, other=0.0)
+    pr = tl.load(res_i_ptr + 6 * k + 1, mask=live, other=0)
+    nn = tl.load(res_i_ptr + 6 * k + 2, mask=live, other=0)
+    rk = tl.load(res_i_ptr + 6 * k + 3, mask=live, other=0)
+    big = 2147483647
+    least = fit & (t == tl.min(tl.where(fit, t, float("inf")), axis=0))
+    least = least & (pr == tl.min(tl.where(least, pr, big), axis=0))
+    least = least & (nn == tl.min(tl.where(least, nn, big), axis=0))
+    least = least & (rk == tl.min(tl.where(least, rk, big), axis=0))
+    best_k = tl.min(tl.where(least, k, big), axis=0)
+    best_k = tl.where(best_k == big, 0, best_k)  # uniform at one split always fits a capacity of the batch
     return tl.load(res_i_ptr + 6 * best_k + 4), tl.load(res_i_ptr + 6 * best_k + 5)
 
 
@@ -248,7 +244,7 @@ def _device_schedule_kernel(
     seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr, res_i_ptr, memo_ptr,
     batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands,
     MODE: tl.constexpr, SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
-    LOG_B: tl.constexpr, MEMO: tl.constexpr,
+    LOG_B: tl.constexpr, MEMO: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     # One program. param: balanced's budget, uniform's split count, or stream-K's CTAs; splitlab (MODE 4): the
     # winner's, read from the priced candidates (uniform at a split count or balanced at a budget). MEMO (``_MEMO_*``):
@@ -260,12 +256,12 @@ def _device_schedule_kernel(
         if _kept(memo_ptr, raw, offs, valid, batch) == 0:
             _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
                       res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
-                      MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B)
+                      MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
             _keep(memo_ptr, raw, offs, valid, batch)
     else:
         _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
                   res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
-                  MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B)
+                  MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
         if MEMO == 1:
             tl.store(memo_ptr, 0)
 
@@ -275,7 +271,7 @@ def _schedule(
     seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr, res_i_ptr,
     batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
     MODE: tl.constexpr, SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_I: tl.constexpr,
-    LOG_B: tl.constexpr,
+    LOG_B: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     # _device_schedule_kernel's work: the schedule of the lengths `raw` (`offs` < batch `valid`) into the buffers.
     neg = valid & (raw < 0)
@@ -290,7 +286,7 @@ def _schedule(
     q = zero
     extra = zero
     if MODE == 4:
-        is_uni, param = _splitlab_winner(res_f_ptr, res_i_ptr, n_cands)
+        is_uni, param = _splitlab_winner(res_f_ptr, res_i_ptr, n_cands, BLOCK_C)
     if MODE == 0 or MODE == 4:  # balanced: schedulers.smallest_chunk's binary search
         c_lo = _smallest_chunk(t1, valid, param)
         chunk_keys = c_lo * tile
@@ -886,7 +882,7 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
         items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i, memo_t,
         B, param, tile, cap_items, cap_ctas, cap_rows, n_cands),
         dict(MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-             MEMO=memo_mode, num_warps=warps)))
+             MEMO=memo_mode, BLOCK_C=max(16, next_power_of_two(n_cands)), num_warps=warps)))
     return ScheduleLaunch(B, dev, tuple(launches))
 
 

@@ -250,3 +250,24 @@ def test_schedule_kernel_time():
             kept = schedule_kernel_us(t, buf, max_batch, dict(kw, memo=memo, reuse=True))  # all but the first kept
             print(f"schedule kernels {name} {shape if name == 'splitlab' else ''} B={B} (block {max_batch}) "
                   f"items={buf['num_ctas'].item()}: {us:.2f} us, kept (reuse, same lengths) {kept:.2f} us")
+
+
+def test_price_warps(monkeypatch):
+    """splitlab's pricing at 1, 2 and 4 warps a program (``device_schedule.PRICE_WARPS``): the same prices and work
+    list at each, and each one's time a launch (printed: GQA 32/8 and MLA-16 at 16 and 64 requests of 500-6000 keys,
+    as a chat batch, and of 1-30000)."""
+    import splitlab.kernels.device_schedule as ds
+
+    rng = random.Random(9)
+    for shape in ("gqa-32/8", "mla-16"):
+        for B, hi in ((16, 6000), (64, 6000), (64, 30_000)):
+            lens = [rng.randint(500 if hi == 6000 else 1, hi) for _ in range(B)]
+            t = torch.tensor(lens, dtype=torch.int32, device="cuda")
+            got = {}
+            for warps in (1, 2, 4):
+                monkeypatch.setattr(ds, "PRICE_WARPS", warps)
+                buf, pricing, _, _ = splitlab_case(shape, lens, 64)
+                us = schedule_kernel_us(t, buf, 64, dict(scheduler="splitlab", pricing=pricing))
+                got[warps] = (pricing.res_f.tolist(), buf["items"].tolist())
+                print(f"price warps {warps} {shape} B={B} keys<={hi}: {us:.2f} us")
+            assert got[1] == got[2] == got[4]
