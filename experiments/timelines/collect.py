@@ -6,7 +6,8 @@ fp64 reference; timed plain and with timelines on (``kernels.timeline``), each b
 rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead against the <= 3% goal), then with the
 partial kernel alone recording (``timed_partial_us``: each kernel's share of that overhead), with the builds that
 hold a program's start time to its end (``timed_hold_us``: ``Timelines(hold_start=True)``, the other way to record)
-and plain once more (``plain_again_us``: how far the plain timing moved meanwhile); then one graph
+and plain once more (``plain_again_us``: how far the plain timing moved meanwhile), and behind a GPU spin
+(``plain_behind_us``; ``replay_exposure_us``, what a replay's launch latency adds to it, a diagnostic); then one graph
 of [a marker kernel that records the clock, the instrumented decode] is replayed and its last replay's records
 read: the anchor (the marker's clock), every program's SM, start and end. The gap ledger (``splitlab.ledger``) of the
 point is the plain wall time against the floor, split with that timeline, the instrumented timing (its
@@ -49,11 +50,15 @@ from triton.language.extra.cuda import globaltimer  # noqa: E402
 from splitlab import ledger as _ledger  # noqa: E402  (pure Python)
 
 #: Measured columns a set written before them lacks (``reledger`` writes them only where the set has them).
-LATER_MEASURED = ("timed_partial_us", "timed_hold_us", "plain_again_us")
+LATER_MEASURED = ("timed_partial_us", "timed_hold_us", "plain_again_us", "plain_behind_us", "replay_exposure_us")
+#: The GPU spin each replay of the ``plain_behind_us`` timing is queued behind (``time_graph(behind_us=)``): long
+#: enough for the host to launch the replay before the GPU reaches it.
+BEHIND_US = 100.0
 POINT_FIELDS = ["shape", "kind", "batch", "longest", "dist", "scheduler", "schedule_hash", "ctas", "items",
                 "partial_rows", "programs", "merge_programs", "rel_err", "status", "plain_us", "plain_p20_us",
                 "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead",
-                "timed_partial_us", "timed_hold_us", "plain_again_us", "launch_pair_us", "sets",
+                "timed_partial_us", "timed_hold_us", "plain_again_us", "plain_behind_us", "replay_exposure_us",
+                "launch_pair_us", "sets",
                 "replay_cost_us", "replay_cost_source", "floor_us", "partial_bytes", "model_launch", "model_tail",
                 "model_units", "clock_step_ns", "model_err_median", "measured_us", "gap_us", "launch_us", "idle_us",
                 "merge_us", "below_peak_us", "extra_bytes_us", "recording_us", "replay_us", "unexplained_us",
@@ -243,6 +248,10 @@ def run(args) -> None:
                 part_only = time_graph([decode_call(w, wl, x, Timelines(kernels=("partial",))) for x in sets])
                 held = time_graph([decode_call(w, wl, x, Timelines(hold_start=True)) for x in sets])
                 plain_again = time_graph([decode_call(w, wl, x) for x in sets])
+                # The plain graph queued behind a GPU spin: its time without the replay launch's host latency, so
+                # (plain - behind) x sets is what a replay's launch exposes at this point (a diagnostic beside the
+                # ledger's replay part, which is estimated once a run from empty launches).
+                behind = time_graph([decode_call(w, wl, x) for x in sets], behind_us=BEHIND_US)
                 # One graph of [marker, instrumented decode] per rotated set, as the plain timing ran them (each
                 # set's inputs evicted from the L2 by the sets before it); the last set's records of the last
                 # replay are the point's timeline.
@@ -265,7 +274,8 @@ def run(args) -> None:
                            timed_p20_us=round(timed.p20_us, 3), timed_p80_us=round(timed.p80_us, 3),
                            overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3),
                            timed_partial_us=round(part_only.p50_us, 3), timed_hold_us=round(held.p50_us, 3),
-                           plain_again_us=round(plain_again.p50_us, 3),
+                           plain_again_us=round(plain_again.p50_us, 3), plain_behind_us=round(behind.p50_us, 3),
+                           replay_exposure_us=round((plain.p50_us - behind.p50_us) * len(sets), 3),
                            replay_cost_us=round(replay_c, 3), replay_cost_source="measured")
             recs = rec.read()
             partial, merge = recs.get("partial", []), recs.get("merge", [])

@@ -81,10 +81,16 @@ def rotations(read_bytes: int, l2_bytes: int, *, factor: int = 3, most: int = 64
     return max(2, min(most, need))
 
 
-def time_graph(calls: list[Callable[[], object]], *, replays: int = 30, warmup: int = 3) -> Timing:
+def time_graph(calls: list[Callable[[], object]], *, replays: int = 30, warmup: int = 3,
+               behind_us: float = 0.0) -> Timing:
     """Capture ``calls`` (one full decode each, on rotated input sets) into one CUDA graph and time its
     replays with CUDA events; each sample is one replay's time over ``len(calls)``. No host overhead
-    and no L2 reuse between consecutive calls (the sets are sized by ``rotations``)."""
+    and no L2 reuse between consecutive calls (the sets are sized by ``rotations``).
+
+    Each sample starts on an idle stream, so it holds the replay launch's latency from the host (a few
+    microseconds, shared by the calls). ``behind_us``: each replay queued behind a GPU spin of at least that long
+    (``torch.cuda._sleep``), started before the first event, so that the host has launched the replay before the
+    GPU reaches it: the replay's time on the GPU alone (the timelines' collection compares the two)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -99,9 +105,12 @@ def time_graph(calls: list[Callable[[], object]], *, replays: int = 30, warmup: 
             c()
     for _ in range(warmup):
         graph.replay()
+    spin = int(behind_us * _spin_cycles_per_us()) if behind_us > 0 else 0
     samples = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if spin:
+            torch.cuda._sleep(spin)
         start.record()
         graph.replay()
         end.record()
@@ -109,7 +118,27 @@ def time_graph(calls: list[Callable[[], object]], *, replays: int = 30, warmup: 
         samples.append(start.elapsed_time(end) * 1e3 / len(calls))
     del graph
     q = quantiles(samples)
-    return Timing(q[0], q[1], q[2], method=f"cuda-graph x{len(calls)} rotated", n_samples=len(samples))
+    return Timing(q[0], q[1], q[2], method=f"cuda-graph x{len(calls)} rotated" + (" behind a spin" if spin else ""),
+                  n_samples=len(samples))
+
+
+_cycles_per_us: float | None = None
+
+
+def _spin_cycles_per_us() -> float:
+    """``torch.cuda._sleep``'s cycles a microsecond on this GPU, measured once (a 200K-cycle spin between events)."""
+    global _cycles_per_us
+    if _cycles_per_us is None:
+        import torch
+
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(200_000)  # warm
+        a.record()
+        torch.cuda._sleep(200_000)
+        b.record()
+        b.synchronize()
+        _cycles_per_us = 200_000 / max(a.elapsed_time(b) * 1e3, 1e-3)
+    return _cycles_per_us
 
 
 # --- timers for the sweep harness ------------------------------------------------------------------------
