@@ -7,12 +7,13 @@ rotated past the L2 (``bench.timing.time_graph``: the instrumented overhead agai
 partial kernel alone recording (``timed_partial_us``: each kernel's share of that overhead), with the builds that
 hold a program's start time to its end (``timed_hold_us``: ``Timelines(hold_start=True)``, the other way to record)
 and plain once more (``plain_again_us``: how far the plain timing moved meanwhile), and behind a GPU spin
-(``plain_behind_us``; ``replay_exposure_us``, what a replay's launch latency adds to it, a diagnostic); then one graph
+(``plain_behind_us``: without the replay launch's latency from the host); then one graph
 of [a marker kernel that records the clock, the instrumented decode] is replayed and its last replay's records
 read: the anchor (the marker's clock), every program's SM, start and end. The gap ledger (``splitlab.ledger``) of the
 point is the plain wall time against the floor, split with that timeline, the instrumented timing (its
-``recording`` part) and the replay's share (``replay``: the graph replay's fixed cost, measured once a run on empty
-launches at 1 and 64 calls a replay, ``replay_check``, over the point's rotated sets); the modelled timeline
+``recording`` part) and the replay's share (``replay``: what the replay's launch exposes at the point, ``(plain -
+behind) x sets`` over its rotated sets; the peers take the run's estimate from empty launches at 1 and 64 calls a
+replay, ``replay_check``); the modelled timeline
 (``planners.timeline``) of the same schedule is written beside each partial program. The peers (FlashInfer for GQA,
 FlashMLA for MLA, where they import) are timed on the same inputs and get the peer ledger (wall time and grid).
 
@@ -50,15 +51,16 @@ from triton.language.extra.cuda import globaltimer  # noqa: E402
 from splitlab import ledger as _ledger  # noqa: E402  (pure Python)
 
 #: Measured columns a set written before them lacks (``reledger`` writes them only where the set has them).
-LATER_MEASURED = ("timed_partial_us", "timed_hold_us", "plain_again_us", "plain_behind_us", "replay_exposure_us")
+LATER_MEASURED = ("timed_partial_us", "timed_hold_us", "plain_again_us", "plain_behind_us")
 #: The GPU spin each replay of the ``plain_behind_us`` timing is queued behind (``time_graph(behind_us=)``): long
 #: enough for the host to launch the replay before the GPU reaches it.
 BEHIND_US = 100.0
+#: ``replay_cost_source`` of a replay cost measured at its own point: ``(plain - behind) x sets``, at least 0.
+AT_POINT = "measured at the point"
 POINT_FIELDS = ["shape", "kind", "batch", "longest", "dist", "scheduler", "schedule_hash", "ctas", "items",
                 "partial_rows", "programs", "merge_programs", "rel_err", "status", "plain_us", "plain_p20_us",
                 "plain_p80_us", "timed_us", "timed_p20_us", "timed_p80_us", "overhead",
-                "timed_partial_us", "timed_hold_us", "plain_again_us", "plain_behind_us", "replay_exposure_us",
-                "launch_pair_us", "sets",
+                "timed_partial_us", "timed_hold_us", "plain_again_us", "plain_behind_us", "launch_pair_us", "sets",
                 "replay_cost_us", "replay_cost_source", "floor_us", "partial_bytes", "model_launch", "model_tail",
                 "model_units", "clock_step_ns", "model_err_median", "measured_us", "gap_us", "launch_us", "idle_us",
                 "merge_us", "below_peak_us", "extra_bytes_us", "recording_us", "replay_us", "unexplained_us",
@@ -248,10 +250,11 @@ def run(args) -> None:
                 part_only = time_graph([decode_call(w, wl, x, Timelines(kernels=("partial",))) for x in sets])
                 held = time_graph([decode_call(w, wl, x, Timelines(hold_start=True)) for x in sets])
                 plain_again = time_graph([decode_call(w, wl, x) for x in sets])
-                # The plain graph queued behind a GPU spin: its time without the replay launch's host latency, so
-                # (plain - behind) x sets is what a replay's launch exposes at this point (a diagnostic beside the
-                # ledger's replay part, which is estimated once a run from empty launches).
+                # The plain graph queued behind a GPU spin: its time without the replay launch's latency from the
+                # host, so (plain - behind) x sets is what a replay's launch exposes at this point: the ledger's
+                # replay cost (the empty launches' estimate, replay_check, overstates it on a slow host).
                 behind = time_graph([decode_call(w, wl, x) for x in sets], behind_us=BEHIND_US)
+                replay_at = max(0.0, (plain.p50_us - behind.p50_us) * len(sets))
                 # One graph of [marker, instrumented decode] per rotated set, as the plain timing ran them (each
                 # set's inputs evicted from the L2 by the sets before it); the last set's records of the last
                 # replay are the point's timeline.
@@ -275,8 +278,7 @@ def run(args) -> None:
                            overhead=round(timed.p50_us / plain.p50_us - 1, 4), launch_pair_us=round(launch_pair, 3),
                            timed_partial_us=round(part_only.p50_us, 3), timed_hold_us=round(held.p50_us, 3),
                            plain_again_us=round(plain_again.p50_us, 3), plain_behind_us=round(behind.p50_us, 3),
-                           replay_exposure_us=round((plain.p50_us - behind.p50_us) * len(sets), 3),
-                           replay_cost_us=round(replay_c, 3), replay_cost_source="measured")
+                           replay_cost_us=round(replay_at, 3), replay_cost_source=AT_POINT)
             recs = rec.read()
             partial, merge = recs.get("partial", []), recs.get("merge", [])
             row["merge_programs"] = len(merge)
@@ -295,7 +297,7 @@ def run(args) -> None:
                 led = ledger.ledger(partial, merge, wall_us=row["plain_us"], floor_us=floor, sm_count=dev.sm_count,
                                     bandwidth_gbps=dev.roofline_gbps, partial_bytes=row["partial_bytes"],
                                     anchor_ns=anchor, timed_us=row["timed_us"], sets=len(sets),
-                                    replay_cost_us=replay_c)
+                                    replay_cost_us=replay_at)
                 row.update({k: round(v, 3) if isinstance(v, float) else v for k, v in led.row().items()})
                 errs = sorted(e["rel_err"] for e in ledger.program_errors(model, partial))
                 row["model_err_median"] = round(errs[len(errs) // 2], 4) if errs else ""
@@ -390,8 +392,10 @@ def reledger(folder, *, replay_cost_us: float | None = None) -> dict[str, object
     read. A point with records gets ``ledger.ledger`` of them; one without (a shipped set's batch 64) gets
     ``ledger.ledger_from_parts`` of its stored timeline parts. ``sets``: as written, else ``sets_of`` at the device
     preset's L2. The replay's cost: ``replay_cost_us`` if given (labelled ``given``), else the point's own where it
-    was measured, else ``ledger.REPLAY_COST_US`` (labelled ``ledger.REPLAY_COST_SOURCE``). Returns how many points
-    the ledger explains to 5% of the measured time, of how many."""
+    was measured at the point (``AT_POINT``), else the run's from empty launches where it was measured (the points'
+    column, or ``env.json``'s ``replay_check``), else ``ledger.REPLAY_COST_US`` (labelled
+    ``ledger.REPLAY_COST_SOURCE``); the peers take the run's. Returns how many points the ledger explains to 5% of the
+    measured time, of how many."""
     import gzip
 
     from splitlab import devices, workloads
@@ -411,6 +415,7 @@ def reledger(folder, *, replay_cost_us: float | None = None) -> dict[str, object
     points, nl = _read_csv(folder / "points.csv")
     done = [r for r in points if r["status"] == "ok"]
     measured = [float(r["replay_cost_us"]) for r in done if r.get("replay_cost_source") == "measured"]
+    measured += [float(env["replay_check"]["replay_cost_us"])] if "replay_check" in env else []
     if replay_cost_us is not None:
         cost, source = replay_cost_us, "given"
     elif measured:  # one measurement a run
@@ -426,8 +431,10 @@ def reledger(folder, *, replay_cost_us: float | None = None) -> dict[str, object
         if abs(floor - float(row["floor_us"])) > 1e-3:
             raise SystemExit(f"reledger: {row['shape']} B={w.batch}: the floor is {floor:.3f} us, the row's "
                              f"{row['floor_us']}; expected the collection's device preset ({dev.name})")
+        at_point = replay_cost_us is None and row.get("replay_cost_source") == AT_POINT
+        row_cost, row_source = (float(row["replay_cost_us"]), AT_POINT) if at_point else (cost, source)
         timings = dict(wall_us=float(row["plain_us"]), floor_us=floor, timed_us=float(row["timed_us"]), sets=sets,
-                       replay_cost_us=cost)
+                       replay_cost_us=row_cost)
         d = recs.get(tuple(row[k] for k in ("shape", "batch", "longest", "dist", "scheduler")))
         if d is not None:
             led = _ledger.ledger(d["partial"], d["merge"], sm_count=dev.sm_count, bandwidth_gbps=dev.roofline_gbps,
@@ -435,7 +442,8 @@ def reledger(folder, *, replay_cost_us: float | None = None) -> dict[str, object
                                  anchor_ns=int(d["anchor"]) if d["anchor"] else None, **timings)
         else:
             led = _ledger.ledger_from_parts({p: float(row[f"{p}_us"]) for p in _ledger.TIMELINE_PARTS}, **timings)
-        row.update(_cells(led, POINT_LEDGER), sets=sets, replay_cost_us=round(cost, 3), replay_cost_source=source)
+        row.update(_cells(led, POINT_LEDGER), sets=sets, replay_cost_us=round(row_cost, 3),
+                   replay_cost_source=row_source)
         explained += abs(led.parts["unexplained"]) <= 0.05 * led.measured_us
     had = set(points[0]) if points else set()
     _write_csv(folder / "points.csv", [f for f in POINT_FIELDS if f not in LATER_MEASURED or f in had], points, nl)
