@@ -427,3 +427,15 @@ def test_plan_on_device_refuses_a_strided_view():
         p.plan_on_device(lens[:, 0])
     one_line(e)
     p.plan_on_device(lens[:, 0].contiguous())
+
+
+def test_device_merge_rows_is_a_waves_rows_a_request(monkeypatch):
+    """A device plan's merge tile: the rows a request has when one wave of a head group's slots is dealt over the
+    batch, to a power of two, held to [8, 32] (MLA-16's 264 slots over 16 requests: 32; MLA-128's 66: 8; GQA 32/8's 49
+    over 8: 8); ``DEVICE_MERGE_ROWS`` overrides it."""
+    from splitlab.kernels import decode_plan
+
+    assert [decode_plan.device_merge_rows(b, s) for b, s in ((16, 264), (16, 66), (8, 49), (64, 49), (1, 264),
+                                                             (4, 49))] == [32, 8, 8, 8, 32, 16]
+    monkeypatch.setattr(decode_plan, "DEVICE_MERGE_ROWS", 4)
+    assert decode_plan.device_merge_rows(16, 264) == 4

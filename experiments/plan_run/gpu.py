@@ -227,7 +227,7 @@ def replay_us(g, replays: int = 200) -> float:
 
 #: Layers a decode step runs on one plan (Llama-3-8B's 32): the step graph of device_case.
 LAYERS = 32
-#: Merge tiles (rows a chunk) a device plan's step is also timed at, beside ``DEVICE_MERGE_ROWS``.
+#: Merge tiles (rows a chunk) a device plan's step is also timed at, beside the rule's (``device_merge_rows``).
 MERGE_ROWS = (4, 8, 16, 32)
 
 
@@ -289,7 +289,7 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
     host._planned = planned
     del g
     tiles = {}
-    for rows_a_chunk in [r for r in MERGE_ROWS if r != decode_plan.DEVICE_MERGE_ROWS]:
+    for rows_a_chunk in MERGE_ROWS:
         was, decode_plan.DEVICE_MERGE_ROWS = decode_plan.DEVICE_MERGE_ROWS, rows_a_chunk
         try:
             d = make(device_schedule=True)
@@ -323,7 +323,7 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
                schedule_kernels_us=round(sched_us, 2), step_layers=LAYERS, host_step_graph_us=round(host_step, 2),
                device_step_graph_us=round(dev_step, 2), step_ratio=round(dev_step / host_step, 4),
                host_step_device_merge_tile_us=round(host_step_dev_tile, 2),
-               merge_rows=decode_plan.DEVICE_MERGE_ROWS,
+               merge_rows=dev._planned.merge_meta["BLOCK_S"],
                **{f"device_step_merge_rows_{r}_us": us for r, us in tiles.items()},
                same_work_list=same, replays=count, outside_tolerance=bad,
                work_lists_checked=checked, work_lists_differing=differ)

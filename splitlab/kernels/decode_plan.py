@@ -110,19 +110,36 @@ from splitlab.planners import schedulers as S
 from splitlab.planners.schedule import Schedule
 from splitlab.workloads import DecodeWorkload
 
-__all__ = ["GQADecodePlan", "MLADecodePlan", "SparseMLADecodePlan", "Capacity", "PERSISTENT_SCHEDULERS"]
+__all__ = ["GQADecodePlan", "MLADecodePlan", "SparseMLADecodePlan", "Capacity", "PERSISTENT_SCHEDULERS",
+           "device_merge_rows"]
 
 #: Schedulers whose schedules may run several items a slot (the persistent kernel variant, fixed when a plan is made).
 PERSISTENT_SCHEDULERS = ("stream_k", "flashmla")
 #: Off: run() launches through Triton's own path every call (A/B runs: experiments/plan_run/launch_probe.py);
 #: on, through ``kernels.bound_launch`` (Triton's binding once per specialization).
 BOUND_LAUNCH = True
-#: The merge tile of a plan made on the device (which never sees a request's row count): rows a chunk. With the
-#: tile sized for a request's worst case (64 rows a chunk), MLA-128's device plan ran 42 us a layer slower than the
-#: host plan of the same work list (H200, 16 requests of 8K keys); at 16 rows its 32-layer step was 1.047x the host
-#: plan's, at 8 rows 1.019x, at 32 1.155x, and no other case of experiments/plan_run/gpu.py's device cases past 1.019x
-#: at 8 (H100, one run; the host plan's step at the device tile: 1.043x, so the tile was that extra).
-DEVICE_MERGE_ROWS = 8
+#: The merge tile of a plan made on the device (which never sees a request's row count): rows a chunk, the rows a
+#: request has where one wave of a head group's CTA slots is dealt over the batch (``cdiv(slots, batch)``, to a power
+#: of two), held to ``[DEVICE_MERGE_ROWS_MIN, DEVICE_MERGE_ROWS_MAX]`` (``device_merge_rows``). With a request's worst
+#: case (64 rows a chunk) MLA-128's device plan ran 42 us a layer slower than the host plan of the same work list
+#: (H200, 16 requests of 8K keys). Timed at 4, 8, 16 and 32 rows (experiments/plan_run/gpu.py; two H100 runs and one
+#: H200 run), the 32-layer step over the host plan's: MLA-128 (66 slots a group, 16 requests: 8 rows) 1.016-1.028 at
+#: 4-8, 1.148-1.164 at 32; MLA-16 (264 slots, 16 requests: 32 rows) 1.011-1.022 at 32, 1.019-1.031 at 8; GQA 32/8 (49
+#: slots, 8 and 64 requests: 8 rows) within 1.013 at 8, up to 1.032 at 16.
+DEVICE_MERGE_ROWS_MIN, DEVICE_MERGE_ROWS_MAX = 8, 32
+#: An int: every device plan's merge tile at that many rows a chunk (A/B runs); None: ``device_merge_rows``'s rule.
+DEVICE_MERGE_ROWS: int | None = None
+
+
+def device_merge_rows(batch: int, slots_per_group: int) -> int:
+    """Rows a chunk of a device plan's merge tile for ``batch`` requests on ``slots_per_group`` CTA slots a head group
+    (``DEVICE_MERGE_ROWS`` where set)."""
+    if DEVICE_MERGE_ROWS is not None:
+        return DEVICE_MERGE_ROWS
+    want = next_power_of_two(cdiv(slots_per_group, batch))
+    return min(DEVICE_MERGE_ROWS_MAX, max(DEVICE_MERGE_ROWS_MIN, want))
+
+
 #: The ``splitlab`` scheduler's default budget: ``max(BUDGET_SPLITS x max_batch, BUDGET_WAVES x a head group's
 #: slots)`` CTA slots. Its candidates past it are left out; modelled on the H200 over 56 batches a shape (1-256
 #: requests, 1K-128K keys, ragged and not; GQA 32/8, 64/8, 16/2, MQA-128, MLA-16, MLA-128), that costs at most 1.2%
@@ -440,12 +457,13 @@ class _DecodePlan:
                                       scratch=self._scratch, max_batch=cap.batch, memo=self._memo[:B + 1],
                                       reuse=reuse, **kw)
         launch.launch(seq_lens, bound=BOUND_LAUNCH)
-        # the merge's tile: for the most rows a request may have, at most DEVICE_MERGE_ROWS a chunk (any count is
-        # merged correctly, in chunks)
+        # the merge's tile: for the rows a request has under one wave of slots, in chunks of at most that many (any
+        # count is merged correctly, in chunks)
         splits = (kw.get("num_splits") or kw.get("budget") or kw.get("ctas")
                   or kw["pricing"].max_splits)
         heads, dv = self.num_heads, self.head_dim_v
-        block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows, DEVICE_MERGE_ROWS), dv)
+        rows = device_merge_rows(B, S.slots_per_group(self._workload((1,)), self.spec))
+        block_s, block_d, warps = combine_tile(B, heads, min(splits, cap.partial_rows, rows), dv)
         self._planned = _Planned(
             schedule=None, batch=B, max_len=0, grid=(cap.ctas * self.groups,), merge=True,
             merge_grid=(B * heads, cdiv(dv, block_d)), merge_meta=dict(BLOCK_S=block_s, BLOCK_D=block_d,
