@@ -301,7 +301,7 @@ def test_reuse_keeps_the_schedule_of_the_same_lengths(scheduler, kw, host):
         b = dict(buf, partial_offsets=buf["partial_offsets"][:B + 1])
         schedule_on_device(torch.tensor(lens, dtype=torch.int32), **b, scheduler=scheduler, max_batch=8,
                            memo=memo[:B + 1], reuse=reuse, **kw)
-        return dict(b, partial_offsets=buf["partial_offsets"][:B + 1])
+        return b
 
     def poison():
         for t in (*buf.values(), pricing.res_f, pricing.res_i):
@@ -342,6 +342,11 @@ def test_refusals_are_one_line():
             (lambda: schedule_on_device(t, **dict(buf, items=buf["items"].view(-1)), scheduler="balanced",
                                         budget=4), "expected \\[capacity, 4\\]"),
             (lambda: schedule_on_device(t, **buf, scheduler="balanced", budget=4, max_batch=1), "past max_batch"),
+            (lambda: schedule_on_device(t, **buf, scheduler="balanced", budget=4, reuse=True), "reuse=True without"),
+            (lambda: schedule_on_device(t, **buf, scheduler="balanced", budget=4, memo=t[:1].clone()),
+             r"at least B \+ 1 = 3"),
+            (lambda: schedule_on_device(t, **buf, scheduler="balanced", budget=4, memo=t.repeat(2), reuse=1),
+             "reuse=1"),
             (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="balanced",
                                    device_schedule=True), "use_cuda_graph=True"),
             (lambda: GQADecodePlan(6, 2, 32, 16, dtype=torch.float32, device="cpu", scheduler="flashinfer",
