@@ -99,6 +99,7 @@ PRICE_TILE = 512
 _BALANCED, _UNIFORM_RM, _UNIFORM_SM, _STREAM_K, _SPLITLAB, _FLASHMLA = 0, 1, 2, 3, 4, 5
 #: The kernels' ``MEMO``: no memo, forget the kept schedule, keep it where the lengths are its lengths.
 _MEMO_NONE, _MEMO_FORGET, _MEMO_REUSE = 0, 1, 2
+_FORGET, _REUSE = tl.constexpr(_MEMO_FORGET), tl.constexpr(_MEMO_REUSE)  # (as the kernels compare them)
 
 
 @triton.jit
@@ -252,7 +253,7 @@ def _device_schedule_kernel(
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
-    if MEMO == 2:
+    if MEMO == _REUSE:
         if _kept(memo_ptr, raw, offs, valid, batch) == 0:
             _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
                       res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
@@ -262,7 +263,7 @@ def _device_schedule_kernel(
         _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
                   res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
                   MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
-        if MEMO == 1:
+        if MEMO == _FORGET:
             tl.store(memo_ptr, 0)
 
 
@@ -374,7 +375,7 @@ def _flashmla_kernel(
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
-    if MEMO == 2:
+    if MEMO == _REUSE:
         if _kept(memo_ptr, raw, offs, valid, batch) == 0:
             _flashmla_walk(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, batch,
                            parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I)
@@ -382,7 +383,7 @@ def _flashmla_kernel(
     else:
         _flashmla_walk(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, batch,
                        parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I)
-        if MEMO == 1:
+        if MEMO == _FORGET:
             tl.store(memo_ptr, 0)
 
 
@@ -526,7 +527,7 @@ def _splitlab_price_kernel(
     MEMO: tl.constexpr,
 ):
     # MEMO 2: nothing to price where the lengths are the kept schedule's (the schedule kernel after it keeps it too).
-    if MEMO == 2:
+    if MEMO == _REUSE:
         offs = tl.arange(0, BLOCK_B)
         valid = offs < batch
         raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
