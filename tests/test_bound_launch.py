@@ -182,3 +182,100 @@ def test_the_fast_key_takes_gluon_descriptors(compiled_path):
         got.append(k.log[-1][0])
     assert got == want == ["triton", "direct", "direct", "triton", "direct", "triton", "direct", "direct"]
     assert len(b._fast) == 3  # (d, 10), (d_box, 10), (d, 12): every direct call after the first of its key was fast
+
+
+class TmaKernel:
+    """A kernel with two Gluon TMA descriptors (positions 0 and 2) whose compiled launcher is Triton's own
+    ``CudaLauncher.__call__`` over ``wrap_handle_tensordesc`` (the CUDA backend's wrapper), a stand-in C launcher
+    recording its arguments underneath."""
+
+    def __init__(self, nv, scratch: int = 0):
+        def kernel(q_desc, x_ptr, kv_desc, n, BLOCK, FLAG=False):
+            pass
+        self.signature = inspect.signature(kernel)
+        self.arg_names = list(self.signature.parameters)
+        self.log = []
+        sig = {"q_desc": "tensordesc<bf16[64, 64]>", "x_ptr": "*fp32", "kv_desc": "tensordesc<bf16[64, 64]>",
+               "n": "i32", "BLOCK": "constexpr", "FLAG": "constexpr"}
+        metas = [dict(swizzle=128, elem_size=2, elem_type=9, block_size=[64, 64], fp4_padded=False, which=w)
+                 for w in ("q", "kv")]
+        run = object.__new__(nv.CudaLauncher)  # Triton's __call__, no module to compile
+        run.num_ctas, run.launch_cooperative_grid, run.launch_pdl = 1, False, False
+        run.global_scratch_size = run.profile_scratch_size = scratch
+        run.global_scratch_align = run.profile_scratch_align = 1
+        run.launch = nv.wrap_handle_tensordesc(lambda *a: self.log.append(("c", a)), sig, metas)
+        self.compiled = type("Compiled", (), dict(run=run, function="fn", packed_metadata="meta"))()
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.log.append(("triton", grid, args, kw))
+            return self.compiled
+        return launch
+
+
+def test_tma_encodings_are_kept_and_the_c_launcher_gets_tritons_arguments(compiled_path, monkeypatch):
+    """Where a kernel takes TMA descriptors, a bound call hands the C launcher exactly the arguments Triton's
+    wrapper would (each descriptor expanded to its encoding, shape and strides), encoding a descriptor once per
+    base address, shape and strides; a launcher with scratch buffers keeps Triton's wrapper."""
+    ws = pytest.importorskip("splitlab.kernels.mla_sm90_ws")
+    if not ws.HAVE_GLUON:
+        pytest.skip("no Gluon in this triton")
+    nv = pytest.importorskip("triton.backends.nvidia.driver")
+    encodes = []
+
+    def encode(d, meta):  # Triton's make_tensordesc_arg without a driver: the map is what it is made of
+        encodes.append((meta["which"], d.base.data_ptr(), tuple(d.shape)))
+        return [("map", meta["which"], d.base.data_ptr(), *d.shape, *d.strides), *d.shape, *d.strides]
+
+    monkeypatch.setattr(nv, "make_tensordesc_arg", encode)
+    TD, layout = ws.TensorDescriptor, ws.box_layout(torch.bfloat16)
+    a, b = torch.zeros(256, 576, dtype=torch.bfloat16), torch.zeros(512, 576, dtype=torch.bfloat16)
+    qa, qb = TD(a, [256, 576], [576, 1], [64, 64], layout), TD(b, [512, 576], [576, 1], [64, 64], layout)
+    qa_half = TD(a, [128, 576], [576, 1], [64, 64], layout)
+    x = torch.zeros(32)
+    calls = [(qa, x, qb, 7), (qa, x, qb, 7), (qb, x, qa, 7), (qa_half, x, qb, 9), (qa, x, qb, 7)]
+
+    k = TmaKernel(nv)
+    bound = bl.BoundLaunch(k, BLOCK=64)
+    for c in calls:
+        bound.launch((3,), *c)
+    got = [e for e in k.log if e[0] == "c"]
+    assert [e[0] for e in k.log if e[0] != "c"] == ["triton"] and bound.hits == len(calls) - 1
+    ref = TmaKernel(nv)  # Triton's own wrapper on the same calls
+    for c in calls[1:]:
+        ref.compiled.run(3, 1, 1, 7, "fn", "meta", None, None, None, *c, 64, False)
+    assert got == ref.log and len(got) == len(calls) - 1
+    # Once per distinct (position, base, shape, strides) on the bound path (qa, qb, qb, qa, qa_half); Triton's
+    # wrapper twice every call.
+    assert len(encodes) - 2 * len(ref.log) == 5
+
+    plain = TmaKernel(nv, scratch=16)  # a scratch buffer: Triton's __call__ allocates it, so its path is kept
+    assert bl._tma_launch(plain.compiled, calls[0]) is None
+    assert bl._tma_launch(k.compiled, (x, 7)) is None  # no descriptor
+
+
+def test_the_unchecked_descriptor_is_the_checked_one():
+    """``mla_sm90_ws.tma_descriptor`` (the Gluon launches' descriptors without the constructor's checks) gives the
+    fields, the fast key and Triton's specialization of ``TensorDescriptor(...)`` for what the launchers pass (a q, a
+    strided q's rows, a cache); a zero-size shape takes the constructor and its refusal."""
+    ws = pytest.importorskip("splitlab.kernels.mla_sm90_ws")
+    if not ws.HAVE_GLUON:
+        pytest.skip("no Gluon in this triton")
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    layout = ws.box_layout(torch.bfloat16)
+    q = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
+    wide = torch.zeros(4, 16, 640, dtype=torch.bfloat16)[..., :576]
+    kv = torch.zeros(9, 64, 576, dtype=torch.bfloat16)
+    for base, shape, strides in ((q, [64, 576], [576, 1]), (wide, [64, 576], [640, 1]), (kv, [576, 576], [576, 1])):
+        want = ws.TensorDescriptor(base, shape, strides, [64, 64], layout)
+        got = ws.tma_descriptor(base, shape, strides, [64, 64], layout)
+        assert got.base is want.base and type(got) is type(want)
+        assert (got.shape, got.strides, got.block_shape, got.layout, got.padding) == (
+            want.shape, want.strides, want.block_shape, want.layout, want.padding)
+        assert bl.spec_key((got,)) == bl.spec_key((want,))
+        assert native_specialize_impl(BaseBackend, got, False, True, True) == \
+            native_specialize_impl(BaseBackend, want, False, True, True)
+    with pytest.raises(AssertionError, match="shape must be positive"):
+        ws.tma_descriptor(q, [0, 576], [576, 1], [64, 64], layout)

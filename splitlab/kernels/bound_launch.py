@@ -20,6 +20,13 @@ Computing ``spec_key`` is most of a bound call's Python (a plan's kernels take 5
 up first by a cheaper key: its non-tensor arguments' values and types, taken by position at C speed, its tensors'
 dtypes and alignment and its TMA descriptors' classes (``_Split``), which fix ``spec_key``'s class; only a call that
 key has not seen computes ``spec_key``. The stream is read as Triton's launch path reads it (its driver's getters).
+
+A kernel with Gluon TMA descriptors has a further cost in Triton's launcher: it walks every argument in Python and
+encodes each descriptor's ``CUtensorMap`` (``cuTensorMapEncodeTiled``) on every call. ``_TmaLaunch`` keeps each
+encoding by what it is made of (the descriptor's position, base address, shape, strides and padding, for one
+compiled kernel: the same bytes), and calls the C launcher under Triton's wrapper with the encoded arguments; where
+the wrapper is not the one it reads (``_tma_launch``: triton 3.5-3.6's ``wrap_handle_tensordesc``, no scratch
+buffers), the compiled kernel's own ``run``.
 """
 
 from __future__ import annotations
@@ -133,6 +140,70 @@ class _Split:
                 tuple(t.data_ptr() % 16 == 0 for t in ts), descs)
 
 
+#: Encoded descriptors a ``_TmaLaunch`` keeps before it forgets them (a decode step's layers each make one).
+TMA_KEYS = 256
+#: Off: every bound call of a kernel with TMA descriptors takes Triton's launcher, which encodes them again (the A/B
+#: of ``experiments/plan_run/launch_probe.py``).
+KEEP_TMA = True
+_BASE_ARGS = 13  # Triton's C launcher's leading arguments (grid, stream, function, options, scratch, metadata, hooks)
+
+
+class _TmaLaunch:
+    """A compiled kernel's launch with its TMA descriptors' encodings kept (the module docstring): the C launcher
+    ``launcher`` under Triton's wrapper, the descriptors' positions among the call's arguments and each one's
+    metadata (swizzle, element type, block), ``encode`` Triton's own ``make_tensordesc_arg``."""
+
+    def __init__(self, compiled: Any, launcher: Callable, positions: list[int], metas: list, encode: Callable) -> None:
+        run = compiled.run
+        self.head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                     compiled.packed_metadata, None, None, None)
+        self.launcher, self.encode = launcher, encode
+        self.descs = list(zip(positions, metas, strict=True))
+        self.encoded: dict[tuple, list] = {}
+
+    def __call__(self, g: tuple, stream: int, args: tuple, tail: list) -> None:
+        out = [g[0], g[1], g[2], stream, *self.head]
+        prev = 0
+        for pos, meta in self.descs:
+            d = args[pos]
+            key = (pos, d.base.data_ptr(), *d.shape, *d.strides, d.padding)
+            enc = self.encoded.get(key)
+            if enc is None:
+                if len(self.encoded) >= TMA_KEYS:
+                    self.encoded.clear()
+                enc = self.encoded[key] = self.encode(d, meta)
+            out.extend(args[prev:pos])
+            out.extend(enc)
+            prev = pos + 1
+        out.extend(args[prev:])
+        out.extend(tail)
+        self.launcher(*out)
+
+
+def _tma_launch(compiled: Any, args: tuple) -> _TmaLaunch | None:
+    """A ``_TmaLaunch`` for ``compiled`` called with ``args`` where they hold Gluon TMA descriptors and Triton's
+    launcher wraps its C launcher as triton 3.5-3.6 do (``wrap_handle_tensordesc``'s closure: the C launcher, the
+    descriptors' parameter indices, their metadata), with no scratch buffer to allocate a call; else None."""
+    positions = [i for i, a in enumerate(args) if _descriptor_key(a) is not None]
+    run = getattr(compiled, "run", None)
+    inner = getattr(run, "launch", None)
+    closure, code = getattr(inner, "__closure__", None), getattr(inner, "__code__", None)
+    if not positions or not closure or code is None:
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=False))
+    try:
+        from triton.backends.nvidia import driver as nv
+    except ImportError:  # pragma: no cover - not the CUDA backend
+        return None
+    launcher, indices, metas = cells.get("launcher"), cells.get("tensordesc_indices"), cells.get("tensordesc_meta")
+    if (not callable(launcher) or getattr(nv, "_BASE_ARGS_FORMAT_LEN", None) != _BASE_ARGS
+            or not callable(getattr(nv, "make_tensordesc_arg", None)) or set(indices or ()) != set(positions)
+            or not metas or len(metas) != len(positions) or any(m is None for m in metas)
+            or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)):
+        return None
+    return _TmaLaunch(compiled, launcher, positions, list(metas), nv.make_tensordesc_arg)
+
+
 class BoundLaunch:
     """``fn`` (a ``triton.jit`` function) with its keyword arguments ``meta`` (constexprs, options, the kernel's
     defaulted parameters) fixed; ``launch(grid, *args)`` launches it on the current stream with ``args`` as its
@@ -141,9 +212,9 @@ class BoundLaunch:
 
     def __init__(self, fn: Any, **meta: Any) -> None:
         self.fn, self.meta = fn, meta
-        self._compiled: dict[tuple, tuple[Any, list]] = {}
+        self._compiled: dict[tuple, tuple[Any, list, _TmaLaunch | None]] = {}
         self._split: _Split | None = None
-        self._fast: dict[tuple, tuple[Any, list]] = {}
+        self._fast: dict[tuple, tuple[Any, list, _TmaLaunch | None]] = {}
         self.hits = 0
 
     def _tail(self, n_args: int) -> list:
@@ -169,7 +240,7 @@ class BoundLaunch:
             if hit is None:
                 compiled = self.fn[grid](*args, **self.meta)
                 if key is not None and hasattr(compiled, "run"):
-                    self._compiled[(len(grid), key)] = (compiled, self._tail(len(args)))
+                    self._compiled[(len(grid), key)] = (compiled, self._tail(len(args)), _tma_launch(compiled, args))
                     if self._split is None:
                         self._split = _Split(args)
                 return
@@ -177,26 +248,33 @@ class BoundLaunch:
                 if len(self._fast) >= FAST_KEYS:
                     self._fast.clear()
                 self._fast[fast] = hit
-        compiled, tail = hit
+        compiled, tail, tma = hit
         g = (*grid, 1, 1)
-        compiled.run(g[0], g[1], g[2], _current_stream(), compiled.function, compiled.packed_metadata, None, None,
-                     None, *args, *tail)
+        if tma is not None and KEEP_TMA:
+            tma(g, _current_stream(), args, tail)
+        else:
+            compiled.run(g[0], g[1], g[2], _current_stream(), compiled.function, compiled.packed_metadata, None, None,
+                         None, *args, *tail)
         self.hits += 1
 
 
-def launch_cached(kernel: Any, cache: dict, grid: tuple[int, ...], args: tuple, meta: dict, *,
-                  bound: bool = True) -> None:
-    """``kernel[grid](*args, **meta)``; with ``bound``, through the ``BoundLaunch`` of ``kernel`` at these ``meta``
-    kept in ``cache`` (a module's own dict, keyed by the kernel and the meta-parameters; made at its first call,
-    remade where the kernel object under that name changed)."""
-    if not bound:
-        kernel[grid](*args, **meta)
-        return
+def bound_for(kernel: Any, cache: dict, meta: dict) -> BoundLaunch:
+    """The ``BoundLaunch`` of ``kernel`` at ``meta`` kept in ``cache`` (a module's own dict, keyed by the kernel and
+    the meta-parameters; made at its first use, remade where the kernel object under that name changed)."""
     key = (id(kernel), tuple(meta.items()))
     b = cache.get(key)
     if b is None or b.fn is not kernel:
         b = cache[key] = BoundLaunch(kernel, **meta)
-    b.launch(grid, *args)
+    return b
 
 
-__all__ = ["FAST_KEYS", "BoundLaunch", "launch_cached", "spec_key"]
+def launch_cached(kernel: Any, cache: dict, grid: tuple[int, ...], args: tuple, meta: dict, *,
+                  bound: bool = True) -> None:
+    """``kernel[grid](*args, **meta)``; with ``bound``, through ``bound_for(kernel, cache, meta)``."""
+    if not bound:
+        kernel[grid](*args, **meta)
+        return
+    bound_for(kernel, cache, meta).launch(grid, *args)
+
+
+__all__ = ["FAST_KEYS", "KEEP_TMA", "TMA_KEYS", "BoundLaunch", "bound_for", "launch_cached", "spec_key"]

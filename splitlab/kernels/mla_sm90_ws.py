@@ -1073,6 +1073,19 @@ def box_layout(dtype: torch.dtype):
                                                 else gl.float16)
 
 
+def tma_descriptor(base: torch.Tensor, shape: list[int], strides: list[int], block_shape: list[int], layout):
+    """``TensorDescriptor(base, shape, strides, block_shape, layout)`` without its constructor's checks, most of its
+    host time on a launch (``tests/test_bound_launch.py`` holds the two equal): the Gluon kernels' callers have made
+    them (a 2-D view of rows ``strides[0]`` apart, contiguous, with a 16-byte aligned base and row stride:
+    ``_tma_rows``, ``cache_ok``; boxes and layouts of these modules). A shape with a dimension below 1 takes the
+    constructor, and its refusal."""
+    if min(shape) < 1:
+        return TensorDescriptor(base, shape, strides, block_shape, layout)
+    d = object.__new__(TensorDescriptor)
+    d.base, d.shape, d.strides, d.block_shape, d.layout, d.padding = base, shape, strides, block_shape, layout, "zero"
+    return d
+
+
 def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
     """The TMA descriptors of q (rows of ``[B * H, 576]``; a contiguous copy where q's strides are not that) and
     of the cache (rows of ``[num_pages * page_size, 576]``), both in 64 x 64 boxes."""
@@ -1081,8 +1094,8 @@ def descriptors(q: torch.Tensor, kv_cache: torch.Tensor):
         q = q.contiguous()
     layout = box_layout(q.dtype)
     rows = kv_cache.shape[0] * kv_cache.shape[1]
-    q_desc = TensorDescriptor(q, [B * H, Dqk], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
-    kv_desc = TensorDescriptor(kv_cache, [rows, Dqk], [kv_cache.stride(1), 1], [BLOCK_N, PIECE], layout)
+    q_desc = tma_descriptor(q, [B * H, Dqk], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
+    kv_desc = tma_descriptor(kv_cache, [rows, Dqk], [kv_cache.stride(1), 1], [BLOCK_N, PIECE], layout)
     return q_desc, kv_desc
 
 

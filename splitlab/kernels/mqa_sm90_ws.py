@@ -101,7 +101,6 @@ if HAVE_GLUON:
         warpgroup_mma,
         warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from splitlab.kernels.mla_sm90_ws import (
         _load_item,
@@ -111,6 +110,7 @@ if HAVE_GLUON:
         end_record_slot,
         start_record,
         start_record_slot,
+        tma_descriptor,
     )
 
 HEAD_DIM = 128
@@ -649,9 +649,9 @@ def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
     layout = box_layout(q.dtype)
     rows = k_cache.shape[0] * k_cache.shape[1]
     box = [box_rows(k_cache.shape[1]), PIECE]
-    q_desc = TensorDescriptor(q, [B * H, D], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
-    k_desc = TensorDescriptor(k_cache, [rows, D], [k_cache.stride(1), 1], box, layout)
-    v_desc = TensorDescriptor(v_cache, [rows, D], [v_cache.stride(1), 1], box, layout)
+    q_desc = tma_descriptor(q, [B * H, D], [q.stride(1), 1], [BLOCK_H, PIECE], layout)
+    k_desc = tma_descriptor(k_cache, [rows, D], [k_cache.stride(1), 1], box, layout)
+    v_desc = tma_descriptor(v_cache, [rows, D], [v_cache.stride(1), 1], box, layout)
     return q_desc, k_desc, v_desc
 
 

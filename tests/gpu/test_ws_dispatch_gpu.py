@@ -140,6 +140,34 @@ def test_a_plan_runs_it_eager_and_replayed(graph):
         assert sum(b.hits for b in ws._BOUND.values()) > 0
 
 
+def test_bound_launches_encode_each_tensors_descriptors():
+    """A plan's bound Gluon launches keep each TMA descriptor's encoding by its base, shape and strides
+    (``bound_launch._TmaLaunch``): eager runs that alternate two caches and two queries (one a view of a larger
+    buffer: another base and strides) each match their own fp64 reference, NaN-filled outputs between."""
+    from splitlab.kernels import bound_launch
+
+    B, heads, lens = 4, 128, [65, 3000, 1, 700]
+    xs = [mla_inputs(B, heads, 576, 3000, page_size=64, dtype=torch.bfloat16, device="cuda", seed=s) for s in (1, 2)]
+    wide = torch.randn(B, heads, 640, dtype=torch.bfloat16, device="cuda")
+    wide[..., :576] = xs[1]["q"]
+    xs.append(dict(xs[1], q=wide[..., :576]))  # q's rows 640 apart: another base and row stride, xs[1]'s cache
+    p = MLADecodePlan(heads, 576, 512, 64, dtype=torch.bfloat16, device="cuda", max_batch=B)
+    assert p._ws
+    p.plan(lens)
+    out = torch.empty(B, heads, 512, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(B, heads, dtype=torch.float32, device="cuda")
+    for x in (xs[0], xs[1], xs[0], xs[2], xs[1], xs[0]):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        p.run(x["q"], x["kv_cache"], x["block_table"], out=out, lse=lse)
+        torch.cuda.synchronize()
+        ref, ref_lse = _ref(x, lens)
+        assert_matches_reference(out, lse, ref, ref_lse, torch.bfloat16, [])
+    tma = [hit[2] for b in ws._BOUND.values() for hit in b._compiled.values() if hit[2] is not None]
+    assert bound_launch.KEEP_TMA and tma and max(len(t.encoded) for t in tma) >= 4  # 2 caches, 3 queries (the first
+    # call, Triton's, encodes its own)
+
+
 # --- MQA (kernels.mqa_sm90_ws) -----------------------------------------------------------------------------------
 
 
