@@ -206,6 +206,25 @@ def test_splitlab_equals_the_host_scheduler(shape):
         assert_prices_equal(pricing, host_prices(w, dev, c, cap, cap))
 
 
+def test_splitlab_in_one_launch_writes_what_two_do(monkeypatch):
+    """splitlab's pricing and schedule fused in one launch (``FUSED_PRICING``: the last program to count itself
+    writes the schedule) write the same prices, work list and counts as the two launches, and leave the counter at
+    zero for the next launch."""
+    import splitlab.kernels.device_schedule as ds
+
+    rng = random.Random(12)
+    for shape in ("gqa-32/8", "mla-128"):
+        for _ in range(3):
+            lens = ragged_lens(rng, 24)
+            got = []
+            for fused in (True, False):
+                monkeypatch.setattr(ds, "FUSED_PRICING", fused)
+                buf, pricing, _, _ = splitlab_on_device(lens, shape, SMALL, 200, 200)
+                got.append(([t.tolist() for t in buf.values()], pricing.res_f.tolist(), pricing.res_i.tolist()))
+                assert pricing.arrived.item() == 0
+            assert got[0] == got[1]
+
+
 def test_splitlab_ties_break_as_the_hosts():
     """Exact ties: requests of one tile each (uniform at one split and every balanced budget deal the same items,
     priced the same to the bit): uniform at one split, the host's first; an all-empty batch too (what a plan's host
@@ -436,7 +455,7 @@ def test_graph_replay_over_new_device_lengths(launches, scheduler, knobs):
     p.plan_on_device(lens_t)
     p.run(x["q"], x["k_cache"], x["v_cache"], x["block_table"], out=out, lse=lse)
     recorded = list(launches)
-    assert len(recorded) == 3 + (scheduler == "splitlab")  # (splitlab's pricing), the schedule, the partials, the merge
+    assert len(recorded) == 3  # the schedule (splitlab's: priced and written in one launch), the partials, the merge
     for lens in (b, c, a, b):
         lens_t.copy_(torch.tensor(lens, dtype=torch.int32))
         out.fill_(float("nan"))
@@ -548,7 +567,7 @@ from splitlab import devices
 from splitlab.planners import splitlab as rule
 from splitlab.workloads import DecodeWorkload
 
-for name in ("_device_schedule_kernel", "_flashmla_kernel", "_splitlab_price_kernel"):
+for name in ("_device_schedule_kernel", "_flashmla_kernel", "_splitlab_price_kernel", "_splitlab_plan_kernel"):
     setattr(ds, name, Warmup(getattr(ds, name)))
 i32 = dict(dtype=torch.int32)
 h200 = devices.get("h200")
@@ -565,17 +584,20 @@ for max_batch in (64, 1024):
                dict(scheduler="uniform", num_splits=4, request_major=True), dict(scheduler="stream_k", ctas=264),
                dict(scheduler="flashmla", ctas=132), dict(scheduler="splitlab", pricing=pricing),
                dict(scheduler="splitlab", pricing=mla_pricing)):
-        n0 = len(compiled)
-        ds.schedule_on_device(torch.zeros(8, **i32), torch.zeros(300, 4, **i32), torch.zeros(301, **i32),
-                              torch.zeros(9, **i32), torch.zeros(1, **i32), torch.zeros(1, **i32),
-                              max_batch=max_batch, **kw)
-        blocks += [max_batch] * (len(compiled) - n0)
+        for fused in (True, False) if kw["scheduler"] == "splitlab" else (True,):  # one launch, or two
+            ds.FUSED_PRICING = fused
+            n0 = len(compiled)
+            ds.schedule_on_device(torch.zeros(8, **i32), torch.zeros(300, 4, **i32), torch.zeros(301, **i32),
+                                  torch.zeros(9, **i32), torch.zeros(1, **i32), torch.zeros(1, **i32),
+                                  max_batch=max_batch, **kw)
+            blocks += [max_batch] * (len(compiled) - n0)
+        ds.FUSED_PRICING = True
 for k, max_batch in zip(compiled, blocks, strict=True):
     ptx = k.asm["ptx"]
     assert "bar.sync" in ptx or "barrier" in ptx, "no CTA barrier"
     f64 = set(re.findall(r"\b(?:fma|mad|mul|add|sub|div)[.a-z]*\.f64", ptx))
     regs = ""
-    if k.metadata.name.startswith("_splitlab_price"):  # the host's roundings: no fused multiply-add, IEEE division
+    if k.metadata.name.startswith(("_splitlab_price", "_splitlab_plan")):  # the host's roundings: no FMA, IEEE division
         assert f64 >= {"mul.rn.f64", "add.rn.f64", "div.rn.f64"} and not any("fma" in x or "mad" in x for x in f64), f64
         regs = usage(k)  # registers and stack: no spills at a block of 64 requests
         assert max_batch != 64 or regs == "?" or regs.endswith(" STACK:0"), regs
@@ -585,11 +607,12 @@ for k, max_batch in zip(compiled, blocks, strict=True):
 
 def test_schedule_kernel_compiles_for_sm90():
     """The schedule kernels (the schedule kernel's five modes, FlashMLA's walk, splitlab's pricing for GQA 32/8,
-    split-major, and MLA-128, request-major; blocks of 64 and 1024 requests) compile for sm_90 (the interpreter checks
+    split-major, and MLA-128, request-major, fused with its schedule and alone; blocks of 64 and 1024 requests)
+    compile for sm_90 (the interpreter checks
     no loop-carried types, fp64 lowering or barriers), with a CTA barrier in the PTX, the pricing's fp64 arithmetic
     rounded op by op as the host's (mul/add/div .rn, no FMA contraction) and, at 64 requests, no spills (registers
     and stack printed) (tests/sm90.py's stand-in driver: no GPU, nothing launched)."""
     from sm90 import compile_in_child
 
     r = compile_in_child(COMPILE)
-    assert r.stdout.count("ok ") == 18, r.stdout
+    assert r.stdout.count("ok ") == 22, r.stdout

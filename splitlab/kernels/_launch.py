@@ -51,6 +51,7 @@ with the bound it crossed (``check_result``). A NaN or inf among the inputs stay
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -356,11 +357,17 @@ def launch_plan(w: DecodeWorkload, device: object = None) -> Plan:
     return default_plan(w, resolve_device(device))
 
 
-def device_guard(t: torch.Tensor):
-    """A context that makes ``t``'s GPU current for a launch (a no-op on the CPU)."""
-    import contextlib
+_NO_GUARD = contextlib.nullcontext()
 
-    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+def device_guard(where: torch.Tensor | torch.device):
+    """A context that makes the GPU of ``where`` (a tensor, or a device) current for a launch: none where it is
+    current already (torch's guard costs microseconds of host time a call: ``experiments/plan_run/launch_probe.py``'s
+    ``guard``) or on the CPU."""
+    dev = where.device if isinstance(where, torch.Tensor) else where
+    if dev.type != "cuda" or dev.index is None or torch.cuda.current_device() == dev.index:
+        return _NO_GUARD
+    return torch.cuda.device(dev.index)
 
 
 def capturing(t: torch.Tensor) -> bool:

@@ -79,7 +79,6 @@ count, within fp32 rounding).
 from __future__ import annotations
 
 import array
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -662,7 +661,7 @@ class _DecodePlan:
         return self._cta_offsets if self.use_cuda_graph else self._cta_offsets[:slots + 1]
 
     def _guard(self):
-        return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
+        return _launch.device_guard(self.device)
 
     def _launch_partial(self, fn, grid: tuple[int], args: tuple, part: dict) -> None:
         """The partial kernel ``fn`` at the plan's meta-parameters: through its ``BoundLaunch`` (made at the first

@@ -34,10 +34,13 @@ lengths, bit for bit (same items in the same order, same rows, offsets and count
   ones issued into the freed slots (ranks by scans within the lanes and one across them, each CTA's item by a
   multiply, not a division), the elapsed time divided by ``min(1 / CAP, slots / resident)``; then the partial writes
   and the merge.
-  The schedule kernel then takes the least (time, partial rows, items, uniform by split count before balanced by
-  budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule. The terms that do not depend
-  on the lengths (``schedulers.splitlab_terms``, the constants) come from the host (``splitlab_pricing``, once per shape
-  and batch size).
+  The schedule then takes the least (time, partial rows, items, uniform by split count before balanced by
+  budget), the host's key and order, and writes that ``uniform`` or ``balanced`` schedule: in the same launch, by the
+  last pricing program to finish (``_splitlab_plan_kernel``: each program counts itself in an atomic counter,
+  ``SplitlabPricing.arrived``, after its prices; the one that counts last reads them all, writes the schedule and
+  zeroes the counter for the next launch), or where ``FUSED_PRICING`` is off in a second launch (the schedule kernel).
+  The terms that do not depend on the lengths (``schedulers.splitlab_terms``, the constants) come from the host
+  (``splitlab_pricing``, once per shape and batch size).
 
 Partial rows for the requests of more than one item (``partial_offsets``: exclusive prefix sums of ``n_b`` where
 ``n_b > 1``, else 0). ``balanced`` and ``uniform`` run one item per CTA slot (``cta_offsets[i] = i``, the slot count =
@@ -67,6 +70,7 @@ memo; whatever else writes the buffers zeroes its batch (a plan's host ``plan()`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -75,7 +79,8 @@ import triton.language as tl
 
 from splitlab.errors import SplitlabError, bad, check_int
 from splitlab.intmath import next_power_of_two
-from splitlab.kernels.bound_launch import launch_cached
+from splitlab.kernels._launch import device_guard
+from splitlab.kernels.bound_launch import bound_for
 from splitlab.planners import schedulers as S
 from splitlab.planners.schedulers import TILE_KEYS
 
@@ -89,9 +94,16 @@ OVER_CAPACITY, NEGATIVE_LENGTH = 1, 2
 #: Items written a round (request-major: each binary-searches its request).
 BLOCK_I = 256
 
-#: Warps of the pricing programs (one a candidate): its list schedule is a chain of small reductions over the slots,
-#: cheapest within one warp (shuffles, no shared-memory round trips).
-PRICE_WARPS = 1
+#: Warps of the pricing programs (one a candidate; the fused launch's last one also writes the schedule). Four: on
+#: an H100 (``tests/gpu/test_device_schedule_gpu.py::test_price_warps``, fused) 1 / 2 / 4 warps priced GQA 32/8 at 16
+#: requests to 6K in 33.8 / 27.9 / 25.0 us, 64 to 6K and 30K 58.6 / 54.6 / 49.5 and 165.1 / 162.7 / 145.0, MLA-16
+#: 18.3 / 17.9 / 19.7, 34.4 / 31.4 / 31.1 and 81.3 / 78.3 / 72.8; the fused launch at one warp wrote its schedule
+#: slower than the schedule kernel's four (``experiments/plan_run``).
+PRICE_WARPS = 4
+#: splitlab's pricing and schedule in one launch (``_splitlab_plan_kernel``, at ``PRICE_WARPS``), else two (the
+#: pricing, then ``_device_schedule_kernel``): a launch fewer on the host and in a graph; what each costs is
+#: ``experiments/plan_run/gpu.py``'s ``schedule_kernels_two_launches_us`` beside ``schedule_kernels_us``.
+FUSED_PRICING = True
 #: Elements of the pricing's durations tile (requests x chunks written a round: ``PRICE_TILE // BLOCK_B`` chunks of
 #: every request, at least one).
 PRICE_TILE = 512
@@ -210,11 +222,12 @@ def _splitlab_winner(res_f_ptr, res_i_ptr, n_cands, BLOCK_C: tl.constexpr):
     fits. Returns (uniform?, its split count or budget)."""
     k = tl.arange(0, BLOCK_C)
     live = k < n_cands
-    fit = live & (tl.load(res_i_ptr + 6 * k, mask=live, other=0) != 0)
-    t = tl.load(res_f_ptr + k, mask=live, other=0.0)
-    pr = tl.load(res_i_ptr + 6 * k + 1, mask=live, other=0)
-    nn = tl.load(res_i_ptr + 6 * k + 2, mask=live, other=0)
-    rk = tl.load(res_i_ptr + 6 * k + 3, mask=live, other=0)
+    # (".cg": from L2, where the other programs' prices are, whichever launch wrote them)
+    fit = live & (tl.load(res_i_ptr + 6 * k, mask=live, other=0, cache_modifier=".cg") != 0)
+    t = tl.load(res_f_ptr + k, mask=live, other=0.0, cache_modifier=".cg")
+    pr = tl.load(res_i_ptr + 6 * k + 1, mask=live, other=0, cache_modifier=".cg")
+    nn = tl.load(res_i_ptr + 6 * k + 2, mask=live, other=0, cache_modifier=".cg")
+    rk = tl.load(res_i_ptr + 6 * k + 3, mask=live, other=0, cache_modifier=".cg")
     big = 2147483647
     least = fit & (t == tl.min(tl.where(fit, t, float("inf")), axis=0))
     least = least & (pr == tl.min(tl.where(least, pr, big), axis=0))
@@ -222,7 +235,8 @@ def _splitlab_winner(res_f_ptr, res_i_ptr, n_cands, BLOCK_C: tl.constexpr):
     least = least & (rk == tl.min(tl.where(least, rk, big), axis=0))
     best_k = tl.min(tl.where(least, k, big), axis=0)
     best_k = tl.where(best_k == big, 0, best_k)  # uniform at one split always fits a capacity of the batch
-    return tl.load(res_i_ptr + 6 * best_k + 4), tl.load(res_i_ptr + 6 * best_k + 5)
+    return (tl.load(res_i_ptr + 6 * best_k + 4, cache_modifier=".cg"),
+            tl.load(res_i_ptr + 6 * best_k + 5, cache_modifier=".cg"))
 
 
 @triton.jit
@@ -539,6 +553,41 @@ def _splitlab_price_kernel(
                slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
 
 
+@triton.jit(do_not_specialize=["batch", "h", "slots", "sm_count", "cap_items", "cap_ctas", "cap_rows",
+                                "closed_ctas", "n_cands"])
+def _splitlab_plan_kernel(
+    seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, arrived_ptr,
+    items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, memo_ptr,
+    batch, max_splits, min_keys, h, slots, sm_count, cap_items, cap_ctas, cap_rows, tile, closed_ctas, n_cands,
+    SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_I: tl.constexpr, LOG_B: tl.constexpr, BLOCK_C: tl.constexpr, MEMO: tl.constexpr,
+):
+    # splitlab's pricing and schedule in one launch: program k prices candidate k (_price), then counts itself in
+    # `arrived` (acq_rel: its prices before, the others' after); the program that counts last writes the winner's
+    # schedule (_schedule, MODE 4) and zeroes the counter for the next launch. MEMO as the two kernels': where the
+    # lengths are the kept schedule's, no program prices or counts (the memo is written only after every program
+    # has read it: by the last to count).
+    offs = tl.arange(0, BLOCK_B)
+    valid = offs < batch
+    raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
+    todo = batch > 0
+    if MEMO == _REUSE:
+        todo = _kept(memo_ptr, raw, offs, valid, batch) == 0
+    if todo:
+        _price(seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, batch, max_splits, min_keys, h,
+               slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
+        tl.debug_barrier()
+        if tl.atomic_add(arrived_ptr, 1, sem="acq_rel") == n_cands - 1:
+            tl.store(arrived_ptr, 0)
+            _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
+                      res_i_ptr, batch, batch * 0 + 1, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
+                      4, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
+            if MEMO == _REUSE:
+                _keep(memo_ptr, raw, offs, valid, batch)
+            elif MEMO == _FORGET:
+                tl.store(memo_ptr, 0)
+
+
 @triton.jit
 def _price(
     seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr,
@@ -685,7 +734,7 @@ class SplitlabPricing:
     limit, 2 balanced at a budget; and the count or budget), the fp64 terms (``consts``: RATE, FIXED
     (``schedulers.item_fixed``), 1 / CAP or inf, CAP, PARTIAL x P, COMBINE, COMBINE_PER_SPLIT, P), the integer terms
     and the buffers the pricing writes (``durations`` fp64 ``K x max_items``, ``res_f`` fp64 ``[K]``, ``res_i`` int32
-    ``[K, 6]``), allocated once."""
+    ``[K, 6]``, ``arrived`` int32 ``[1]``: the fused launch's counter, zero between launches), allocated once."""
 
     batch: int
     cands: torch.Tensor
@@ -693,6 +742,7 @@ class SplitlabPricing:
     durations: torch.Tensor
     res_f: torch.Tensor
     res_i: torch.Tensor
+    arrived: torch.Tensor
     max_items: int
     max_splits: int
     min_keys: int
@@ -734,8 +784,9 @@ def splitlab_pricing(w: object, dev: object, constants: object, max_items: int,
         batch=w.batch, cands=torch.tensor(cands, dtype=torch.int32, device=device),
         consts=torch.tensor(consts, **f64), durations=torch.empty(k * max_items, **f64),
         res_f=torch.empty(k, **f64), res_i=torch.empty(k * 6, dtype=torch.int32, device=device),
-        max_items=max_items, max_splits=c.max_splits, min_keys=min_keys, h=terms.h, slots=terms.slots,
-        sm_count=terms.sm_count, closed_ctas=closed_ctas, split_major=not terms.request_major)
+        arrived=torch.zeros(1, dtype=torch.int32, device=device), max_items=max_items, max_splits=c.max_splits,
+        min_keys=min_keys, h=terms.h, slots=terms.slots, sm_count=terms.sm_count, closed_ctas=closed_ctas,
+        split_major=not terms.request_major)
 
 
 @dataclass(frozen=True)
@@ -751,10 +802,19 @@ class ScheduleLaunch:
     def launch(self, seq_lens: torch.Tensor, *, bound: bool = False) -> None:
         """Launch the schedule for ``seq_lens`` (``[batch]`` int32, contiguous, on ``device``); ``bound``: through
         ``kernels.bound_launch`` (Triton's binding once per specialization)."""
-        guard = torch.cuda.device(self.device) if self.device.type == "cuda" else _null()
-        with guard:
-            for kernel, grid, rest, meta in self.launches:
-                launch_cached(kernel, _BOUND, grid, (seq_lens, *rest), meta, bound=bound)
+        with device_guard(self.device):
+            if bound:
+                for b, (_, grid, rest, _) in zip(self._bound, self.launches, strict=True):
+                    b.launch(grid, seq_lens, *rest)
+            else:
+                for kernel, grid, rest, meta in self.launches:
+                    kernel[grid](seq_lens, *rest, **meta)
+
+    @functools.cached_property
+    def _bound(self) -> tuple:
+        """The launches' ``BoundLaunch`` objects (shared through ``_BOUND`` by every plan of the same meta), looked up
+        once."""
+        return tuple(bound_for(kernel, _BOUND, meta) for kernel, _, _, meta in self.launches)
 
 
 def schedule_on_device(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: torch.Tensor,
@@ -873,6 +933,16 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
         p = pricing
         n_cands = p.cands.shape[0]
         res_f, res_i = p.res_f, p.res_i
+        if FUSED_PRICING:
+            return ScheduleLaunch(B, dev, ((_splitlab_plan_kernel, (n_cands,), (
+                p.cands, p.consts, p.durations, p.res_f, p.res_i, p.arrived,
+                items, cta_offsets, partial_offsets, num_ctas, status, scratch, memo_t,
+                B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, cap_rows, tile,
+                p.closed_ctas, n_cands),
+                dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
+                     BLOCK_S=max(32, next_power_of_two(p.slots)), BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
+                     BLOCK_C=max(16, next_power_of_two(n_cands)), MEMO=memo_mode, num_warps=PRICE_WARPS,
+                     enable_fp_fusion=False)),))
         launches.append((_splitlab_price_kernel, (n_cands,), (
             p.cands, p.consts, p.durations, p.res_f, p.res_i, memo_t,
             B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas),
@@ -887,11 +957,6 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
     return ScheduleLaunch(B, dev, tuple(launches))
 
 
-#: The schedule kernels' ``BoundLaunch`` per kernel and meta-parameters (``bound_launch.launch_cached``).
+#: The schedule kernels' ``BoundLaunch`` per kernel and meta-parameters (``bound_launch.bound_for``).
 _BOUND: dict = {}
 
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
