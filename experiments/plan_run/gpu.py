@@ -4,7 +4,7 @@ schedules computed on the device: a graph that holds the schedule kernels beside
 with a host-made schedule, the schedule kernels' own time, and one such graph replayed over many batches of random
 lengths and padding, each output checked against fp64 and the work list against the host scheduler's.
 
-    python experiments/plan_run/gpu.py --out OUT [--replays 100] [--device-replays 1000] [--only device]
+    python experiments/plan_run/gpu.py --out OUT [--replays 100] [--device-replays 1000] [--only device] [--seed N]
 
 The default launchers' call is timed on both paths: the split-count path and through a cached plan scheduled on
 the device (``kernels.default_call``, eager and in a graph). Writes OUT/plan_run_gpu.csv (one row per call kind and
@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import itertools
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import torch
 
 from splitlab.bench.csvrows import write_rows
 from splitlab.kernels import decode_plan, default_call, gqa, mla, reference
+from splitlab.kernels import device_schedule as ds
 from splitlab.kernels.accuracy import TOLERANCE, rel_err
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
 from splitlab.kernels.inputs import gqa_inputs, mla_inputs
@@ -33,16 +35,20 @@ SHAPES = [(32, 8, 8, 4096), (32, 8, 64, 4096)]  # (query heads, kv heads, batch,
 MLA_SHAPE = (128, 16, 8192)  # (heads, batch, keys): its MLA row
 
 
-def eager_us(fn, calls: int = 200) -> float:
-    """Wall time per call of ``calls`` back-to-back eager calls (host and GPU together), after a warm-up."""
+def eager_us(fn, calls: int = 200, rounds: int = 5) -> float:
+    """Wall time per call of ``calls`` back-to-back eager calls (host and GPU together), after a warm-up: the median
+    of ``rounds`` rounds (one round moved by up to 1.4x between runs of the same call on one machine)."""
     for _ in range(5):
         fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6
+    times = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) / calls * 1e6)
+    return statistics.median(times)
 
 
 def graph_us(fn, replays: int = 50) -> float:
@@ -98,6 +104,8 @@ def mla_shape(h: int, b: int, n: int) -> list[dict]:
             timed(NEW_LENGTHS.format("mla"), default_call.with_plan(
                 turning(x, lambda y: mla.mla_decode(**y, head_dim_v=512))), ref, False, **shape),
             timed("plan.run()", lambda: p.run(*args), ref, False, **shape),
+            timed("plan.run(check=False)", lambda: p.run(*args, check=False), ref, False, **shape),
+            timed("plan.run(out=)", lambda: p.run(*args, out=o), ref, False, **shape),
             dict(timed("plan.run(out=, check=False)", lambda: p.run(*args, out=o, check=False), ref, False, **shape),
                  graph_us=round(graph_us(lambda: g.run(*args, out=o, check=False)), 1))]
 
@@ -118,6 +126,8 @@ def one_shape(hq: int, hkv: int, b: int, n: int) -> list[dict]:
              NEW_LENGTHS.format("gqa"): default_call.with_plan(turning(x, lambda y: gqa.gqa_decode(**y))),
              f"gqa_decode(num_splits={s})": lambda: gqa.gqa_decode(**x, num_splits=s),
              "plan.run()": lambda: p.run(*args),
+             "plan.run(check=False)": lambda: p.run(*args, check=False),
+             "plan.run(out=)": lambda: p.run(*args, out=o),
              "plan.run(out=, check=False)": lambda: p.run(*args, out=o, check=False),
              "plan.run(out=, check=False) pdl": lambda: pdl.run(*args, out=o, check=False)}
     ref = reference.gqa_decode(**x)
@@ -280,6 +290,19 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
                                                                for _ in range(LAYERS)]))
     host_step, dev_step = replay_us(g_host_step, 20), replay_us(g_dev_step, 20)
     del g_host_step, g_dev_step
+    two = {}  # splitlab's pricing and schedule in two launches (ds.FUSED_PRICING off), the A/B
+    if scheduler == "splitlab":
+        was, ds.FUSED_PRICING = ds.FUSED_PRICING, False
+        try:
+            d2 = make(device_schedule=True)
+            g = capture(lambda: [d2.plan_on_device(lens_t) for _ in range(20)])
+            two["schedule_kernels_two_launches_us"] = round(replay_us(g, 20) / 20, 2)
+            g = capture(lambda: (d2.plan_on_device(lens_t), [d2.run(*args, out=o, check=False)
+                                                             for _ in range(LAYERS)]))
+            two["device_step_two_launches_us"] = round(replay_us(g, 20), 2)
+            del g, d2
+        finally:
+            ds.FUSED_PRICING = was
     # The merge tile apart: the host plan's step with the device plan's merge tile (the same work list, so the ratio
     # to host_step is the tile's cost), and device plans whose merge tile holds other row counts a chunk.
     planned = host._planned
@@ -321,7 +344,7 @@ def device_case(label: str, b: int, n: int, scheduler: str, count: int, rng: ran
     row = dict(case=label, scheduler=scheduler, batch=b, keys=n, host_schedule_graph_us=round(host_us, 2),
                device_schedule_graph_us=round(dev_us, 2), ratio=round(dev_us / host_us, 4),
                schedule_kernels_us=round(sched_us, 2), step_layers=LAYERS, host_step_graph_us=round(host_step, 2),
-               device_step_graph_us=round(dev_step, 2), step_ratio=round(dev_step / host_step, 4),
+               device_step_graph_us=round(dev_step, 2), step_ratio=round(dev_step / host_step, 4), **two,
                host_step_device_merge_tile_us=round(host_step_dev_tile, 2),
                merge_rows=dev._planned.merge_meta["BLOCK_S"],
                **{f"device_step_merge_rows_{r}_us": us for r, us in tiles.items()},
@@ -340,8 +363,8 @@ def work_list_equal(dev, host) -> bool:
         (0, 1), (host._off_po, b + 1), (host._off_co, s.ctas + 1), (host._off_it, 4 * n)))
 
 
-def device_schedule(out: Path, count: int) -> None:
-    rng = random.Random(36)
+def device_schedule(out: Path, count: int, seed: int = 36) -> None:
+    rng = random.Random(seed)
     rows, replayed = [], []
     for label, b, n, schedulers in DEVICE_CASES:
         for scheduler in schedulers:
@@ -360,6 +383,8 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--device-replays", type=int, default=1000, help="replays per device-schedule case")
     ap.add_argument("--only", choices=["host", "device"], help="the host-plan runs or the device-schedule runs alone")
+    ap.add_argument("--seed", type=int, default=36, help="the device-schedule cases' lengths (another seed: fresh "
+                    "batches, e.g. to confirm a rule chosen on earlier runs)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -367,7 +392,7 @@ def main() -> None:
         replays(out, a.replays)
         overhead(out)
     if a.only != "host":
-        device_schedule(out, a.device_replays)
+        device_schedule(out, a.device_replays, a.seed)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ back-to-back calls, then one sync; best of 3) of:
 
 * ``run``: ``plan.run(out=out, check=False)`` (the partial kernel and, where split, the merge), through
   ``kernels.bound_launch`` (the default); ``run-triton``: the same with ``decode_plan.BOUND_LAUNCH`` off (Triton's
-  own launch path every call);
+  own launch path every call); ``run-checked``: ``plan.run(...)`` as a user calls it (its checks, a new output);
+  its pieces ``checks`` (``_check_common``), ``outputs`` (the output's allocation) and ``guard`` (the device
+  guard's enter and exit, empty);
 * ``bound``: the partial kernel alone through a ``BoundLaunch``;
 * ``jit``: the partial kernel launched as ``run`` launches it (``kernel[grid](...)``, Triton's whole path);
 * ``bind``: Triton's binding and cache lookup alone (``kernel.run(..., warmup=True)``: no launch);
@@ -19,9 +21,11 @@ back-to-back calls, then one sync; best of 3) of:
   would do).
 
 For MLA-128, whose ``run`` takes the Gluon seesaw kernel (``kernels.mla_sm90_ws``), also the pieces of that launch:
-``ws-descriptors`` (the two TMA descriptors' Python objects, ``mla_sm90_ws.descriptors``), ``ws-tensordesc`` (the
-launcher's encoding of both into CUtensorMaps, ``make_tensordesc_arg``, every call) and ``ws-launch``
-(``mla_sm90_ws.launch``: descriptors, Gluon's binding and the launch).
+``ws-descriptors`` (the two TMA descriptors' Python objects, ``mla_sm90_ws.descriptors``; ``ws-descriptors-checked``
+the same two through ``TensorDescriptor``'s constructor and its checks), ``ws-tensordesc`` (the
+launcher's encoding of both into CUtensorMaps, ``make_tensordesc_arg``, every call), ``ws-launch``
+(``mla_sm90_ws.launch``: descriptors, Gluon's binding and the launch) and ``run-tma-every-call`` (``run`` with
+``bound_launch.KEEP_TMA`` off: the bound call encodes its descriptors every call, as Triton's launcher does).
 
 Writes OUT/launch_probe.csv. The outputs of ``direct`` and ``bound`` are compared with ``jit``'s (equal to the
 bit: ``direct_equal``).
@@ -37,7 +41,7 @@ import torch
 import triton
 
 from splitlab.bench.csvrows import write_rows
-from splitlab.kernels import decode_plan
+from splitlab.kernels import bound_launch, decode_plan
 from splitlab.kernels import worklist as _wl
 from splitlab.kernels.bound_launch import BoundLaunch
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
@@ -117,7 +121,16 @@ def probe(family: str, calls: int) -> list[dict]:
         same = same and bool(torch.equal(out, ref))
     rows = []
     bound = BoundLaunch(fn, **kw)
-    pieces = {"run": run, "run-triton": run, "jit": lambda: fn[grid](*args, **kw),
+    def guard():
+        with plan._guard():
+            pass
+
+    checked = (lambda: plan.run(q, k, v, bt)) if family == "gqa" else (lambda: plan.run(q, kv, bt))  # noqa: E731
+    pieces = {"run": run, "run-triton": run, "run-checked": checked,
+              "checks": lambda: plan._check_common(plan._planned, q, bt, None, None, dict(zip(
+                  ("k_cache", "v_cache") if family == "gqa" else ("kv_cache",), caches, strict=True))),
+              "outputs": lambda: plan._outputs(plan._planned, None, None, False), "guard": guard,
+              "jit": lambda: fn[grid](*args, **kw),
               "bind": lambda: fn.run(*args, grid=grid, warmup=True, **kw), "direct": direct,
               "direct-ints": lambda: direct(ints), "direct+args": direct_args,
               "bound": lambda: bound.launch(grid, *args)}
@@ -140,8 +153,11 @@ def probe(family: str, calls: int) -> list[dict]:
             pieces.update(gluon_pieces(plan, q, kv, bt, out, lse))
         except Exception as e:  # a probe of Triton's internals: the other pieces still count
             print(f"gluon pieces: {type(e).__name__}: {e}", flush=True)
+    if family == "mla":
+        pieces["run-tma-every-call"] = run
     for name, f in pieces.items():
         decode_plan.BOUND_LAUNCH = name != "run-triton"
+        bound_launch.KEEP_TMA = name != "run-tma-every-call"
         f()
         rows.append(dict(family=family, piece=name, host_us=round(host_us(f, calls), 2), args=len(values),
                          direct_equal=same, torch=torch.__version__, triton=triton.__version__,
@@ -170,7 +186,14 @@ def gluon_pieces(plan, q, kv, bt, out, lse) -> dict:
         for d, m in zip(ws.descriptors(q, kv), meta, strict=True):
             make_tensordesc_arg(d, m)
 
-    return {"ws-descriptors": lambda: ws.descriptors(q, kv), "ws-tensordesc": encode, "ws-launch": launch}
+    def checked():  # the descriptors through TensorDescriptor's constructor and its checks
+        rows = kv.shape[0] * kv.shape[1]
+        layout = ws.box_layout(q.dtype)
+        ws.TensorDescriptor(q, [q.shape[0] * q.shape[1], 576], [q.stride(1), 1], [ws.BLOCK_H, ws.PIECE], layout)
+        ws.TensorDescriptor(kv, [rows, 576], [kv.stride(1), 1], [ws.BLOCK_N, ws.PIECE], layout)
+
+    return {"ws-descriptors": lambda: ws.descriptors(q, kv), "ws-descriptors-checked": checked,
+            "ws-tensordesc": encode, "ws-launch": launch}
 
 
 def main(argv: list[str] | None = None) -> None:
