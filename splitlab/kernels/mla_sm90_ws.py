@@ -765,39 +765,29 @@ if HAVE_GLUON:
         gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD, (pid * 0 - 1).to(gl.int64))
 
     @gluon.jit
-    def start_record(timeline_ptr, pid, it, group, TIMELINE: gl.constexpr):
-        """A one-item program's record but its end (``kernels.timeline.FIELDS``: its id, SM and start, slot and item
-        ``it``, head group ``group``, one item), stored at once, where the program waits for its first copies, so
-        that its end stores one field; with ``TIMELINE`` ``HOLD_START`` nothing is stored here and the start is
-        returned for ``end_record``, which stores the whole record."""
+    def start_record(timeline_ptr, pid, TIMELINE: gl.constexpr):
+        """A program's ``start_ns`` (``kernels.timeline``'s record), stored at once unless ``TIMELINE`` is
+        ``HOLD_START``; returned for ``end_record``."""
         t = _now_ns(pid)
         if TIMELINE != _HOLD_START:
-            base = timeline_ptr + pid.to(gl.int64) * _RECORD
-            gl.store(base, pid.to(gl.int64))
-            gl.store(base + 1, _smid(pid).to(gl.int64))
-            gl.store(base + 2, t)
-            gl.store(base + 4, it.to(gl.int64))
-            gl.store(base + 5, group.to(gl.int64))
-            gl.store(base + 6, it.to(gl.int64))
-            gl.store(base + 7, (it * 0 + 1).to(gl.int64))
+            gl.store(timeline_ptr + pid.to(gl.int64) * _RECORD + 2, t)
         return t
 
     @gluon.jit
     def end_record(timeline_ptr, pid, it, group, start, TIMELINE: gl.constexpr):
-        """The end of a one-item program's record (``start_record`` stored the rest), or with ``TIMELINE``
-        ``HOLD_START`` the whole record: its end and SM, slot and item ``it``, head group ``group``, one item, and
-        ``start``."""
+        """The rest of a one-item program's record (``kernels.timeline.FIELDS``): its end and SM, slot and item
+        ``it``, head group ``group``, one item; ``start`` too where ``TIMELINE`` is ``HOLD_START``."""
         end = _now_ns(pid)
         base = timeline_ptr + pid.to(gl.int64) * _RECORD
         if TIMELINE == _HOLD_START:
             gl.store(base + 2, start)
-            gl.store(base, pid.to(gl.int64))
-            gl.store(base + 1, _smid(pid).to(gl.int64))
-            gl.store(base + 4, it.to(gl.int64))
-            gl.store(base + 5, group.to(gl.int64))
-            gl.store(base + 6, it.to(gl.int64))
-            gl.store(base + 7, (it * 0 + 1).to(gl.int64))
+        gl.store(base, pid.to(gl.int64))
+        gl.store(base + 1, _smid(pid).to(gl.int64))
         gl.store(base + 3, end)
+        gl.store(base + 4, it.to(gl.int64))
+        gl.store(base + 5, group.to(gl.int64))
+        gl.store(base + 6, it.to(gl.int64))
+        gl.store(base + 7, (it * 0 + 1).to(gl.int64))
 
     @gluon.jit
     def start_record_slot(timeline_ptr, pid, slot, group, first, count):
@@ -824,10 +814,10 @@ if HAVE_GLUON:
     def _part_consumer0(smem, bars, item, geo, outs, rec, SEESAW: gl.constexpr, FINE: gl.constexpr,
                         PAGE_SIZE: gl.constexpr, TIMELINE: gl.constexpr):
         """The default partition (4 warps): output columns [0, 256) and the lse. ``TIMELINE``: the program's record
-        (``kernels.timeline``: 64 bytes, all but the end stored at once, the end after this half's last store)."""
+        (``kernels.timeline``: 64 bytes, the start stored at once, the rest after this half's last store)."""
         timeline_ptr, pid, it, head_tile = rec
         if TIMELINE:
-            t_start = start_record(timeline_ptr, pid, it, head_tile, TIMELINE)
+            t_start = start_record(timeline_ptr, pid, TIMELINE)
         if SEESAW:
             _seesaw_consumer0(smem, bars, item, geo, outs, FINE, PAGE_SIZE)
         else:

@@ -269,11 +269,11 @@ if HAVE_GLUON:
     @gluon.jit
     def _part_consumer0(smem, bars, item, geo, outs, rec, NCONS: gl.constexpr, PAGE_SIZE: gl.constexpr,
                         BOX: gl.constexpr, TIMELINE: gl.constexpr):
-        """The default partition (4 warps): heads [0, 64); with ``TIMELINE`` the program's record (all but its end
-        at once, the end after its rows)."""
+        """The default partition (4 warps): heads [0, 64); with ``TIMELINE`` the program's record (its start at
+        once, the rest after its rows)."""
         timeline_ptr, it = rec
         if TIMELINE:
-            t_start = start_record(timeline_ptr, it, it, it * 0, TIMELINE)  # head group: the one kv head
+            t_start = start_record(timeline_ptr, it, TIMELINE)
         _consumer(smem, bars, item, geo, outs, 0, PAGE_SIZE)
         if TIMELINE:
             end_record(timeline_ptr, it, it, it * 0, t_start, TIMELINE)  # head group: the one kv head

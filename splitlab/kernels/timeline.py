@@ -1,9 +1,7 @@
 """Per-program timelines of the work-list kernels (``kernels.worklist``): which SM ran which program, when.
 
 A launch with timelines on (``TIMELINE=True``, ``timeline_ptr`` an int64 buffer of ``programs x RECORD``) writes one
-record per program, ``FIELDS`` in order (8 x 8 = 64 bytes a program: ``start_ns`` at its start, the rest at its end;
-the warp-specialized Gluon kernels' one-item programs store all but ``end_ns`` at their start, while they wait for
-their first copies, and hold one CTA an SM, so that their end stores one field):
+record per program, ``FIELDS`` in order (8 x 8 = 64 bytes a program: ``start_ns`` at its start, the rest at its end):
 
 * ``program``: the program's linear id (``program_id(0)``; the merge's 2-D grid: ``pid0 * grid1 + pid1``);
 * ``sm``: the SM it ran on (PTX ``%smid``);
