@@ -25,7 +25,7 @@ A kernel with Gluon TMA descriptors has a further cost in Triton's launcher: it 
 encodes each descriptor's ``CUtensorMap`` (``cuTensorMapEncodeTiled``) on every call. ``_TmaLaunch`` keeps each
 encoding by what it is made of (the descriptor's position, base address, shape, strides and padding, for one
 compiled kernel: the same bytes), and calls the C launcher under Triton's wrapper with the encoded arguments; where
-the wrapper is not the one it reads (``_tma_launch``: triton 3.5-3.6's ``wrap_handle_tensordesc``, no scratch
+the wrapper is not the one it reads (``_tma_launch``: triton 3.6's ``wrap_handle_tensordesc``, no scratch
 buffers), the compiled kernel's own ``run``.
 """
 
@@ -182,7 +182,7 @@ class _TmaLaunch:
 
 def _tma_launch(compiled: Any, args: tuple) -> _TmaLaunch | None:
     """A ``_TmaLaunch`` for ``compiled`` called with ``args`` where they hold Gluon TMA descriptors and Triton's
-    launcher wraps its C launcher as triton 3.5-3.6 do (``wrap_handle_tensordesc``'s closure: the C launcher, the
+    launcher wraps its C launcher as triton 3.6 does (``wrap_handle_tensordesc``'s closure: the C launcher, the
     descriptors' parameter indices, their metadata), with no scratch buffer to allocate a call; else None."""
     positions = [i for i, a in enumerate(args) if _descriptor_key(a) is not None]
     run = getattr(compiled, "run", None)
