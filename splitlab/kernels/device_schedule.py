@@ -98,7 +98,9 @@ BLOCK_I = 256
 #: an H100 (``tests/gpu/test_device_schedule_gpu.py::test_price_warps``, fused) 1 / 2 / 4 warps priced GQA 32/8 at 16
 #: requests to 6K in 33.8 / 27.9 / 25.0 us, 64 to 6K and 30K 58.6 / 54.6 / 49.5 and 165.1 / 162.7 / 145.0, MLA-16
 #: 18.3 / 17.9 / 19.7, 34.4 / 31.4 / 31.1 and 81.3 / 78.3 / 72.8; the fused launch at one warp wrote its schedule
-#: slower than the schedule kernel's four (``experiments/plan_run``).
+#: slower than the schedule kernel's four (``experiments/plan_run``). MLA-128's pricing is slower at four (28.1 ->
+#: 31.5 us at 8 requests, 97.8 -> 119.4 at 64; ``test_schedule_kernel_time`` on two H100s): a count per shape is
+#: not chosen.
 PRICE_WARPS = 4
 #: splitlab's pricing and schedule in one launch (``_splitlab_plan_kernel``, at ``PRICE_WARPS``), else two (the
 #: pricing, then ``_device_schedule_kernel``): a launch fewer on the host and in a graph; what each costs is
