@@ -13,7 +13,7 @@ from triton.runtime.jit import KernelInterface
 
 from splitlab.devices import get as get_device
 from splitlab.errors import SplitlabError
-from splitlab.kernels import gqa_decode, reference
+from splitlab.kernels import _launch, gqa_decode, reference
 from splitlab.kernels import worklist as wl
 from splitlab.kernels.accuracy import assert_matches_reference
 from splitlab.kernels.decode_plan import GQADecodePlan, MLADecodePlan
@@ -439,3 +439,14 @@ def test_device_merge_rows_is_a_waves_rows_a_request(monkeypatch):
                                                              (4, 49))] == [32, 8, 8, 8, 32, 16]
     monkeypatch.setattr(decode_plan, "DEVICE_MERGE_ROWS", 4)
     assert decode_plan.device_merge_rows(16, 264) == 4
+
+
+def test_the_device_guard_switches_only_to_another_gpu(monkeypatch):
+    """``_launch.device_guard`` (the plans' and the launchers' guard): none for the CPU or for the current GPU (torch's
+    guard costs microseconds a call), torch's guard to another GPU."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert _launch.device_guard(torch.zeros(1)) is _launch._NO_GUARD
+    assert _launch.device_guard(torch.device("cpu")) is _launch._NO_GUARD
+    assert _launch.device_guard(torch.device("cuda", 0)) is _launch._NO_GUARD
+    g = _launch.device_guard(torch.device("cuda", 1))
+    assert isinstance(g, torch.cuda.device) and g.idx == 1
