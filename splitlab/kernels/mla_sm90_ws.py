@@ -1074,11 +1074,11 @@ def box_layout(dtype: torch.dtype):
 
 
 def tma_descriptor(base: torch.Tensor, shape: list[int], strides: list[int], block_shape: list[int], layout):
-    """``TensorDescriptor(base, shape, strides, block_shape, layout)`` without its constructor's checks, most of its
-    host time on a launch (``tests/test_bound_launch.py`` holds the two equal): the Gluon kernels' callers have made
-    them (a 2-D view of rows ``strides[0]`` apart, contiguous, with a 16-byte aligned base and row stride:
-    ``_tma_rows``, ``cache_ok``; boxes and layouts of these modules). A shape with a dimension below 1 takes the
-    constructor, and its refusal."""
+    """``TensorDescriptor(base, shape, strides, block_shape, layout)`` without its constructor's checks (a fifth to a
+    quarter of a launch's descriptors' host time: ``experiments/plan_run/launch_probe.py``'s ``ws-descriptors``;
+    ``tests/test_bound_launch.py`` holds the two equal): the Gluon kernels' callers have made them (a 2-D view of rows
+    ``strides[0]`` apart, contiguous, with a 16-byte aligned base and row stride: ``_tma_rows``, ``cache_ok``; boxes
+    and layouts of these modules). A shape with a dimension below 1 takes the constructor, and its refusal."""
     if min(shape) < 1:
         return TensorDescriptor(base, shape, strides, block_shape, layout)
     d = object.__new__(TensorDescriptor)
