@@ -250,10 +250,25 @@ def _kept(memo_ptr, raw, offs, valid, batch):
 
 
 @triton.jit
-def _keep(memo_ptr, raw, offs, valid, batch):
-    """Note the lengths the schedule just written was made for (``_kept``'s memo)."""
-    tl.store(memo_ptr + 1 + offs, raw, mask=valid)
-    tl.store(memo_ptr, batch)
+def _todo(memo_ptr, raw, offs, valid, batch, MEMO: tl.constexpr):
+    """Whether a kernel writes its schedule: always, but under ``MEMO`` reuse where the lengths are the kept
+    schedule's (``_kept``); ``batch`` is at least 1."""
+    if MEMO == _REUSE:
+        todo = _kept(memo_ptr, raw, offs, valid, batch) == 0
+    else:
+        todo = batch > 0
+    return todo
+
+
+@triton.jit
+def _note(memo_ptr, raw, offs, valid, batch, MEMO: tl.constexpr):
+    """After a schedule is written: under reuse, note the lengths it was made for (``_kept``'s memo); under forget,
+    forget the kept one; nothing without a memo."""
+    if MEMO == _REUSE:
+        tl.store(memo_ptr + 1 + offs, raw, mask=valid)
+        tl.store(memo_ptr, batch)
+    elif MEMO == _FORGET:
+        tl.store(memo_ptr, 0)
 
 
 @triton.jit
@@ -269,18 +284,11 @@ def _device_schedule_kernel(
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
-    if MEMO == _REUSE:
-        if _kept(memo_ptr, raw, offs, valid, batch) == 0:
-            _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
-                      res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
-                      MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
-            _keep(memo_ptr, raw, offs, valid, batch)
-    else:
+    if _todo(memo_ptr, raw, offs, valid, batch, MEMO):
         _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
                   res_i_ptr, batch, param, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
                   MODE, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
-        if MEMO == _FORGET:
-            tl.store(memo_ptr, 0)
+        _note(memo_ptr, raw, offs, valid, batch, MEMO)
 
 
 @triton.jit
@@ -391,16 +399,10 @@ def _flashmla_kernel(
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
-    if MEMO == _REUSE:
-        if _kept(memo_ptr, raw, offs, valid, batch) == 0:
-            _flashmla_walk(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, batch,
-                           parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I)
-            _keep(memo_ptr, raw, offs, valid, batch)
-    else:
+    if _todo(memo_ptr, raw, offs, valid, batch, MEMO):
         _flashmla_walk(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, batch,
                        parts, block_n, overhead, cap_items, cap_ctas, cap_rows, offs, valid, raw, BLOCK_I)
-        if MEMO == _FORGET:
-            tl.store(memo_ptr, 0)
+        _note(memo_ptr, raw, offs, valid, batch, MEMO)
 
 
 @triton.jit
@@ -542,15 +544,12 @@ def _splitlab_price_kernel(
     SPLIT_MAJOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_S: tl.constexpr,
     MEMO: tl.constexpr,
 ):
-    # MEMO 2: nothing to price where the lengths are the kept schedule's (the schedule kernel after it keeps it too).
-    if MEMO == _REUSE:
-        offs = tl.arange(0, BLOCK_B)
-        valid = offs < batch
-        raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
-        if _kept(memo_ptr, raw, offs, valid, batch) == 0:
-            _price(seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, batch, max_splits, min_keys, h,
-                   slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
-    else:
+    # Under reuse, nothing to price where the lengths are the kept schedule's (the schedule kernel after it keeps it
+    # too, and notes the memo).
+    offs = tl.arange(0, BLOCK_B)
+    valid = offs < batch
+    raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
+    if _todo(memo_ptr, raw, offs, valid, batch, MEMO):
         _price(seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, batch, max_splits, min_keys, h,
                slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
 
@@ -572,10 +571,7 @@ def _splitlab_plan_kernel(
     offs = tl.arange(0, BLOCK_B)
     valid = offs < batch
     raw = tl.load(seq_lens_ptr + offs, mask=valid, other=0).to(tl.int32)
-    todo = batch > 0
-    if MEMO == _REUSE:
-        todo = _kept(memo_ptr, raw, offs, valid, batch) == 0
-    if todo:
+    if _todo(memo_ptr, raw, offs, valid, batch, MEMO):
         _price(seq_lens_ptr, cand_ptr, consts_ptr, dur_ptr, res_f_ptr, res_i_ptr, batch, max_splits, min_keys, h,
                slots, sm_count, cap_items, cap_ctas, tile, closed_ctas, SPLIT_MAJOR, BLOCK_B, BLOCK_J, BLOCK_S)
         tl.debug_barrier()
@@ -584,10 +580,7 @@ def _splitlab_plan_kernel(
             _schedule(seq_lens_ptr, items_ptr, cta_ptr, po_ptr, num_ctas_ptr, status_ptr, scratch_ptr, res_f_ptr,
                       res_i_ptr, batch, batch * 0 + 1, tile, cap_items, cap_ctas, cap_rows, n_cands, offs, valid, raw,
                       4, SPLIT_MAJOR, BLOCK_B, BLOCK_I, LOG_B, BLOCK_C)
-            if MEMO == _REUSE:
-                _keep(memo_ptr, raw, offs, valid, batch)
-            elif MEMO == _FORGET:
-                tl.store(memo_ptr, 0)
+            _note(memo_ptr, raw, offs, valid, batch, MEMO)
 
 
 @triton.jit
@@ -930,32 +923,30 @@ def prepare_schedule(seq_lens: torch.Tensor, items: torch.Tensor, cta_offsets: t
             dict(BLOCK_B=block_b, BLOCK_I=BLOCK_I, MEMO=memo_mode, num_warps=warps)),))
     launches = []
     res_f = res_i = scratch  # (unread but by splitlab's)
-    n_cands = 1
+    n_cands = 1 if mode != _SPLITLAB else pricing.cands.shape[0]
+    block_c = max(16, next_power_of_two(n_cands))  # the winner's candidates, loaded at once
     if mode == _SPLITLAB:
         p = pricing
-        n_cands = p.cands.shape[0]
         res_f, res_i = p.res_f, p.res_i
+        # the pricing's meta-parameters, one launch or two (the same prices either way)
+        price = dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
+                     BLOCK_S=max(32, next_power_of_two(p.slots)), MEMO=memo_mode, num_warps=PRICE_WARPS,
+                     enable_fp_fusion=False)
         if FUSED_PRICING:
             return ScheduleLaunch(B, dev, ((_splitlab_plan_kernel, (n_cands,), (
                 p.cands, p.consts, p.durations, p.res_f, p.res_i, p.arrived,
                 items, cta_offsets, partial_offsets, num_ctas, status, scratch, memo_t,
                 B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, cap_rows, tile,
                 p.closed_ctas, n_cands),
-                dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
-                     BLOCK_S=max(32, next_power_of_two(p.slots)), BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-                     BLOCK_C=max(16, next_power_of_two(n_cands)), MEMO=memo_mode, num_warps=PRICE_WARPS,
-                     enable_fp_fusion=False)),))
+                dict(price, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(), BLOCK_C=block_c)),))
         launches.append((_splitlab_price_kernel, (n_cands,), (
             p.cands, p.consts, p.durations, p.res_f, p.res_i, memo_t,
-            B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas),
-            dict(SPLIT_MAJOR=p.split_major, BLOCK_B=block_b, BLOCK_J=max(1, PRICE_TILE // block_b),
-                 BLOCK_S=max(32, next_power_of_two(p.slots)), MEMO=memo_mode, num_warps=PRICE_WARPS,
-                 enable_fp_fusion=False)))
+            B, p.max_splits, p.min_keys, p.h, p.slots, p.sm_count, cap_items, cap_ctas, tile, p.closed_ctas), price))
     launches.append((_device_schedule_kernel, (1,), (
         items, cta_offsets, partial_offsets, num_ctas, status, scratch, res_f, res_i, memo_t,
         B, param, tile, cap_items, cap_ctas, cap_rows, n_cands),
         dict(MODE=mode, SPLIT_MAJOR=split_major, BLOCK_B=block_b, BLOCK_I=BLOCK_I, LOG_B=block_b.bit_length(),
-             MEMO=memo_mode, BLOCK_C=max(16, next_power_of_two(n_cands)), num_warps=warps)))
+             MEMO=memo_mode, BLOCK_C=block_c, num_warps=warps)))
     return ScheduleLaunch(B, dev, tuple(launches))
 
 
